@@ -1,0 +1,87 @@
+// quarry::Document: what every extractor produces from the bytes of one input file.
+//
+// A Document is the faithful text of a file, page by page and line by line, with what is needed to
+// cite it later (page numbers, PDF bounding boxes), its metadata, its attachments (e.g. the CII XML
+// embedded in a ZUGFeRD / Factur-X PDF) and, where a structured e-invoice was recognised, the invoice
+// JSON mapped from it (schemas/invoice.schema.json) with no model involved.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <tl/expected.hpp>
+
+namespace quarry {
+
+/// Axis-aligned box in PDF points (1/72 inch), origin at the page's top-left corner, y downwards.
+struct BBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+/// One physical line of text in reading order. For PDF, a table row is kept on one line with its
+/// cells separated by runs of spaces (as `pdftotext -layout` does); for HTML, the cells of one
+/// table row are joined with " | ".
+struct Line {
+  std::string text;           ///< UTF-8, no trailing newline
+  std::optional<BBox> bbox;   ///< PDF only
+  int block = 0;              ///< index of the block (paragraph, table) the line belongs to, per page
+};
+
+/// One page (1-based `number`). Formats without pages (HTML, XML, text) have a single page 1.
+struct Page {
+  int number = 1;
+  double width = 0, height = 0;  ///< PDF points; 0 where the format has no page geometry
+  std::vector<Line> lines;
+};
+
+/// A file embedded in the document (PDF EmbeddedFiles / FileAttachment annotations).
+struct Attachment {
+  std::string name;          ///< file name as stored in the document
+  std::string media_type;    ///< as declared (Subtype) or detected from the content
+  std::string description;
+  std::string bytes;         ///< raw content
+};
+
+struct Document {
+  std::string source;          ///< path as given by the user
+  std::string sha256;          ///< lowercase hex digest of the file's bytes
+  std::string media_type;      ///< detected from content: application/pdf, text/html, application/xml, text/plain, text/markdown
+  std::uint64_t size_bytes = 0;
+  std::vector<Page> pages;
+  std::map<std::string, std::string> metadata;   ///< title, author, producer, creation_date, ...
+  std::vector<Attachment> attachments;
+  std::optional<nlohmann::json> einvoice;        ///< invoice JSON mapped from a structured e-invoice
+  std::string einvoice_format;                   ///< "ubl", "cii", "nav" when `einvoice` is set
+  std::vector<std::string> warnings;             ///< non-fatal problems (e.g. an attachment that failed to map)
+
+  /// The whole text: lines joined with '\n', pages separated by '\f'.
+  std::string text() const;
+};
+
+/// Why a file could not be read. `file` names the input, `reason` says what is wrong in words a user
+/// can act on (e.g. "PDF is encrypted; pass --pdf-password", "XML nesting deeper than 256").
+struct ExtractError {
+  std::string file;
+  std::string reason;
+};
+
+template <class T>
+using Expected = tl::expected<T, ExtractError>;
+
+/// Limits and options shared by all extractors. Every limit is enforced before memory is committed.
+struct ExtractOptions {
+  std::uint64_t max_file_bytes = 256ull << 20;   ///< larger inputs are refused
+  std::uint64_t max_text_bytes = 64ull << 20;    ///< extracted text cap per document
+  int max_xml_depth = 256;                       ///< XML / HTML element nesting limit
+  int max_pages = 5000;
+  std::string pdf_password;                      ///< tried for encrypted PDFs (owner and user)
+  bool map_einvoices = true;                     ///< run the e-invoice mappers on XML and PDF attachments
+};
+
+}  // namespace quarry

@@ -1,0 +1,22 @@
+// The `quarry` command-line program: one file per subcommand, each adding itself to the app.
+//
+// Exit codes (all subcommands): 0 success; 1 usage error or unrecoverable setup failure;
+// 2 the command ran but some inputs failed (each failure is reported in the output);
+// 3 a check said "no" (e.g. `schema check-instance` rejected the instance).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace quarry::cli {
+
+/// Shared state of one invocation. A subcommand's callback stores its exit code here.
+struct Context {
+  int exit_code = 0;
+};
+
+void add_ingest_command(CLI::App& app, Context& ctx);
+void add_generate_command(CLI::App& app, Context& ctx);
+void add_tokenize_command(CLI::App& app, Context& ctx);
+void add_schema_command(CLI::App& app, Context& ctx);
+
+}  // namespace quarry::cli

@@ -1,0 +1,12 @@
+#include "pipeline/paths.hpp"
+
+#include <cstdlib>
+
+namespace quarry {
+
+std::filesystem::path project_root() {
+  if (const char* env = std::getenv("QUARRY_HOME"); env && *env) return env;
+  return QUARRY_SOURCE_DIR;
+}
+
+}  // namespace quarry

@@ -1,0 +1,11 @@
+// Where quarry finds what it ships: the default model, the schemas, the samples.
+#pragma once
+
+#include <filesystem>
+
+namespace quarry {
+
+/// The project's root folder (source tree), overridable with $QUARRY_HOME.
+std::filesystem::path project_root();
+
+}  // namespace quarry

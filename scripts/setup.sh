@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine: installs every build and runtime
+# dependency with apt-get (only what is missing), then configures and builds quarry.
+#
+# usage: scripts/setup.sh [--no-build] [--build-dir DIR] [--build-type TYPE] [--sanitize]
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build_dir="$here/build"
+build_type=Release
+do_build=1
+sanitize=OFF
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) do_build=0 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --build-type) build_type=$2; shift ;;
+    --sanitize) sanitize=ON ;;
+    *) echo "setup.sh: unknown option $1" >&2; exit 1 ;;
+  esac
+  shift
+done
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang
+  libpoppler-cpp-dev poppler-utils libxml2-dev
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
+  libzmq3-dev cppzmq-dev libsqlite3-dev libvalijson-dev libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ $do_build = 1 ]; then
+  jobs=$(nproc)
+  cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DQUARRY_SANITIZE="$sanitize" >/dev/null
+  cmake --build "$build_dir" -j "$jobs"
+fi
