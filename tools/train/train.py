@@ -252,6 +252,8 @@ def export(model, mtp, cfg, tok_dir: Path, out: Path, args, tokens_seen):
     total = sum(v.numel() * v.element_size() for v in model.state_dict().values())
     total += sum(v.numel() * v.element_size() for v in mtp_tensors.values())
     index["metadata"]["total_size"] = total
+    if "total_parameters" in index["metadata"]:
+        index["metadata"]["total_parameters"] += sum(v.numel() for v in mtp_tensors.values())
     index_path.write_text(json.dumps(index, indent=2) + "\n")
     conf = json.loads((out / "config.json").read_text())
     conf["mtp_num_hidden_layers"] = 1
