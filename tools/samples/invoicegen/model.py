@@ -265,6 +265,8 @@ def build(rng, lang, opts):
     due = issue + dt.timedelta(days=rng.choice([8, 14, 15, 30, 30, 45, 60])) if means == "transfer" else issue
 
     n_lines = opts.get("n_lines") or rng.choice([1, 2, 3, 3, 4, 5, 6, 8])
+    if "n_lines" not in opts and rng.random() < 0.04:  # now and then a multi-page invoice
+        n_lines = rng.randrange(26, 61)
     line_vat = opts["line_vat"] if "line_vat" in opts else rng.random() < 0.5
     use_discount = opts["discount"] if "discount" in opts else rng.random() < 0.25
     rates = STANDARD_RATES[country]
