@@ -36,9 +36,12 @@ Document make_doc(const std::vector<std::vector<L>>& pages) {
   return d;
 }
 
-// A line of exactly `bytes` ASCII bytes (words of 5 letters and spaces), tagged with `tag`.
+// A line of exactly `bytes` ASCII bytes (letters and spaces, no digits), tagged with `tag` spelled
+// in letters so that lines differ.
 std::string ascii_line(std::size_t bytes, int tag) {
-  std::string s = "L" + std::to_string(tag) + " ";
+  std::string s = "L";
+  for (int t = tag; t > 0; t /= 10) s += static_cast<char>('a' + t % 10);
+  s += " ";
   while (s.size() < bytes) s += (s.size() % 6 == 5) ? ' ' : static_cast<char>('a' + (s.size() % 26));
   s.resize(bytes);
   if (s.back() == ' ') s.back() = 'z';
@@ -142,6 +145,14 @@ TEST(EstimateTokenCounter, LatinBytesOverThreePointFiveRoundedUp) {
   EXPECT_EQ(c.count(std::string(700, 'x')), 200u);
   EXPECT_EQ(c.count("\xC5\x91\xC5\xB1"), 2u);  // "őű": 4 bytes -> ceil(1.14) = 2
   EXPECT_EQ(c.count("\n"), 1u);
+}
+
+TEST(EstimateTokenCounter, DigitsCountOneEach) {
+  EstimateTokenCounter c;
+  EXPECT_EQ(c.count("2021"), 4u);
+  EXPECT_EQ(c.count("1 234,56"), 6u + 1u);          // 6 digits + ceil(2 bytes / 3.5)
+  EXPECT_EQ(c.count("Total: 99"), 2u + 2u);         // 2 digits + ceil(7 / 3.5)
+  EXPECT_EQ(c.count("\xEF\xBC\x91"), 1u);             // fullwidth digit one: an ideographic-range form
 }
 
 TEST(EstimateTokenCounter, IdeographsCountOnePerCodePoint) {
