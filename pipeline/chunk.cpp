@@ -25,7 +25,9 @@
 //      max_tokens. If the window does not reach the end of the document, the cut is moved back to
 //      the latest page boundary, else the latest block boundary, inside the window, provided the
 //      chunk up to it still holds at least half of max_tokens (so that a boundary near the start
-//      does not produce tiny chunks); otherwise the cut is the end of the window.
+//      does not produce tiny chunks); otherwise the cut is the end of the window. (The planned
+//      costs over-estimate a joined text by up to one token per line, so the window is first
+//      extended by galloping and bisecting on exact counts of the joined text.)
 //   3. The next chunk starts with the longest suffix of whole lines of the previous chunk whose cost
 //      fits overlap_tokens, shortened if needed so that at least one new line fits beside it, and it
 //      always starts after the previous chunk's start (progress is guaranteed).
