@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
@@ -524,4 +526,30 @@ TEST(Samples, LongDocumentAnswersAreOnTheirPages) {
     EXPECT_NE(page_text[page].find(a["evidence"].get<std::string>()), std::string::npos);
     EXPECT_NE(page_text[page].find(a["answer"].get<std::string>()), std::string::npos);
   }
+}
+
+// The committed samples are exactly what the generator makes (when its tools are installed): no
+// hand edits, and no generator change without regenerating.
+TEST(Samples, RegenerateByteForByte) {
+  if (std::system("/usr/bin/python3 -c 'import reportlab' > /dev/null 2>&1") != 0 || !have_pdftotext())
+    GTEST_SKIP() << "python3-reportlab or poppler-utils not installed (tools/setup-tools.sh)";
+  const fs::path out = fs::temp_directory_path() / ("quarry-samples-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd = "/usr/bin/python3 '" + (fs::path(QUARRY_SOURCE_DIR) / "tools" / "samples" / "generate.py").string() +
+                          "' --preset samples --seed 1 --out '" + out.string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::size_t compared = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), out);
+    const fs::path committed = kSamples / rel;
+    ASSERT_TRUE(fs::is_regular_file(committed)) << rel << " is generated but not committed";
+    EXPECT_TRUE(read_file(committed) == read_file(e.path())) << rel << " differs from the generator's output";
+    ++compared;
+  }
+  std::size_t committed_files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(kSamples))
+    if (e.is_regular_file()) ++committed_files;
+  EXPECT_EQ(compared, committed_files) << "samples/ holds files the generator does not make";
+  fs::remove_all(out);
 }
