@@ -221,15 +221,23 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
         continue;
       }
       std::string name = pdf_text_string(ef->name());
-      if (name.empty()) name = "attachment-" + std::to_string(doc.attachments.size() + 1);
       if (ef->size() < 0 || static_cast<std::uint64_t>(ef->size()) > opts.max_file_bytes) {
         doc.warnings.push_back("embedded file " + name + " larger than the limit; skipped");
         continue;
       }
       const poppler::byte_array data = ef->data();
       Attachment a;
-      a.name = name;
       a.bytes.assign(data.begin(), data.end());
+      if (name.empty()) {
+        // poppler-cpp 22.12 returns the name through a C string, so a UTF-16 name (every ASCII
+        // character has a 0 high byte) arrives as its BOM alone. Name it by position and content.
+        const std::string mt = detect_media_type(a.bytes);
+        const char* ext = mt == "application/xml" ? ".xml" : mt == "application/pdf" ? ".pdf"
+                          : mt == "text/html" ? ".html" : mt == "text/plain" ? ".txt" : ".bin";
+        name = "attachment-" + std::to_string(doc.attachments.size() + 1) + ext;
+        doc.warnings.push_back("the name of an embedded file could not be read; called it " + name);
+      }
+      a.name = name;
       a.description = utf8(ef->description());
       a.media_type = ef->mime_type();
       if (a.media_type.empty() || a.media_type == "application/octet-stream") {
