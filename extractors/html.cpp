@@ -247,6 +247,14 @@ bool deeper_than(const xmlNode* root, int limit) {
   }
 }
 
+// A BOM, or "charset" in the first 1024 bytes (<meta charset> or http-equiv Content-Type).
+bool declares_charset(std::string_view b) {
+  if (b.substr(0, 3) == "\xEF\xBB\xBF" || b.substr(0, 2) == "\xFF\xFE" || b.substr(0, 2) == "\xFE\xFF") return true;
+  std::string head(b.substr(0, 1024));
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  return head.find("charset") != std::string::npos;
+}
+
 void head_metadata(const xmlNode* root, Document& doc) {
   if (!root) return;
   xmlChar* lang = xmlGetProp(root, reinterpret_cast<const xmlChar*>("lang"));
@@ -287,9 +295,21 @@ Expected<Document> extract_html(std::string_view bytes, Document doc, const Extr
     return tl::unexpected(ExtractError{doc.source, "HTML larger than 2 GiB"});
   const int options = HTML_PARSE_RECOVER | HTML_PARSE_NONET | HTML_PARSE_NOERROR |
                       HTML_PARSE_NOWARNING | HTML_PARSE_COMPACT;
+  std::unique_ptr<htmlParserCtxt, void (*)(htmlParserCtxtPtr)> ctxt(htmlNewParserCtxt(), htmlFreeParserCtxt);
+  if (!ctxt) return tl::unexpected(ExtractError{doc.source, "out of memory creating the HTML parser"});
+  // Without a BOM or a declared charset libxml2 reads HTML as ISO-8859-1 (HTML 4); bytes that are
+  // valid UTF-8 are read as UTF-8 instead, as browsers do (WHATWG encoding sniffing).
+  const char* encoding = nullptr;
+  if (!declares_charset(bytes) && valid_utf8(bytes)) encoding = "UTF-8";
   std::unique_ptr<xmlDoc, void (*)(xmlDoc*)> html(
-      htmlReadMemory(bytes.data(), static_cast<int>(bytes.size()), doc.source.c_str(), nullptr, options),
+      htmlCtxtReadMemory(ctxt.get(), bytes.data(), static_cast<int>(bytes.size()), doc.source.c_str(),
+                         encoding, options),
       xmlFreeDoc);
+  // libxml2 stops building the tree at its own depth limit (256) and, recovering, returns what it
+  // had: the text below would be lost without a word, so that is an error.
+  if (const xmlError* err = xmlCtxtGetLastError(ctxt.get());
+      err && err->message && std::strstr(err->message, "Excessive depth") != nullptr)
+    return tl::unexpected(ExtractError{doc.source, "HTML nesting deeper than the parser's limit of 256 elements"});
   if (!html) return tl::unexpected(ExtractError{doc.source, "HTML could not be parsed"});
   const xmlNode* root = xmlDocGetRootElement(html.get());
   if (!root) return tl::unexpected(ExtractError{doc.source, "HTML has no elements"});
@@ -313,7 +333,7 @@ Expected<Document> extract_html(std::string_view bytes, Document doc, const Extr
     if (l.block != prev) prev = l.block, ++next;
     l.block = next;
   }
-  if (page.lines.empty()) doc.warnings.push_back("HTML has no visible text");
+  if (page.lines.empty()) return tl::unexpected(ExtractError{doc.source, "HTML has no visible text"});
   doc.pages.push_back(std::move(page));
   return doc;
 }

@@ -242,6 +242,7 @@ Expected<Document> extract_text(std::string_view bytes, Document doc, const Extr
   Page page;
   int block = 0;
   append_lines(page, norm, &block);
+  if (page.lines.empty()) return tl::unexpected(ExtractError{doc.source, "text file has only whitespace"});
   doc.pages.push_back(std::move(page));
   return doc;
 }

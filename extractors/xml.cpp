@@ -89,6 +89,7 @@ Expected<Document> extract_xml(std::string_view bytes, Document doc, const Extra
     if (l.block != prev) prev = l.block, ++next;
     l.block = next;
   }
+  if (page.lines.empty()) return tl::unexpected(ExtractError{doc.source, "XML has no text content"});
   doc.pages.push_back(std::move(page));
   return doc;
 }
