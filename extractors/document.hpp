@@ -82,6 +82,7 @@ struct ExtractOptions {
   int max_pages = 5000;
   std::string pdf_password;                      ///< tried for encrypted PDFs (owner and user)
   bool map_einvoices = true;                     ///< run the e-invoice mappers on XML and PDF attachments
+  bool pdf_line_bboxes = true;                   ///< give PDF lines a BBox (a second text pass per page)
 };
 
 }  // namespace quarry

@@ -22,4 +22,11 @@ Expected<Document> extract_file(const std::filesystem::path& path, const Extract
 Expected<Document> extract_bytes(std::string_view bytes, const std::string& source,
                                  const ExtractOptions& opts = {});
 
+/// Reads a whole regular file, refusing (before reading) one larger than opts.max_file_bytes.
+/// Errors name the file: missing, a directory, not a regular file, too large, unreadable (errno text).
+Expected<std::string> read_file_bytes(const std::filesystem::path& path, const ExtractOptions& opts = {});
+
+/// SHA-256 of `bytes` (FIPS 180-4, computed by OpenSSL's libcrypto) as 64 lowercase hex digits.
+std::string sha256_hex(std::string_view bytes);
+
 }  // namespace quarry

@@ -21,8 +21,8 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(
-  build-essential cmake ninja-build pkg-config git clang
-  libpoppler-cpp-dev poppler-utils libxml2-dev
+  build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
+  libpoppler-cpp-dev poppler-utils libxml2-dev libssl-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
   libzmq3-dev cppzmq-dev libsqlite3-dev libvalijson-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite python3-jsonschema

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // --help / --version exit 0, usage errors exit non-zero
+    // --help / --version exit 0; every usage error exits 1 (CLI11's own codes are 100+).
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;
