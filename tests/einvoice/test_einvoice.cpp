@@ -389,6 +389,12 @@ TEST(EInvoiceDetect, OtherXmlIsNotAnEInvoice) {
     ASSERT_TRUE(r) << r.error().reason;
     EXPECT_FALSE(r->has_value());
   }
+  for (std::string bytes : {std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16), std::string("Invoice 2024/17"),
+                            std::string(), std::string(" \n\t")}) {
+    auto r = map_xml(bytes, "attachment.bin", opts);
+    ASSERT_TRUE(r) << r.error().reason;
+    EXPECT_FALSE(r->has_value());
+  }
   ExtractOptions off;
   off.map_einvoices = false;
   auto r = map_xml(ubl_example(), "ubl.xml", off);
