@@ -27,11 +27,21 @@ constexpr Format kFormats[] = {
     {"InvoiceData", "http://schemas.nav.gov.hu/OSA/3.0/data", "nav", "NAV InvoiceData 3.0", detail::map_nav},
 };
 
+// Bytes that cannot be XML at all (a PNG attachment, plain text) are "not an e-invoice", not an
+// error: after an optional UTF-8 byte order mark and white space, XML starts with '<'; UTF-16 XML
+// starts with its byte order mark.
+bool looks_like_xml(std::string_view b) {
+  if (b.size() >= 2 && ((b[0] == '\xFE' && b[1] == '\xFF') || (b[0] == '\xFF' && b[1] == '\xFE'))) return true;
+  if (b.starts_with("\xEF\xBB\xBF")) b.remove_prefix(3);
+  const auto i = b.find_first_not_of(" \t\r\n");
+  return i != std::string_view::npos && b[i] == '<';
+}
+
 }  // namespace
 
 tl::expected<std::optional<Mapped>, ExtractError> map_xml(std::string_view bytes, const std::string& source,
                                                           const ExtractOptions& opts) {
-  if (!opts.map_einvoices) return std::optional<Mapped>{};
+  if (!opts.map_einvoices || !looks_like_xml(bytes)) return std::optional<Mapped>{};
   auto doc = xml::parse(bytes, source, opts);
   if (!doc) return tl::unexpected(doc.error());
   const xmlNode* root = xmlDocGetRootElement(doc->get());

@@ -33,7 +33,9 @@ struct Mapped {
 /// Maps the XML in `xml` (UTF-8 or as declared) to the invoice JSON. `source` names the input in errors.
 /// Returns:
 ///  - nullopt when the XML is not one of the formats above (other XML, and other e-invoice syntaxes such
-///    as FatturaPA, which then take the text path), or when `opts.map_einvoices` is false;
+///    as FatturaPA, which then take the text path), when the bytes are not XML at all (nothing but
+///    white space before the first '<', after an optional byte order mark; e.g. a PNG attachment),
+///    or when `opts.map_einvoices` is false;
 ///  - an ExtractError when the XML cannot be parsed safely (malformed, entity declarations, nesting
 ///    deeper than `opts.max_xml_depth`, larger than `opts.max_file_bytes`; see extractors/xml/xml_safe.hpp),
 ///    or when it is one of the formats but lacks what the schema requires (invoice number, issue date,

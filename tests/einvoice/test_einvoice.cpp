@@ -389,6 +389,12 @@ TEST(EInvoiceDetect, OtherXmlIsNotAnEInvoice) {
     ASSERT_TRUE(r) << r.error().reason;
     EXPECT_FALSE(r->has_value());
   }
+  for (std::string bytes : {std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16), std::string("Invoice 2024/17"),
+                            std::string(), std::string(" \n\t")}) {
+    auto r = map_xml(bytes, "attachment.bin", opts);
+    ASSERT_TRUE(r) << r.error().reason;
+    EXPECT_FALSE(r->has_value());
+  }
   ExtractOptions off;
   off.map_einvoices = false;
   auto r = map_xml(ubl_example(), "ubl.xml", off);
@@ -490,4 +496,72 @@ TEST(EInvoiceDetect, DamagedDocumentsNeverCrash) {
   }
   EXPECT_GT(outcomes[0], 0);  // most damage is caught by the parser
   EXPECT_GT(outcomes[2], 0);  // a flip inside a description still maps
+}
+
+// NAV InvoiceData variants the XSD allows but the ten official samples do not use: a simple address,
+// a community VAT number, cash payment, and a simplified (gross-based) invoice.
+TEST_F(EInvoice, NavVariantsBeyondTheSamples) {
+  const ExtractOptions opts;
+  std::string nav = read_file(kCorpora / "nav" / "xml" / "Belfoldi termekertekesites.xml");
+  const auto from = nav.find("<supplierAddress>"), to = nav.find("</supplierAddress>");
+  ASSERT_NE(from, std::string::npos);
+  nav.replace(from, to - from,
+              "<supplierAddress><base:simpleAddress><base:countryCode>HU</base:countryCode>"
+              "<base:postalCode>9021</base:postalCode><base:city>Győr</base:city>"
+              "<base:additionalAddressDetail>Baross Gábor út 5. II/3</base:additionalAddressDetail>"
+              "</base:simpleAddress>");
+  nav = replace_once(nav, "<supplierName>", "<communityVatNumber>HU99999999</communityVatNumber><supplierName>");
+  nav = replace_once(nav, "<paymentDate>", "<paymentMethod>CASH</paymentMethod><paymentDate>");
+  auto r = map_xml(nav, "variant.xml", opts);
+  ASSERT_TRUE(r && r->has_value()) << (r ? "nullopt" : r.error().reason);
+  const json& inv = (*r)->invoice;
+  EXPECT_TRUE(validator_->validate(inv).empty()) << violations_text(validator_->validate(inv));
+  EXPECT_EQ(inv["seller"]["address"],
+            (json{{"street", "Baross Gábor út 5. II/3"}, {"city", "Győr"}, {"postal_code", "9021"}, {"country", "HU"}}));
+  EXPECT_EQ(inv["seller"]["vat_id"], "HU99999999");
+  EXPECT_EQ(inv["payment"]["means"], "cash");
+
+  // Simplified invoice: gross amounts with a VAT content share, no net amounts and no rates.
+  const std::string simplified = R"(<?xml version="1.0" encoding="UTF-8"?>
+<InvoiceData xmlns="http://schemas.nav.gov.hu/OSA/3.0/data" xmlns:base="http://schemas.nav.gov.hu/OSA/3.0/base">
+ <invoiceNumber>E-2024/17</invoiceNumber><invoiceIssueDate>2024-03-01</invoiceIssueDate>
+ <completenessIndicator>false</completenessIndicator>
+ <invoiceMain><invoice>
+  <invoiceHead>
+   <supplierInfo>
+    <supplierTaxNumber><base:taxpayerId>12345676</base:taxpayerId><base:vatCode>2</base:vatCode><base:countyCode>13</base:countyCode></supplierTaxNumber>
+    <supplierName>Kis Bolt Bt.</supplierName>
+    <supplierAddress><base:simpleAddress><base:countryCode>HU</base:countryCode><base:postalCode>2000</base:postalCode><base:city>Szentendre</base:city><base:additionalAddressDetail>Fő tér 1.</base:additionalAddressDetail></base:simpleAddress></supplierAddress>
+   </supplierInfo>
+   <customerInfo><customerVatStatus>PRIVATE_PERSON</customerVatStatus></customerInfo>
+   <invoiceDetail><invoiceCategory>SIMPLIFIED</invoiceCategory><invoiceDeliveryDate>2024-03-01</invoiceDeliveryDate>
+    <currencyCode>HUF</currencyCode><exchangeRate>1</exchangeRate><paymentMethod>CARD</paymentMethod><invoiceAppearance>PAPER</invoiceAppearance></invoiceDetail>
+  </invoiceHead>
+  <invoiceLines><mergedItemIndicator>false</mergedItemIndicator>
+   <line><lineNumber>1</lineNumber><lineExpressionIndicator>true</lineExpressionIndicator><lineDescription>Kávé</lineDescription>
+    <quantity>2</quantity><unitOfMeasure>PIECE</unitOfMeasure><unitPrice>635</unitPrice>
+    <lineAmountsSimplified><lineVatRate><vatContent>0.2126</vatContent></lineVatRate><lineGrossAmountSimplified>1270</lineGrossAmountSimplified></lineAmountsSimplified></line>
+   <line><lineNumber>2</lineNumber><lineExpressionIndicator>true</lineExpressionIndicator><lineDescription>Kifli</lineDescription>
+    <quantity>4</quantity><unitOfMeasure>PIECE</unitOfMeasure><unitPrice>60</unitPrice>
+    <lineAmountsSimplified><lineVatRate><vatContent>0.0476</vatContent></lineVatRate><lineGrossAmountSimplified>240</lineGrossAmountSimplified></lineAmountsSimplified></line>
+  </invoiceLines>
+  <invoiceSummary>
+   <summarySimplified><vatRate><vatContent>0.2126</vatContent></vatRate><vatContentGrossAmount>1270</vatContentGrossAmount></summarySimplified>
+   <summarySimplified><vatRate><vatContent>0.0476</vatContent></vatRate><vatContentGrossAmount>240</vatContentGrossAmount></summarySimplified>
+  </invoiceSummary>
+ </invoice></invoiceMain>
+</InvoiceData>)";
+  r = map_xml(simplified, "simplified.xml", opts);
+  ASSERT_TRUE(r && r->has_value()) << (r ? "nullopt" : r.error().reason);
+  const json& s = (*r)->invoice;
+  EXPECT_TRUE(validator_->validate(s).empty()) << violations_text(validator_->validate(s));
+  EXPECT_EQ(s["totals"], (json{{"net", nullptr}, {"vat", nullptr}, {"gross", 1510.0}, {"amount_due", 1510.0}}));
+  EXPECT_EQ(s["buyer"]["name"], nullptr);
+  EXPECT_EQ(s["seller"]["tax_id"], "12345676-2-13");
+  EXPECT_EQ(s["payment"]["means"], "card");
+  ASSERT_EQ(s["line_items"].size(), 2u);
+  EXPECT_EQ(s["line_items"][1]["description"], "Kifli");
+  EXPECT_EQ(s["line_items"][1]["unit"], "PIECE");
+  EXPECT_EQ(s["line_items"][1]["vat_rate"], nullptr);
+  EXPECT_EQ(s["vat_breakdown"], json::array());
 }
