@@ -509,6 +509,12 @@ TEST(Samples, LongDocumentAnswersAreOnTheirPages) {
     for (std::string l; std::getline(in, l);) answers.push_back(json::parse(l));
   }
   ASSERT_EQ(questions.size(), answers.size());
+  {
+    std::istringstream in(read_file(kSamples / "questions" / "services-agreement.hu.txt"));
+    std::size_t n = 0;
+    for (std::string l; std::getline(in, l); ++n) EXPECT_FALSE(l.empty());
+    EXPECT_EQ(n, questions.size()) << "the Hungarian questions must match the English ones line for line";
+  }
   EXPECT_GE(questions.size(), 30u);
   const std::string all = pdftotext(pdf);
   const int pages = static_cast<int>(std::count(all.begin(), all.end(), '\f'));

@@ -136,7 +136,8 @@ no BIC; a domestic buyer is identified by its tax number only); text 0 fixed-wid
 ## Long document
 
 `long/%(long)s.pdf`: a made-up data platform services agreement, %(pages)d pages (English).
-`questions/%(long)s.txt`: %(questions)d questions, one per line, each answered in the document.
+`questions/%(long)s.txt`: %(questions)d questions, one per line, each answered in the document;
+`questions/%(long)s.hu.txt`: the same questions in Hungarian, line for line.
 `questions/%(long)s.answers.jsonl`: per question (same order) the `answer` text, an `evidence`
 string that occurs on exactly one page, and that `page` (1-based), found with `pdftotext -layout`.
 """
