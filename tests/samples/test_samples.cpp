@@ -23,6 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
+// The invoice schema's validator (valijson) arrives with schemas/validate.hpp; until it is in the
+// tree, the schema test below is not compiled.
+#if __has_include("schemas/validate.hpp")
+#include "schemas/validate.hpp"
+#define QUARRY_HAVE_SCHEMA_VALIDATOR 1
+#endif
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -509,6 +516,12 @@ TEST(Samples, LongDocumentAnswersAreOnTheirPages) {
     for (std::string l; std::getline(in, l);) answers.push_back(json::parse(l));
   }
   ASSERT_EQ(questions.size(), answers.size());
+  {
+    std::istringstream in(read_file(kSamples / "questions" / "services-agreement.hu.txt"));
+    std::size_t n = 0;
+    for (std::string l; std::getline(in, l); ++n) EXPECT_FALSE(l.empty());
+    EXPECT_EQ(n, questions.size()) << "the Hungarian questions must match the English ones line for line";
+  }
   EXPECT_GE(questions.size(), 30u);
   const std::string all = pdftotext(pdf);
   const int pages = static_cast<int>(std::count(all.begin(), all.end(), '\f'));
@@ -553,3 +566,17 @@ TEST(Samples, RegenerateByteForByte) {
   EXPECT_EQ(compared, committed_files) << "samples/ holds files the generator does not make";
   fs::remove_all(out);
 }
+
+#ifdef QUARRY_HAVE_SCHEMA_VALIDATOR
+// Every expected JSON conforms to schemas/invoice.schema.json (valijson, through the project's
+// validator).
+TEST(Samples, ExpectedJsonConformsToInvoiceSchema) {
+  quarry::schemas::SchemaCache cache;
+  auto validator = cache.get("invoice.schema.json");
+  for (const auto& s : load_manifest()) {
+    SCOPED_TRACE(s.name);
+    for (const auto& v : validator->validate(json::parse(read_file(s.expected))))
+      ADD_FAILURE() << v.pointer << " [" << v.keyword << "] " << v.message;
+  }
+}
+#endif

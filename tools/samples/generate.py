@@ -51,6 +51,8 @@ PRESET = [
     ("en", "txt", 2, {"currency": "EUR", "regime": "mixed", "payment_means": "transfer", "discount": True}),
     ("fr", "pdf", 0, {"regime": "mixed", "payment_means": "transfer"}),
     ("fr", "html", 1, {"regime": "standard", "payment_means": "transfer", "doc_type": "credit_note"}),
+    ("hu", "xml", 2, {"currency": "HUF", "regime": "mixed", "discount": True, "payment_means": "transfer", "hu_account": True}),
+    ("hu", "xml", 2, {"currency": "EUR", "regime": "standard", "payment_means": "transfer", "hu_account": False}),
 ]
 
 
@@ -128,12 +130,14 @@ amounts, `totals.vat` the sum of the VAT breakdown, `totals.gross` = net + vat.
 
 Layouts: PDF 0 classic ruled grid, 1 modern with page footers, 2 compact; HTML 0 table page,
 1 div/definition lists with CSS, 2 e-mail style with inline styles; XML 0 UBL 2.1, 1 UN/CEFACT CII
-(D16B); text 0 fixed-width columns, 1 "Label: value" with numbered items, 2 Markdown-like table.
+(D16B), 2 NAV Online Számla InvoiceData 3.0 (units are NAV's unitOfMeasure, or the own unit text;
+no BIC; a domestic buyer is identified by its tax number only); text 0 fixed-width columns, 1 "Label: value" with numbered items, 2 Markdown-like table.
 
 ## Long document
 
 `long/%(long)s.pdf`: a made-up data platform services agreement, %(pages)d pages (English).
-`questions/%(long)s.txt`: %(questions)d questions, one per line, each answered in the document.
+`questions/%(long)s.txt`: %(questions)d questions, one per line, each answered in the document;
+`questions/%(long)s.hu.txt`: the same questions in Hungarian, line for line.
 `questions/%(long)s.answers.jsonl`: per question (same order) the `answer` text, an `evidence`
 string that occurs on exactly one page, and that `page` (1-based), found with `pdftotext -layout`.
 """

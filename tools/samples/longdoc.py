@@ -63,6 +63,55 @@ MONTHS = ["January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December"]
 
 
+# The questions in Hungarian (same order and answers): the document is English, the questions of
+# the seed's question-answering workload are Hungarian.
+QUESTIONS_HU = {
+    'On what date was the Data Platform Services Agreement made?': 'Melyik napon kötötték meg az adatplatform-szolgáltatási szerződést?',
+    'What is the registered office address of the Supplier?': 'Mi a Szolgáltató székhelyének címe?',
+    'What is the Hungarian tax number of the Customer?': 'Mi a Megrendelő magyar adószáma?',
+    'What is the Commencement Date of the operational Services?': 'Mikor kezdődik az üzemeltetési szolgáltatások nyújtása?',
+    'How long is the initial period of the Agreement?': 'Milyen hosszú a szerződés kezdeti időtartama?',
+    'Which team of the Supplier provides the Demand forecasting Service?': 'A Szolgáltató melyik csapata nyújtja a keresletelőrejelzési szolgáltatást?',
+    'How many named specialists are assigned to the Route optimisation Service?': 'Hány megnevezett szakembert rendelnek az útvonal-optimalizálási szolgáltatáshoz?',
+    'What is the telephone number of the service desk?': 'Mi az ügyfélszolgálat (service desk) telefonszáma?',
+    'How often are backups of the platform taken?': 'Milyen gyakran készül mentés a platformról?',
+    'Within how many hours must critical vulnerabilities be remediated?': 'Hány órán belül kell a kritikus sérülékenységeket elhárítani?',
+    'How many training days per contract year are included without additional charge?': 'Szerződéses évenként hány képzési nap jár külön díj nélkül?',
+    'By what time are next-day route proposals published?': 'Hány óráig teszik közzé a másnapi útvonaljavaslatokat?',
+    'What availability target applies to the Platform operations Service?': 'Milyen rendelkezésre állási cél vonatkozik a platformüzemeltetési szolgáltatásra?',
+    'What is the maximum total of Service Credits in one Month?': 'Legfeljebb mekkora lehet egy hónapban a szolgáltatási jóváírások összege?',
+    'By which Business Day of each Month is the service report due?': 'A hónap hányadik munkanapjáig kell megküldeni a szolgáltatási jelentést?',
+    'How many users of the Services does the Szeged Site have?': 'Hány felhasználója van a szolgáltatásoknak a szegedi telephelyen?',
+    "Which Site hosts the disaster recovery location for the Platform's on-premises components?": 'Melyik telephelyen van a platform helyszíni összetevőinek katasztrófa-helyreállítási helyszíne?',
+    'When is milestone M4 (Data migration) due?': 'Mikor esedékes az M4 (adatmigráció) mérföldkő?',
+    'What milestone payment may be invoiced on Acceptance of milestone M6?': 'Mekkora mérföldkő-díj számlázható az M6 mérföldkő átvétele után?',
+    'How many years of historical data are migrated in milestone M4?': 'Hány évnyi korábbi adatot migrálnak az M4 mérföldkőben?',
+    'What liquidated damages apply per Business Day when a milestone is late?': 'Mekkora kötbér jár munkanaponként, ha egy mérföldkő késik?',
+    'What is the monthly service fee, excluding VAT?': 'Mennyi a havi szolgáltatási díj áfa nélkül?',
+    'What is the cap on the annual increase of the Fees?': 'Legfeljebb mennyivel emelhetők évente a díjak?',
+    'To which e-mail address are invoices sent?': 'Melyik e-mail-címre küldik a számlákat?',
+    'Within how many days must the Customer pay an undisputed invoice?': 'Hány napon belül kell a Megrendelőnek kifizetnie a nem vitatott számlát?',
+    'What interest rate applies to late payments?': 'Milyen kamat terheli a késedelmes fizetést?',
+    "Who is the Customer's Data Protection Officer?": 'Ki a Megrendelő adatvédelmi tisztviselője?',
+    'Who acts as the Supplier Security Lead?': 'Ki a Szolgáltató biztonsági vezetője?',
+    'When does the Steering Committee meet during the implementation?': 'Mikor ülésezik az irányítóbizottság a bevezetés alatt?',
+    'Within how many hours must the Supplier notify the Customer of a personal data breach?': 'Hány órán belül kell a Szolgáltatónak értesítenie a Megrendelőt egy adatvédelmi incidensről?',
+    'For how long are invoices and accounting documents retained?': 'Meddig őrzik meg a számlákat és a számviteli bizonylatokat?',
+    'For how long are system logs kept?': 'Meddig őrzik meg a rendszernaplókat?',
+    "What is each party's liability cap per contract year?": 'Mekkora a felek felelősségének felső határa szerződéses évenként?',
+    'What is the minimum cover of the professional indemnity insurance?': 'Legalább mekkora fedezetű szakmai felelősségbiztosítást kell fenntartani?',
+    'How much notice is needed to prevent the automatic renewal?': 'Mennyi idővel előre kell jelezni, hogy a szerződés ne hosszabbodjon meg automatikusan?',
+    'Which court decides disputes that are not settled within 45 days?': 'Melyik bíróság dönt a 45 napon belül nem rendezett vitákban?',
+    'What is the day rate of a Data scientist?': 'Mennyi egy adattudós (Data scientist) napidíja?',
+    'What is the price of an additional custom report?': 'Mennyibe kerül egy további egyedi riport?',
+    'What is the maximum duration of maintenance window W2?': 'Legfeljebb meddig tarthat a W2 karbantartási ablak?',
+    'Which sub-processor provides optical character recognition?': 'Melyik alvállalkozó adatfeldolgozó végzi az optikai karakterfelismerést?',
+    "Who may declare a disaster on the Customer's side?": 'Ki jelentheti be a katasztrófahelyzetet a Megrendelő oldaláról?',
+    'What is the frequency of report R17?': 'Milyen gyakran készül az R17-es riport?',
+    'Who is the audience of the report Carbon emissions by site?': 'Kinek szól a „Carbon emissions by site” riport?',
+}
+
+
 def money(x):
     return "EUR {:,.2f}".format(x)
 
@@ -566,6 +615,8 @@ def write_all(out, seed):
         f.write(pdf)
     with open(os.path.join(out, "questions", NAME + ".txt"), "w", encoding="utf-8") as f:
         f.write("".join(a["question"] + "\n" for a in answers))
+    with open(os.path.join(out, "questions", NAME + ".hu.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(QUESTIONS_HU[a["question"]] + "\n" for a in answers))
     with open(os.path.join(out, "questions", NAME + ".answers.jsonl"), "w", encoding="utf-8") as f:
         f.write("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers))
     return n_pages, len(answers)

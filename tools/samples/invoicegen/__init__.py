@@ -8,7 +8,8 @@ the printed form of each expected value (JSON pointer -> string found in the doc
 The same (seed, language, fmt, layout, options) always gives the same bytes.
 
 language: hu, en, de, fr.  fmt: pdf, html, xml, txt.  layout: an int picking the variant of the
-format (see each renderer), or None to draw one from the seed. options force parts of the invoice
+format (see each renderer; XML layout 2, NAV InvoiceData, is for Hungarian invoices only), or None
+to draw one from the seed. options force parts of the invoice
 (see model.build): doc_type, currency, regime, n_lines, line_vat, discount, payment_means, hu_account.
 """
 import json
@@ -50,15 +51,27 @@ def generate(seed, language, fmt, layout=None, **options):
         raise ValueError("fmt must be one of %s" % (FORMATS,))
     rng = random.Random("quarry-invoice/%s/%s/%s/%s/%s" % (seed, language, fmt, layout, sorted(options.items())))
     if layout is None:
-        layout = rng.randrange(VARIANTS[fmt])
+        layout = rng.randrange(VARIANTS[fmt] if (fmt, language) != ("xml", "hu") else 3)
+    nav = fmt == "xml" and layout == 2
+    if nav:
+        # NAV InvoiceData: Hungarian, normal invoices (a credit is a modifying invoice there), with
+        # line VAT amounts; no intra-EU reverse charge.
+        if language != "hu" or options.get("doc_type", "invoice") != "invoice" or options.get("regime") == "reverse_charge":
+            raise ValueError("NAV InvoiceData layout: Hungarian invoices, regime standard, mixed or exempt")
+        options = dict(options, doc_type="invoice", line_vat=True)
+        options.setdefault("regime", rng.choice(["standard", "standard", "mixed", "exempt"]))
     inv = model.build(rng, language, options)
     lay = LY.choose(rng, language, layout, inv)
     if fmt == "xml":
         lay.style = F.machine_style()
         text = render_xml.render(inv, lay, rng)
         data = text.encode("utf-8")
-        expected = inv.expected(structured=True)
-        printed = render_xml.printed(inv)
+        if nav:
+            expected = render_xml.nav_expected(inv, inv.expected(structured=False))
+            printed = render_xml.nav_printed(inv)
+        else:
+            expected = inv.expected(structured=True)
+            printed = render_xml.printed(inv)
     else:
         expected = inv.expected(structured=False)
         if not lay.print_delivery:
@@ -80,5 +93,5 @@ def generate(seed, language, fmt, layout=None, **options):
     if inv.line_vat and fmt != "xml":
         features.append("line_vat")
     if fmt == "xml":
-        features.append("ubl" if layout % 2 == 0 else "cii")
+        features.append("nav" if nav else ("ubl" if layout % 2 == 0 else "cii"))
     return Sample(language, fmt, layout, data, expected, printed, features)

@@ -166,8 +166,9 @@ def company_name(rng, lang):
     if lang == "hu":
         return "%s %s %s" % (stem, trade, form)
     if lang == "de":
-        return "%s %s%s %s" % (stem, trade, "" if trade.endswith("s") or rng.random() < 0.5 else "technik", form) \
-            if rng.random() < 0.5 else "%s %s %s" % (stem, trade, form)
+        # "Rhein Logistik GmbH" or the compound "Rhein Logistiktechnik GmbH"
+        compound = rng.random() < 0.25 and not trade.endswith("s")
+        return "%s %s%s %s" % (stem, trade, "technik" if compound else "", form)
     if lang == "en":
         return "%s %s %s" % (stem, trade, form)
     return "%s %s %s" % (form, stem, trade) if rng.random() < 0.4 else "%s %s %s" % (stem, trade, form)

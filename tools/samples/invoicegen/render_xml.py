@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 """Structured e-invoices: 0 UBL 2.1 Invoice / CreditNote, 1 UN/CEFACT CII (D16B, as in Factur-X /
-ZUGFeRD 2.x), both along the EN 16931 syntax bindings."""
+ZUGFeRD 2.x), both along the EN 16931 syntax bindings; 2 (Hungarian invoices only) NAV Online
+Számla InvoiceData 3.0."""
 from decimal import Decimal
 from xml.sax.saxutils import escape as E
 
@@ -27,6 +28,8 @@ def exemption(inv):
 
 
 def render(inv, lay, rng):
+    if lay.variant == 2:
+        return nav(inv)
     return ubl(inv) if lay.variant % 2 == 0 else cii(inv)
 
 
@@ -241,4 +244,159 @@ def printed(inv):
     for i, li in enumerate(inv.lines):
         p["/line_items/%d/description" % i] = li.description
         p["/line_items/%d/net_amount" % i] = amt(li.net, c)
+    return p
+
+
+# --- NAV Online Számla InvoiceData 3.0 (Hungarian tax authority's invoice data report) ----------
+
+NAV_UNITS = {"hour": "HOUR", "month": "MONTH", "pack": "PACK", "piece": "PIECE", "kg": "KILOGRAM"}
+NAV_MEANS = {"transfer": "TRANSFER", "card": "CARD", "cash": "CASH"}
+NAV_RATE_HUF = {"HUF": Decimal(1), "EUR": Decimal("391.45"), "USD": Decimal("356.20"), "GBP": Decimal("452.80")}
+
+
+def nav_unit(li):
+    """(unitOfMeasure, unitOfMeasureOwn or None): NAV's enumeration, else OWN with the printed word."""
+    if li.unit_key in NAV_UNITS:
+        return NAV_UNITS[li.unit_key], None
+    return "OWN", li.unit
+
+
+def nav_tax_number(tag, tax_id, ind):
+    base, code, county = tax_id.split("-")
+    return [ind + "<%s>" % tag, ind + "  <base:taxpayerId>%s</base:taxpayerId>" % base,
+            ind + "  <base:vatCode>%s</base:vatCode>" % code, ind + "  <base:countyCode>%s</base:countyCode>" % county,
+            ind + "</%s>" % tag]
+
+
+def nav_address(tag, p, ind):
+    return [ind + "<%s>" % tag, ind + "  <base:simpleAddress>",
+            ind + "    <base:countryCode>%s</base:countryCode>" % p.country,
+            ind + "    <base:postalCode>%s</base:postalCode>" % E(p.postal_code),
+            ind + "    <base:city>%s</base:city>" % E(p.city),
+            ind + "    <base:additionalAddressDetail>%s</base:additionalAddressDetail>" % E(p.street),
+            ind + "  </base:simpleAddress>", ind + "</%s>" % tag]
+
+
+def nav_vat_rate(tag, category, rate, ind):
+    if category == "E":
+        return [ind + "<%s>" % tag, ind + "  <vatExemption>", ind + "    <case>AAM</case>",
+                ind + "    <reason>Alanyi adómentes</reason>", ind + "  </vatExemption>", ind + "</%s>" % tag]
+    return [ind + "<%s><vatPercentage>%s</vatPercentage></%s>" % (tag, q(Decimal(rate) / 100), tag)]
+
+
+def nav_buyer_is_domestic(inv):
+    return inv.buyer.country == "HU"
+
+
+def nav(inv):
+    """InvoiceData 3.0 of a normal (not modifying) invoice; regimes standard, mixed and exempt."""
+    c = inv.currency
+    fx = NAV_RATE_HUF[c]
+
+    def huf(x):
+        return "%.2f" % (x * fx).quantize(Decimal("0.01"))
+    x = ['<?xml version="1.0" encoding="UTF-8"?>',
+         '<InvoiceData xmlns="http://schemas.nav.gov.hu/OSA/3.0/data" xmlns:base="http://schemas.nav.gov.hu/OSA/3.0/base"'
+         ' xmlns:common="http://schemas.nav.gov.hu/NTCA/1.0/common">',
+         "  <invoiceNumber>%s</invoiceNumber>" % E(inv.number),
+         "  <invoiceIssueDate>%s</invoiceIssueDate>" % inv.issue.isoformat(),
+         "  <completenessIndicator>false</completenessIndicator>",
+         "  <invoiceMain>", "    <invoice>", "      <invoiceHead>", "        <supplierInfo>"]
+    s = inv.seller
+    x += nav_tax_number("supplierTaxNumber", s.tax_id, "          ")
+    if s.vat_id:
+        x.append("          <communityVatNumber>%s</communityVatNumber>" % s.vat_id)
+    x.append("          <supplierName>%s</supplierName>" % E(s.name))
+    x += nav_address("supplierAddress", s, "          ")
+    if inv.payment_means == "transfer":
+        x.append("          <supplierBankAccountNumber>%s</supplierBankAccountNumber>" % (s.account or s.iban))
+    x += ["        </supplierInfo>", "        <customerInfo>"]
+    b = inv.buyer
+    if nav_buyer_is_domestic(inv):
+        x.append("          <customerVatStatus>DOMESTIC</customerVatStatus>")
+        x.append("          <customerVatData>")
+        x += nav_tax_number("customerTaxNumber", b.tax_id, "            ")
+        x.append("          </customerVatData>")
+    else:
+        x.append("          <customerVatStatus>OTHER</customerVatStatus>")
+        x.append("          <customerVatData><communityVatNumber>%s</communityVatNumber></customerVatData>" % b.vat_id)
+    x.append("          <customerName>%s</customerName>" % E(b.name))
+    x += nav_address("customerAddress", b, "          ")
+    x += ["        </customerInfo>", "        <invoiceDetail>", "          <invoiceCategory>NORMAL</invoiceCategory>",
+          "          <invoiceDeliveryDate>%s</invoiceDeliveryDate>" % inv.delivery.isoformat(),
+          "          <currencyCode>%s</currencyCode>" % c, "          <exchangeRate>%s</exchangeRate>" % q(fx),
+          "          <paymentMethod>%s</paymentMethod>" % NAV_MEANS[inv.payment_means],
+          "          <paymentDate>%s</paymentDate>" % inv.due.isoformat(),
+          "          <invoiceAppearance>ELECTRONIC</invoiceAppearance>"]
+    if inv.order_reference:
+        x.append("          <conventionalInvoiceInfo><orderNumbers><orderNumber>%s</orderNumber></orderNumbers></conventionalInvoiceInfo>"
+                 % E(inv.order_reference))
+    x += ["        </invoiceDetail>", "      </invoiceHead>", "      <invoiceLines>",
+          "        <mergedItemIndicator>false</mergedItemIndicator>"]
+    for i, li in enumerate(inv.lines):
+        uom, own = nav_unit(li)
+        x += ["        <line>", "          <lineNumber>%d</lineNumber>" % (i + 1),
+              "          <lineExpressionIndicator>true</lineExpressionIndicator>",
+              "          <lineNatureIndicator>%s</lineNatureIndicator>" % ("SERVICE" if li.unit_key in ("hour", "month", "page", "week", "year") else "PRODUCT"),
+              "          <lineDescription>%s</lineDescription>" % E(li.description),
+              "          <quantity>%s</quantity>" % q(li.quantity), "          <unitOfMeasure>%s</unitOfMeasure>" % uom]
+        if own:
+            x.append("          <unitOfMeasureOwn>%s</unitOfMeasureOwn>" % E(own))
+        x += ["          <unitPrice>%s</unitPrice>" % amt(li.unit_price, c),
+              "          <unitPriceHUF>%s</unitPriceHUF>" % huf(li.unit_price)]
+        if li.discount:
+            x.append("          <lineDiscountData><discountDescription>Kedvezmény</discountDescription>"
+                     "<discountValue>%s</discountValue><discountRate>%s</discountRate></lineDiscountData>" % (
+                         amt(li.quantity * li.unit_price - li.net, c), q(li.discount / 100)))
+        x += ["          <lineAmountsNormal>",
+              "            <lineNetAmountData><lineNetAmount>%s</lineNetAmount><lineNetAmountHUF>%s</lineNetAmountHUF></lineNetAmountData>" % (amt(li.net, c), huf(li.net))]
+        x += nav_vat_rate("lineVatRate", li.category, li.rate, "            ")
+        x += ["            <lineVatData><lineVatAmount>%s</lineVatAmount><lineVatAmountHUF>%s</lineVatAmountHUF></lineVatData>" % (amt(li.vat, c), huf(li.vat)),
+              "            <lineGrossAmountData><lineGrossAmountNormal>%s</lineGrossAmountNormal><lineGrossAmountNormalHUF>%s</lineGrossAmountNormalHUF></lineGrossAmountData>" % (amt(li.net + li.vat, c), huf(li.net + li.vat)),
+              "          </lineAmountsNormal>", "        </line>"]
+    x += ["      </invoiceLines>", "      <invoiceSummary>", "        <summaryNormal>"]
+    for cat, rate, taxable, vat in inv.breakdown:
+        x.append("          <summaryByVatRate>")
+        x += nav_vat_rate("vatRate", cat, rate, "            ")
+        x += ["            <vatRateNetData><vatRateNetAmount>%s</vatRateNetAmount><vatRateNetAmountHUF>%s</vatRateNetAmountHUF></vatRateNetData>" % (amt(taxable, c), huf(taxable)),
+              "            <vatRateVatData><vatRateVatAmount>%s</vatRateVatAmount><vatRateVatAmountHUF>%s</vatRateVatAmountHUF></vatRateVatData>" % (amt(vat, c), huf(vat)),
+              "          </summaryByVatRate>"]
+    x += ["          <invoiceNetAmount>%s</invoiceNetAmount>" % amt(inv.net, c),
+          "          <invoiceNetAmountHUF>%s</invoiceNetAmountHUF>" % huf(inv.net),
+          "          <invoiceVatAmount>%s</invoiceVatAmount>" % amt(inv.vat, c),
+          "          <invoiceVatAmountHUF>%s</invoiceVatAmountHUF>" % huf(inv.vat),
+          "        </summaryNormal>",
+          "        <summaryGrossData><invoiceGrossAmount>%s</invoiceGrossAmount><invoiceGrossAmountHUF>%s</invoiceGrossAmountHUF></summaryGrossData>" % (amt(inv.gross, c), huf(inv.gross)),
+          "      </invoiceSummary>", "    </invoice>", "  </invoiceMain>", "</InvoiceData>", ""]
+    return "\n".join(x)
+
+
+def nav_expected(inv, expected):
+    """Adjusts the printed-invoice expectation to what InvoiceData states: NAV units, no BIC, the
+    buyer identified by its tax number (domestic) or its community VAT number (other)."""
+    for item, li in zip(expected["line_items"], inv.lines):
+        uom, own = nav_unit(li)
+        item["unit"] = own or uom
+    expected["payment"]["bic"] = None
+    if inv.payment_means == "transfer":
+        acct = inv.seller.account or inv.seller.iban
+        expected["payment"]["account_number"] = inv.seller.account
+        expected["payment"]["iban"] = None if inv.seller.account else acct
+    if nav_buyer_is_domestic(inv):
+        expected["buyer"]["vat_id"] = None
+    else:
+        expected["buyer"]["tax_id"] = None
+    return expected
+
+
+def nav_printed(inv):
+    """Printed forms in InvoiceData; tax numbers are left out, as InvoiceData splits them into
+    taxpayerId, vatCode and countyCode elements (the JSON holds them joined)."""
+    p = printed(inv)
+    p.pop("/seller/tax_id", None)
+    p.pop("/buyer/tax_id", None)
+    if nav_buyer_is_domestic(inv):
+        p.pop("/buyer/vat_id", None)
+    for i, li in enumerate(inv.lines):
+        p["/line_items/%d/vat_amount" % i] = amt(li.vat, inv.currency)
     return p
