@@ -16,6 +16,17 @@ std::string detect_media_type(std::string_view bytes, const std::filesystem::pat
 
 /// Reads and extracts one file. Never throws for bad input: every problem becomes an ExtractError
 /// naming the file and the reason. Memory and time are bounded by `opts`.
+///
+/// Per format (see the format's .cpp for the rules): PDF text is poppler's physical layout, the
+/// text `pdftotext -layout` prints, one Line per printed line with its BBox; HTML is the visible
+/// text with table rows joined by " | "; XML is one line per element with text; text/Markdown is
+/// decoded to UTF-8. Blank lines are not stored: they end a block (Line::block).
+/// Errors (besides unreadable files and limits): empty file, unsupported binary content, malformed
+/// XML, entity declarations, nesting deeper than opts.max_xml_depth, an unreadable or encrypted PDF
+/// without the right opts.pdf_password, and a document with no text at all (image-only PDF, HTML
+/// with nothing visible), which nothing downstream could use.
+/// When opts.map_einvoices, an XML file, or an XML file embedded in a PDF, that is a structured
+/// e-invoice is mapped into Document::einvoice; a mapping failure is a warning, not an error.
 Expected<Document> extract_file(const std::filesystem::path& path, const ExtractOptions& opts = {});
 
 /// Extracts a document from bytes already in memory; `source` names it in the Document and errors.

@@ -34,7 +34,8 @@ Expected<Decoded> decode_text(std::string_view bytes, const std::string& source)
 /// On false, *bad_offset (if given) is the byte offset of the first invalid sequence.
 bool valid_utf8(std::string_view s, std::size_t* bad_offset = nullptr);
 
-/// Converts with glibc iconv; nullopt-like error string on an invalid or incomplete sequence.
+/// Converts `bytes` from `from_encoding` (an iconv name) to UTF-8 with glibc iconv(3).
+/// Errors: the encoding is unknown to iconv, or an invalid or incomplete sequence (byte offset given).
 Expected<std::string> iconv_to_utf8(std::string_view bytes, const char* from_encoding,
                                     const std::string& source);
 

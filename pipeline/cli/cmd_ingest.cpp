@@ -116,6 +116,8 @@ int run_ingest(const IngestArgs& args) {
   opts.pdf_password = args.pdf_password;
   opts.map_einvoices = !args.no_einvoice;
   opts.max_file_bytes = args.max_file_mb << 20;
+  // The records carry text, not line boxes: skip poppler's second text pass per PDF page.
+  opts.pdf_line_bboxes = false;
   EstimateTokenCounter counter;
   ChunkOptions chunk_opts{args.chunk_tokens, args.chunk_overlap};
 
