@@ -378,6 +378,9 @@ def main():
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--eval-limit", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--extra-eval", action="append", default=[],
+                    help="NAME=FILE: another corpus-format file evaluated like the held-out split "
+                         "(e.g. real documents; never trained on)")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -480,6 +483,10 @@ def main():
     mtp2.load_state_dict({k: v.float() for k, v in sd.items()})
     ev = evaluate(model2, mtp2, tok, heldout, device, max_new=768, depth=args.mtp_depth,
                   limit=args.eval_limit)
+    for spec in args.extra_eval:
+        name, path = spec.split("=", 1)
+        ev[name] = evaluate(model2, mtp2, tok, load_corpus(path), device, max_new=1024,
+                            depth=args.mtp_depth, limit=1000)
     (out / "eval.json").write_text(json.dumps(ev, indent=1) + "\n")
     print(json.dumps(ev, indent=1), flush=True)
     import shutil
