@@ -356,7 +356,7 @@ def evaluate(model, mtp, tok, heldout, device, max_new, depth, limit, batch=32):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--corpus", required=True, action="append", help="corpus file (repeatable)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--vocab", type=int, default=10240)
     ap.add_argument("--hidden", type=int, default=256)
@@ -368,10 +368,10 @@ def main():
     ap.add_argument("--max-position", type=int, default=8192)
     ap.add_argument("--rope-theta", type=float, default=1_000_000.0)
     ap.add_argument("--max-len", type=int, default=3072)
-    ap.add_argument("--batch-tokens", type=int, default=65536)
+    ap.add_argument("--batch-tokens", type=int, default=262144)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr", type=float, default=1e-4)
-    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--minutes", type=float, default=6.0, help="training time budget (wall clock)")
     ap.add_argument("--max-steps", type=int, default=100000)
     ap.add_argument("--mtp-depth", type=int, default=4)
@@ -390,7 +390,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     device = "cuda"
 
-    corpus = load_corpus(args.corpus)
+    corpus = [e for path in args.corpus for e in load_corpus(path)]
     train_ex = [e for e in corpus if e["split"] == "train"]
     heldout = [e for e in corpus if e["split"] == "heldout"]
     print(f"corpus: {len(train_ex)} train, {len(heldout)} held out", flush=True)
@@ -428,18 +428,18 @@ def main():
     step, tokens_seen = 0, 0
     budget = args.minutes * 60
     t0 = time.time()
-    # Estimated total steps for the cosine schedule: measured after the first 20 steps.
-    est_total = args.max_steps
     done = False
     epoch = 0
     while not done:
         epoch += 1
         for ids, mask in batches(encoded, args.batch_tokens, pad_id, rng):
             ids, mask = ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+            # Linear warm-up, then cosine decay over the wall-clock budget (the step rate is only
+            # known once the run is going, so progress is measured in time, not steps).
             if step < args.warmup:
                 lr = args.lr * (step + 1) / args.warmup
             else:
-                prog = min(1.0, (step - args.warmup) / max(1, est_total - args.warmup))
+                prog = min(1.0, (time.time() - t0) / budget)
                 lr = args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * prog))
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -453,9 +453,6 @@ def main():
             step += 1
             tokens_seen += int(ids.numel())
             elapsed = time.time() - t0
-            if step == 20:
-                est_total = min(args.max_steps, int(budget / (elapsed / 20)))
-                print(f"schedule: ~{est_total} steps in {args.minutes} min", flush=True)
             if step % 50 == 0 or step == 1:
                 rec = {"step": step, "epoch": epoch, "seconds": round(elapsed, 1), "lr": lr,
                        "tokens": tokens_seen, "loss_main": float(losses[0]),
