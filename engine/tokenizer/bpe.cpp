@@ -38,13 +38,70 @@ bool ByteLevelAlphabet::decode(std::string_view token, std::string& bytes) const
 BpeModel::BpeModel(std::array<Id, 256> byte_ids, const std::vector<std::array<Id, 3>>& merges, bool ignore_merges,
                    std::unordered_map<std::string, Id> raw_vocab)
     : byte_ids_(byte_ids), ignore_merges_(ignore_merges), raw_vocab_(std::move(raw_vocab)) {
-  merges_.reserve(merges.size() * 2);
+  merges_.build(merges);
+}
+
+void BpeModel::MergeTable::build(const std::vector<std::array<Id, 3>>& merges) {
+  std::size_t cap = 16;
+  shift = 60;
+  while (cap < merges.size() * 2) {
+    cap *= 2;
+    --shift;
+  }
+  keys.assign(cap, kEmpty);
+  values.assign(cap, MergeValue{0, 0});
   for (std::size_t r = 0; r < merges.size(); ++r) {
-    merges_[key(merges[r][0], merges[r][1])] = MergeValue{static_cast<std::uint32_t>(r), merges[r][2]};
+    const std::uint64_t k = key(merges[r][0], merges[r][1]);
+    std::size_t i = slot(k);
+    while (keys[i] != kEmpty && keys[i] != k) i = (i + 1) & (cap - 1);
+    keys[i] = k;  // a later duplicate replaces the earlier one
+    values[i] = MergeValue{static_cast<std::uint32_t>(r), merges[r][2]};
   }
 }
 
+// Short words: rescan the adjacent pairs for the lowest rank (leftmost on ties) after every merge.
+// Same result as the heap, less overhead below a few dozen symbols.
+void BpeModel::merge_small(std::vector<Id>& sym, std::vector<Id>& out) const {
+  constexpr std::uint32_t kNone = ~0u;
+  std::uint32_t ranks[64];
+  Id new_ids[64];
+  std::size_t n = sym.size();
+  auto look = [&](std::size_t i) {
+    const MergeValue* m = merges_.find(sym[i], sym[i + 1]);
+    ranks[i] = m ? m->rank : kNone;
+    new_ids[i] = m ? m->new_id : 0;
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) look(i);
+  while (n > 1) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i + 1 < n; ++i) {
+      if (ranks[i] < ranks[best]) best = i;
+    }
+    if (ranks[best] == kNone) break;
+    sym[best] = new_ids[best];
+    for (std::size_t i = best + 1; i + 1 < n; ++i) {
+      sym[i] = sym[i + 1];
+      ranks[i] = ranks[i + 1];
+      new_ids[i] = new_ids[i + 1];
+    }
+    --n;
+    if (best + 1 < n) look(best);
+    if (best > 0) look(best - 1);
+  }
+  out.insert(out.end(), sym.begin(), sym.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 void BpeModel::merge_word(std::string_view word, std::vector<Id>& out) const {
+  if (word.size() <= 64) {
+    std::vector<Id> ids;
+    ids.reserve(word.size());
+    for (const char ch : word) {
+      const Id id = byte_ids_[static_cast<unsigned char>(ch)];
+      if (id >= 0) ids.push_back(id);
+    }
+    merge_small(ids, out);
+    return;
+  }
   struct Symbol {
     Id id;
     int prev, next;
@@ -70,8 +127,9 @@ void BpeModel::merge_word(std::string_view word, std::vector<Id>& out) const {
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
   auto push_pair = [&](int left) {
     if (left < 0 || sym[left].next < 0) return;
-    const auto it = merges_.find(key(sym[left].id, sym[sym[left].next].id));
-    if (it != merges_.end()) heap.push(Candidate{it->second.rank, left, it->second.new_id});
+    if (const MergeValue* m = merges_.find(sym[left].id, sym[sym[left].next].id)) {
+      heap.push(Candidate{m->rank, left, m->new_id});
+    }
   };
   for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i) push_pair(i);
 
@@ -81,8 +139,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<Id>& out) const {
     Symbol& left = sym[top.pos];
     if (!left.alive || left.next < 0) continue;
     const int right_pos = left.next;
-    const auto it = merges_.find(key(left.id, sym[right_pos].id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;  // stale entry
+    const MergeValue* m = merges_.find(left.id, sym[right_pos].id);
+    if (m == nullptr || m->new_id != top.new_id) continue;  // stale entry
     left.id = top.new_id;
     sym[right_pos].alive = false;
     left.next = sym[right_pos].next;
@@ -114,7 +172,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<Id>& out) const {
   Shard& shard = cache_[std::hash<std::string_view>{}(word) % kShards];
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    const auto it = shard.map.find(std::string(word));
+    const auto it = shard.map.find(word);
     if (it != shard.map.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -50,10 +51,28 @@ class BpeModel {
   static std::uint64_t key(Id a, Id b) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
+  /// Open-addressing (linear probing) table of merges: pair key -> (rank, merged id).
+  struct MergeTable {
+    static constexpr std::uint64_t kEmpty = ~0ULL;
+    std::vector<std::uint64_t> keys;
+    std::vector<MergeValue> values;
+    unsigned shift = 64;
+    void build(const std::vector<std::array<Id, 3>>& merges);
+    std::size_t slot(std::uint64_t k) const { return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift); }
+    const MergeValue* find(Id a, Id b) const {
+      const std::uint64_t k = key(a, b);
+      const std::size_t mask = keys.size() - 1;
+      for (std::size_t i = slot(k);; i = (i + 1) & mask) {
+        if (keys[i] == k) return &values[i];
+        if (keys[i] == kEmpty) return nullptr;
+      }
+    }
+  };
   void merge_word(std::string_view word, std::vector<Id>& out) const;
+  void merge_small(std::vector<Id>& sym, std::vector<Id>& out) const;
 
   std::array<Id, 256> byte_ids_;
-  std::unordered_map<std::uint64_t, MergeValue> merges_;
+  MergeTable merges_;
   bool ignore_merges_;
   std::unordered_map<std::string, Id> raw_vocab_;  // raw bytes -> id, for ignore_merges
 
@@ -61,7 +80,11 @@ class BpeModel {
   static constexpr std::size_t kShards = 16, kShardCapacity = 8192, kMaxCachedWord = 256;
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<Id>> map;
+    struct Hash {
+      using is_transparent = void;
+      std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, std::vector<Id>, Hash, std::equal_to<>> map;
   };
   mutable std::array<Shard, kShards> cache_;
 };

@@ -57,6 +57,7 @@ char32_t compose(char32_t a, char32_t b) {
 }  // namespace
 
 const char* unicode_version() { return kUnicodeVersion; }
+const char* nfc_unicode_version() { return kNfcUnicodeVersion; }
 
 Props props(char32_t cp) {
   if (cp >= 0x110000) return Props{0};

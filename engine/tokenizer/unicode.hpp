@@ -15,6 +15,9 @@ namespace quarry::engine::unicode {
 
 /// Version of the Unicode Character Database the tables were generated from, e.g. "15.0.0".
 const char* unicode_version();
+/// Newest Unicode version whose characters NFC decomposes, reorders and composes ("9.0", as the
+/// normaliser of Hugging Face tokenizers); newer characters pass through NFC unchanged.
+const char* nfc_unicode_version();
 
 /// Character properties packed in one byte (see unicode_tables.inc).
 struct Props {
