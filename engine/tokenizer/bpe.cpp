@@ -39,6 +39,7 @@ BpeModel::BpeModel(std::array<Id, 256> byte_ids, const std::vector<std::array<Id
                    std::unordered_map<std::string, Id> raw_vocab)
     : byte_ids_(byte_ids), ignore_merges_(ignore_merges), raw_vocab_(std::move(raw_vocab)) {
   merges_.build(merges);
+  for (Shard& shard : cache_) shard.slots.resize(kSlotsPerShard);
 }
 
 void BpeModel::MergeTable::build(const std::vector<std::array<Id, 3>>& merges) {
@@ -48,24 +49,22 @@ void BpeModel::MergeTable::build(const std::vector<std::array<Id, 3>>& merges) {
     cap *= 2;
     --shift;
   }
-  keys.assign(cap, kEmpty);
-  values.assign(cap, MergeValue{0, 0});
+  entries.assign(cap, Entry{kEmpty, MergeValue{0, 0}});
   for (std::size_t r = 0; r < merges.size(); ++r) {
     const std::uint64_t k = key(merges[r][0], merges[r][1]);
     std::size_t i = slot(k);
-    while (keys[i] != kEmpty && keys[i] != k) i = (i + 1) & (cap - 1);
-    keys[i] = k;  // a later duplicate replaces the earlier one
-    values[i] = MergeValue{static_cast<std::uint32_t>(r), merges[r][2]};
+    while (entries[i].key != kEmpty && entries[i].key != k) i = (i + 1) & (cap - 1);
+    // A later duplicate of a pair replaces the earlier one.
+    entries[i] = Entry{k, MergeValue{static_cast<std::uint32_t>(r), merges[r][2]}};
   }
 }
 
 // Short words: rescan the adjacent pairs for the lowest rank (leftmost on ties) after every merge.
 // Same result as the heap, less overhead below a few dozen symbols.
-void BpeModel::merge_small(std::vector<Id>& sym, std::vector<Id>& out) const {
+void BpeModel::merge_small(Id* sym, std::size_t n, std::vector<Id>& out) const {
   constexpr std::uint32_t kNone = ~0u;
   std::uint32_t ranks[64];
   Id new_ids[64];
-  std::size_t n = sym.size();
   auto look = [&](std::size_t i) {
     const MergeValue* m = merges_.find(sym[i], sym[i + 1]);
     ranks[i] = m ? m->rank : kNone;
@@ -88,18 +87,18 @@ void BpeModel::merge_small(std::vector<Id>& sym, std::vector<Id>& out) const {
     if (best + 1 < n) look(best);
     if (best > 0) look(best - 1);
   }
-  out.insert(out.end(), sym.begin(), sym.begin() + static_cast<std::ptrdiff_t>(n));
+  out.insert(out.end(), sym, sym + n);
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<Id>& out) const {
   if (word.size() <= 64) {
-    std::vector<Id> ids;
-    ids.reserve(word.size());
+    Id ids[64];
+    std::size_t n = 0;
     for (const char ch : word) {
       const Id id = byte_ids_[static_cast<unsigned char>(ch)];
-      if (id >= 0) ids.push_back(id);
+      if (id >= 0) ids[n++] = id;
     }
-    merge_small(ids, out);
+    merge_small(ids, n, out);
     return;
   }
   struct Symbol {
@@ -165,24 +164,25 @@ void BpeModel::encode_word(std::string_view word, std::vector<Id>& out) const {
     if (id >= 0) out.push_back(id);
     return;
   }
-  if (word.size() > kMaxCachedWord) {
+  if (word.size() < kMinCachedWord || word.size() > kMaxCachedWord) {
     merge_word(word, out);
     return;
   }
-  Shard& shard = cache_[std::hash<std::string_view>{}(word) % kShards];
+  const std::size_t h = std::hash<std::string_view>{}(word);
+  Shard& shard = cache_[h % kShards];
+  Slot& slot = shard.slots[(h / kShards) % kSlotsPerShard];
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    const auto it = shard.map.find(word);
-    if (it != shard.map.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+    if (slot.word == word) {
+      out.insert(out.end(), slot.ids.begin(), slot.ids.end());
       return;
     }
   }
   const std::size_t start = out.size();
   merge_word(word, out);
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kShardCapacity) shard.map.clear();
-  shard.map.emplace(std::string(word), std::vector<Id>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+  slot.word.assign(word);
+  slot.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
 }
 
 }  // namespace quarry::engine

@@ -9,11 +9,11 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <functional>
 #include <vector>
 
 namespace quarry::engine {
@@ -54,37 +54,41 @@ class BpeModel {
   /// Open-addressing (linear probing) table of merges: pair key -> (rank, merged id).
   struct MergeTable {
     static constexpr std::uint64_t kEmpty = ~0ULL;
-    std::vector<std::uint64_t> keys;
-    std::vector<MergeValue> values;
+    struct Entry {
+      std::uint64_t key;
+      MergeValue value;
+    };
+    std::vector<Entry> entries;  // key and value side by side: one cache line per probe
     unsigned shift = 64;
     void build(const std::vector<std::array<Id, 3>>& merges);
     std::size_t slot(std::uint64_t k) const { return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift); }
     const MergeValue* find(Id a, Id b) const {
       const std::uint64_t k = key(a, b);
-      const std::size_t mask = keys.size() - 1;
+      const std::size_t mask = entries.size() - 1;
       for (std::size_t i = slot(k);; i = (i + 1) & mask) {
-        if (keys[i] == k) return &values[i];
-        if (keys[i] == kEmpty) return nullptr;
+        if (entries[i].key == k) return &entries[i].value;
+        if (entries[i].key == kEmpty) return nullptr;
       }
     }
   };
   void merge_word(std::string_view word, std::vector<Id>& out) const;
-  void merge_small(std::vector<Id>& sym, std::vector<Id>& out) const;
+  void merge_small(Id* sym, std::size_t n, std::vector<Id>& out) const;
 
   std::array<Id, 256> byte_ids_;
   MergeTable merges_;
   bool ignore_merges_;
   std::unordered_map<std::string, Id> raw_vocab_;  // raw bytes -> id, for ignore_merges
 
-  // word -> ids cache, sharded to keep lock contention low; a shard is cleared when full.
-  static constexpr std::size_t kShards = 16, kShardCapacity = 8192, kMaxCachedWord = 256;
+  // word -> ids cache: direct-mapped (a colliding word replaces the slot), sharded to keep lock
+  // contention low. Slots reuse their buffers, so a hit or a replacement rarely allocates.
+  static constexpr std::size_t kShards = 16, kSlotsPerShard = 4096, kMinCachedWord = 4, kMaxCachedWord = 64;
+  struct Slot {
+    std::string word;
+    std::vector<Id> ids;
+  };
   struct Shard {
     std::mutex mu;
-    struct Hash {
-      using is_transparent = void;
-      std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-    };
-    std::unordered_map<std::string, std::vector<Id>, Hash, std::equal_to<>> map;
+    std::vector<Slot> slots;
   };
   mutable std::array<Shard, kShards> cache_;
 };
