@@ -19,6 +19,9 @@ namespace {
 
 using nlohmann::json;
 
+// Largest token id accepted (vocabularies have a few hundred thousand; this bounds memory on bad input).
+constexpr long long kMaxId = 1LL << 24;
+
 [[noreturn]] void fail(const std::filesystem::path& file, const std::string& reason) {
   throw std::runtime_error("tokenizer: " + file.string() + ": " + reason);
 }
@@ -248,7 +251,7 @@ HfTokenizer::HfTokenizer(const std::filesystem::path& file, const json& j, const
   std::size_t n_ids = 0;
   vocab_.reserve(model["vocab"].size() * 2);
   for (const auto& [tok, idj] : model["vocab"].items()) {
-    if (!idj.is_number_integer() || idj.get<long long>() < 0 || idj.get<long long>() >= (1LL << 30)) {
+    if (!idj.is_number_integer() || idj.get<long long>() < 0 || idj.get<long long>() >= kMaxId) {
       fail(file, "model.vocab['" + tok + "'] is not a valid id");
     }
     const auto id = idj.get<TokenId>();
@@ -260,7 +263,7 @@ HfTokenizer::HfTokenizer(const std::filesystem::path& file, const json& j, const
     AddedToken t;
     t.content = a.at("content").get<std::string>();
     const long long id = a.at("id").get<long long>();
-    if (id < 0 || id >= (1LL << 30)) fail(file, "added token '" + t.content + "' has an invalid id");
+    if (id < 0 || id >= kMaxId) fail(file, "added token '" + t.content + "' has an invalid id");
     t.id = static_cast<TokenId>(id);
     t.special = get_bool(a, "special", false);
     t.single_word = get_bool(a, "single_word", false);

@@ -121,6 +121,47 @@ TEST(StreamDecoder, ConcatenationEqualsDecode) {
   EXPECT_EQ(s, tok->decode(ids, true));
 }
 
+TEST(Tokenizer, RandomBytesRoundTripToNfcOfTheirLossyText) {
+  const auto tok = qwen3();
+  std::mt19937 rng(17);
+  const std::vector<std::string> atoms = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "1", "23", "é",
+                                          "e\xCC\x81", "\xE2\x82", "\xFF", "\xF0\x9F", "\xF0\x9F\x91\x8D",
+                                          "中", "<|im_end|>", "<|im_start", "!", "...", "\xC2\xA0", "\xE3\x80\x80"};
+  for (int i = 0; i < 2000; ++i) {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < n; ++k) s += atoms[rng() % atoms.size()];
+    const auto ids = tok->encode(s);
+    const std::string lossy = engine::unicode::utf8_lossy(s);
+    // Added tokens are cut out before NFC: normalise the parts between them separately.
+    std::string expected;
+    const std::string marker = "<|im_end|>";
+    std::size_t from = 0;
+    for (std::size_t at; (at = lossy.find(marker, from)) != std::string::npos; from = at + marker.size()) {
+      expected += engine::unicode::nfc(lossy.substr(from, at - from)) + marker;
+    }
+    expected += engine::unicode::nfc(lossy.substr(from));
+    ASSERT_EQ(tok->decode(ids), expected) << "input " << i;
+  }
+}
+
+TEST(StreamDecoder, RandomTokenStreamsEqualLossyDecode) {
+  const auto tok = qwen3();
+  std::mt19937 rng(23);
+  for (int i = 0; i < 500; ++i) {
+    std::vector<TokenId> ids;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    // Mostly single-byte and short tokens (ids below 2000 include every byte token), some special.
+    for (int k = 0; k < n; ++k) ids.push_back(rng() % 8 == 0 ? 151643 + static_cast<TokenId>(rng() % 26)
+                                                             : static_cast<TokenId>(rng() % 2000));
+    StreamDecoder dec(tok, /*skip_special=*/false);
+    std::string streamed;
+    for (const TokenId id : ids) streamed += dec.push(id);
+    streamed += dec.finish();
+    ASSERT_EQ(streamed, engine::unicode::utf8_lossy(tok->decode(ids))) << "stream " << i;
+  }
+}
+
 TEST(Tokenizer, PathologicalInputsFinish) {
   const auto tok = qwen3();
   using clock = std::chrono::steady_clock;
