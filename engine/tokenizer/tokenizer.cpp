@@ -38,6 +38,191 @@ json read_json(const std::filesystem::path& file) {
   }
 }
 
+/// tokenizer.json with model.vocab and model.merges taken out of the DOM while parsing (a SAX
+/// handler): they are most of the file, and a DOM of them costs more than the rest of loading.
+struct TokenizerJson {
+  json rest;  // the document without model.vocab / model.merges
+  bool has_vocab = false, has_merges = false;
+  std::vector<std::pair<std::string, long long>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+class TokenizerJsonSax final : public nlohmann::json_sax<json> {
+ public:
+  explicit TokenizerJsonSax(TokenizerJson& out) : out_(out) {}
+  std::string error;  // set when the handler stops the parse
+
+  bool null() override { return value(json(nullptr)); }
+  bool boolean(bool v) override { return value(json(v)); }
+  bool number_integer(number_integer_t v) override {
+    if (capture_ == Capture::kVocab) return vocab_id(static_cast<long long>(v));
+    return value(json(v));
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (capture_ == Capture::kVocab) {
+      return vocab_id(v > static_cast<number_unsigned_t>(kMaxId) ? kMaxId : static_cast<long long>(v));
+    }
+    return value(json(v));
+  }
+  bool number_float(number_float_t v, const string_t&) override { return value(json(v)); }
+  bool string(string_t& v) override {
+    if (capture_ == Capture::kMerges) {
+      if (pair_depth_ == 0) {
+        const auto sp = v.find(' ');
+        if (sp == std::string::npos) return stop("model.merges[" + std::to_string(out_.merges.size()) + "] '" + v + "' has no space");
+        out_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+        return true;
+      }
+      if (pair_.size() >= 2) return bad_merge();
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return value(json(std::move(v)));
+  }
+  bool binary(binary_t&) override { return stop("binary values are not JSON"); }
+  bool start_object(std::size_t) override {
+    if (pending_ == Capture::kVocab) {
+      pending_ = Capture::kNone;
+      capture_ = Capture::kVocab;
+      out_.has_vocab = true;
+      return true;
+    }
+    if (capture_ != Capture::kNone) return capture_ == Capture::kVocab ? vocab_bad() : bad_merge();
+    flush_pending();
+    json* p = put(json::object());
+    stack_.push_back(p);
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (capture_ == Capture::kVocab) {
+      vocab_key_ = std::move(k);
+      return true;
+    }
+    // model.vocab / model.merges: decided on the next event (captured only if object / array).
+    if (stack_.size() == 2 && path_model_ && (k == "vocab" || k == "merges")) {
+      pending_ = k == "vocab" ? Capture::kVocab : Capture::kMerges;
+      pending_key_ = std::move(k);
+      return true;
+    }
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    if (capture_ == Capture::kVocab) {
+      capture_ = Capture::kNone;
+      return true;
+    }
+    stack_.pop_back();
+    update_path();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (pending_ == Capture::kMerges) {
+      pending_ = Capture::kNone;
+      capture_ = Capture::kMerges;
+      out_.has_merges = true;
+      return true;
+    }
+    if (capture_ == Capture::kMerges) {
+      if (pair_depth_ != 0) return bad_merge();
+      pair_depth_ = 1;
+      pair_.clear();
+      return true;
+    }
+    if (capture_ == Capture::kVocab) return vocab_bad();
+    flush_pending();
+    json* p = put(json::array());
+    stack_.push_back(p);
+    return true;
+  }
+  bool end_array() override {
+    if (capture_ == Capture::kMerges) {
+      if (pair_depth_ == 0) {
+        capture_ = Capture::kNone;
+        return true;
+      }
+      if (pair_.size() != 2) return bad_merge();
+      out_.merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      pair_depth_ = 0;
+      return true;
+    }
+    stack_.pop_back();
+    update_path();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = std::string("invalid JSON: ") + e.what();
+    return false;
+  }
+
+ private:
+  enum class Capture { kNone, kVocab, kMerges };
+
+  bool stop(std::string reason) {
+    error = std::move(reason);
+    return false;
+  }
+  bool vocab_bad() { return stop("model.vocab['" + vocab_key_ + "'] is not a valid id"); }
+  bool bad_merge() {
+    return stop("model.merges[" + std::to_string(out_.merges.size()) + "] is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+  bool vocab_id(long long id) {
+    if (id < 0 || id >= kMaxId) return vocab_bad();
+    out_.vocab.emplace_back(std::move(vocab_key_), id);
+    return true;
+  }
+  bool value(json v) {
+    if (capture_ == Capture::kVocab) return vocab_bad();
+    if (capture_ == Capture::kMerges) return bad_merge();
+    flush_pending();
+    put(std::move(v));
+    return true;
+  }
+  // A "vocab" / "merges" key whose value turned out not to be an object / array goes to the DOM.
+  void flush_pending() {
+    if (pending_ == Capture::kNone) return;
+    pending_ = Capture::kNone;
+    key_ = std::move(pending_key_);
+  }
+  json* put(json v) {
+    if (stack_.empty()) {
+      out_.rest = std::move(v);
+      return &out_.rest;
+    }
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[key_];
+    slot = std::move(v);
+    if (stack_.size() == 1) path_model_ = key_ == "model" && slot.is_object();
+    return &slot;
+  }
+  void update_path() {
+    if (stack_.size() < 2) path_model_ = false;
+  }
+
+  TokenizerJson& out_;
+  std::vector<json*> stack_;
+  std::string key_, pending_key_, vocab_key_;
+  Capture pending_ = Capture::kNone, capture_ = Capture::kNone;
+  bool path_model_ = false;
+  int pair_depth_ = 0;
+  std::vector<std::string> pair_;
+};
+
+TokenizerJson read_tokenizer_json(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file, "cannot open the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  TokenizerJson out;
+  TokenizerJsonSax handler(out);
+  if (!json::sax_parse(ss.str(), &handler)) fail(file, handler.error.empty() ? "invalid JSON" : handler.error);
+  return out;
+}
+
 /// An entry of tokenizer.json "added_tokens".
 struct AddedToken {
   std::string content;
@@ -114,7 +299,7 @@ enum class ChatVariant { kNone, kPlainChatMl, kQwen3Hybrid, kQwen3ThinkingOnly }
 
 class HfTokenizer final : public Tokenizer {
  public:
-  HfTokenizer(const std::filesystem::path& file, const json& j, const std::optional<json>& config,
+  HfTokenizer(const std::filesystem::path& file, TokenizerJson& tj, const std::optional<json>& config,
               const std::filesystem::path& config_file, const std::optional<json>& model_config,
               const std::optional<json>& generation_config);
 
@@ -171,10 +356,11 @@ bool null_or_empty_string(const json& obj, const char* key) {
   return it == obj.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
 }
 
-HfTokenizer::HfTokenizer(const std::filesystem::path& file, const json& j, const std::optional<json>& config,
+HfTokenizer::HfTokenizer(const std::filesystem::path& file, TokenizerJson& tj, const std::optional<json>& config,
                          const std::filesystem::path& config_file, const std::optional<json>& model_config,
                          const std::optional<json>& generation_config)
     : file_(file) {
+  const json& j = tj.rest;
   if (!j.is_object()) fail(file, "the top level is not a JSON object");
   // --- normalizer
   const json& norm = j.contains("normalizer") ? j["normalizer"] : json();
@@ -244,20 +430,17 @@ HfTokenizer::HfTokenizer(const std::filesystem::path& file, const json& j, const
   if (!null_or_empty_string(model, "continuing_subword_prefix") || !null_or_empty_string(model, "end_of_word_suffix")) {
     fail(file, "unsupported BPE continuing_subword_prefix / end_of_word_suffix");
   }
-  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(file, "model.vocab is missing or not an object");
-  if (!model.contains("merges") || !model["merges"].is_array()) fail(file, "model.merges is missing or not an array");
+  if (!tj.has_vocab) fail(file, "model.vocab is missing or not an object");
+  if (!tj.has_merges) fail(file, "model.merges is missing or not an array");
   const bool ignore_merges = get_bool(model, "ignore_merges", false);
 
   std::size_t n_ids = 0;
-  vocab_.reserve(model["vocab"].size() * 2);
-  for (const auto& [tok, idj] : model["vocab"].items()) {
-    if (!idj.is_number_integer() || idj.get<long long>() < 0 || idj.get<long long>() >= kMaxId) {
-      fail(file, "model.vocab['" + tok + "'] is not a valid id");
-    }
-    const auto id = idj.get<TokenId>();
-    vocab_[tok] = id;
+  vocab_.reserve(tj.vocab.size() * 2);
+  for (auto& [tok, id] : tj.vocab) {
     n_ids = std::max(n_ids, static_cast<std::size_t>(id) + 1);
+    vocab_[std::move(tok)] = static_cast<TokenId>(id);
   }
+  tj.vocab.clear();
   const json& added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : json::array();
   for (const json& a : added) {
     AddedToken t;
@@ -305,23 +488,12 @@ HfTokenizer::HfTokenizer(const std::filesystem::path& file, const json& j, const
     byte_ids[b] = it == vocab_.end() ? -1 : it->second;
   }
   std::vector<std::array<TokenId, 3>> merges;
-  merges.reserve(model["merges"].size());
+  merges.reserve(tj.merges.size());
   std::size_t rank = 0;
-  for (const json& m : model["merges"]) {
-    std::string a, b;
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const auto sp = s.find(' ');
-      if (sp == std::string::npos) fail(file, "model.merges[" + std::to_string(rank) + "] '" + s + "' has no space");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
-    } else {
-      fail(file, "model.merges[" + std::to_string(rank) + "] is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-    const auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
+  std::string ab;
+  for (const auto& [a, b] : tj.merges) {
+    ab.assign(a).append(b);
+    const auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(ab);
     if (ia == vocab_.end() || ib == vocab_.end() || ic == vocab_.end()) {
       fail(file, "model.merges[" + std::to_string(rank) + "] ('" + a + "', '" + b + "') uses a token not in the vocab");
     }
@@ -571,7 +743,7 @@ std::optional<json> read_optional(const std::filesystem::path& file) {
 }  // namespace
 
 std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
-  const json j = read_json(tokenizer_json);
+  TokenizerJson j = read_tokenizer_json(tokenizer_json);
   const auto dir = tokenizer_json.parent_path();
   const auto config_file = dir / "tokenizer_config.json";
   const auto config = read_optional(config_file);

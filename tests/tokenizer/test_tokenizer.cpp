@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/tokenizer/bpe.hpp"
@@ -162,6 +163,37 @@ TEST(StreamDecoder, RandomTokenStreamsEqualLossyDecode) {
   }
 }
 
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // encode is const and shares the word cache between threads: results must not depend on it.
+  const auto tok = qwen3();
+  std::vector<std::string> texts;
+  std::mt19937 rng(3);
+  const char* words[] = {"számla ", "Rechnung ", "facture ", "12 ", "total: ", "\n", "  ", "中文", "it's ", "ab"};
+  for (int i = 0; i < 64; ++i) {
+    std::string t;
+    for (int k = 0; k < 200; ++k) t += words[rng() % 10];
+    texts.push_back(t);
+  }
+  std::vector<std::vector<TokenId>> expected;
+  for (const auto& t : texts) expected.push_back(tok->encode(t));
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      for (int rep = 0; rep < 3; ++rep) {
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+          if (tok->encode(texts[(i + static_cast<std::size_t>(th) * 7) % texts.size()]) !=
+              expected[(i + static_cast<std::size_t>(th) * 7) % texts.size()]) {
+            ++failures[static_cast<std::size_t>(th)];
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int th = 0; th < 4; ++th) EXPECT_EQ(failures[static_cast<std::size_t>(th)], 0) << "thread " << th;
+}
+
 TEST(Tokenizer, PathologicalInputsFinish) {
   const auto tok = qwen3();
   using clock = std::chrono::steady_clock;
@@ -277,7 +309,35 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndReason) {
 
   j = minimal_tokenizer();
   j["model"]["vocab"]["ab"] = "x";
-  expect_error(dir.write("vocab.json", j.dump()), "model.vocab");
+  expect_error(dir.write("vocab.json", j.dump()), "model.vocab['ab'] is not a valid id");
+
+  j = minimal_tokenizer();
+  j["model"]["vocab"] = json::array({1, 2});
+  expect_error(dir.write("vocab_array.json", j.dump()), "model.vocab is missing or not an object");
+
+  j = minimal_tokenizer();
+  j["model"]["merges"] = json::array({json::array({"a", "b", "c"})});
+  expect_error(dir.write("merge_triple.json", j.dump()), "model.merges[0] is neither");
+
+  j = minimal_tokenizer();
+  j["model"]["merges"] = json::array({"b c", 7});
+  expect_error(dir.write("merge_number.json", j.dump()), "model.merges[1] is neither");
+
+  j = minimal_tokenizer();
+  j["model"].erase("merges");
+  expect_error(dir.write("no_merges.json", j.dump()), "model.merges is missing");
+}
+
+TEST(Tokenizer, VocabAndMergesKeysElsewhereAreNotTheModels) {
+  // Only model.vocab / model.merges are read as the vocabulary; same-named keys elsewhere are ordinary JSON.
+  TempDir dir;
+  json j = minimal_tokenizer();
+  const auto plain = Tokenizer::from_file(dir.write("plain.json", j.dump()));
+  j["extra"] = json{{"vocab", json{{"zz", 1}}}, {"merges", json::array({"z z"})}};
+  j["model"]["options"] = json{{"vocab", json::array()}};
+  const auto extra = Tokenizer::from_file(dir.write("extra.json", j.dump()));
+  EXPECT_EQ(plain->vocab_size(), extra->vocab_size());
+  EXPECT_EQ(plain->encode("abcab zz"), extra->encode("abcab zz"));
 }
 
 TEST(Tokenizer, MergesInBothSerialisationsAgree) {
