@@ -1,5 +1,6 @@
 #include "engine/tokenizer/pretokenizer.hpp"
 
+#include <array>
 #include <cstdint>
 
 #include "engine/tokenizer/unicode.hpp"
@@ -14,14 +15,16 @@ constexpr const char* kQwen2 =
 constexpr const char* kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+constexpr std::uint8_t classify_ascii(char32_t cp) {
+  if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return kLetter;
+  if (cp >= '0' && cp <= '9') return kNumber;
+  if (cp == '\r' || cp == '\n') return kSpace | kCrLf;
+  if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return kSpace;
+  return 0;
+}
+
 std::uint8_t classify(char32_t cp) {
-  if (cp < 0x80) {
-    if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return kLetter;
-    if (cp >= '0' && cp <= '9') return kNumber;
-    if (cp == '\r' || cp == '\n') return kSpace | kCrLf;
-    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return kSpace;
-    return 0;
-  }
+  if (cp < 0x80) return classify_ascii(cp);
   const unicode::Props p = unicode::props(cp);
   std::uint8_t c = 0;
   if (p.is_letter()) c |= kLetter;
@@ -29,6 +32,13 @@ std::uint8_t classify(char32_t cp) {
   if (p.is_whitespace()) c |= kSpace;
   return c;
 }
+
+constexpr std::array<std::uint8_t, 128> make_ascii_classes() {
+  std::array<std::uint8_t, 128> t{};
+  for (char32_t c = 0; c < 128; ++c) t[c] = classify_ascii(c);
+  return t;
+}
+constexpr std::array<std::uint8_t, 128> kAsciiClass = make_ascii_classes();
 
 }  // namespace
 
@@ -52,6 +62,13 @@ void RegexSplitter::split(std::string_view text, std::vector<std::pair<std::size
   cls.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     off.push_back(static_cast<std::uint32_t>(i));
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {  // ASCII: no decoding, class from a 128-entry table
+      cps.push_back(b);
+      cls.push_back(kAsciiClass[b]);
+      ++i;
+      continue;
+    }
     const char32_t cp = unicode::decode_utf8(text, i);
     cps.push_back(cp);
     cls.push_back(classify(cp));
