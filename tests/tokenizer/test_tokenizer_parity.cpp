@@ -116,7 +116,7 @@ TEST(TokenizerParity, ChatTemplate) {
   const auto tok = qwen3();
   const json& fx = fixture();
   if (!fx.contains("chat") || fx["chat"].empty()) GTEST_SKIP() << "fixture has no chat renders";
-  const bool hybrid = fx.value("chat_template", std::string()).find("enable_thinking") != std::string::npos;
+  const bool hybrid = fx.at("chat_template_mentions_enable_thinking").get<bool>();
   for (const json& c : fx["chat"]) {
     std::vector<engine::ChatMessage> messages;
     for (const json& m : c.at("messages")) messages.push_back({m.at("role"), m.at("content")});
