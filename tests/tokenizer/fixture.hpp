@@ -1,4 +1,4 @@
-// Shared helpers of the tokenizer tests: the Qwen3 tokenizer and the gzip-compressed reference fixture
+// Code shared by the tokenizer tests: the Qwen3 tokenizer and the gzip-compressed reference fixture
 // (generated with Hugging Face tokenizers / transformers by tools/fixtures/tokenizer/gen_tokenizer_fixtures.py).
 #pragma once
 
