@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
 
 #include "engine/tokenizer/unicode.hpp"
 
@@ -53,6 +54,7 @@ std::optional<RegexSplitter> RegexSplitter::for_pattern(std::string_view pattern
 
 void RegexSplitter::split(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& pieces) const {
   pieces.clear();
+  if (text.size() > 0xFFFFFFFFu) throw std::length_error("RegexSplitter: text longer than 4 GiB");
   // Code points, their byte offsets (plus the end) and classes.
   std::vector<char32_t> cps;
   std::vector<std::uint32_t> off;

@@ -27,6 +27,7 @@ class RegexSplitter {
   static std::optional<RegexSplitter> for_pattern(std::string_view pattern);
 
   /// Byte ranges [begin, end) of the pieces of well-formed UTF-8 `text`, in order, covering it.
+  /// Throws std::length_error for a text of 4 GiB or more.
   void split(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& pieces) const;
 
   /// The Qwen2/Qwen3 pattern (digits one at a time).

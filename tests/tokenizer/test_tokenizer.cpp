@@ -361,6 +361,37 @@ TEST(Tokenizer, MergesInBothSerialisationsAgree) {
   EXPECT_THROW(a->apply_chat_template({{"user", "x"}}), std::runtime_error);  // no chat template
 }
 
+TEST(Tokenizer, ChatTemplateFamilyIsRecognisedFromTheTemplateText) {
+  TempDir dir;
+  const auto tokenizer_json = dir.write("tokenizer.json", minimal_tokenizer().dump());
+  const std::vector<engine::ChatMessage> chat = {{"system", "S"}, {"user", "U"}};
+  const std::string head = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n";
+  // Hybrid (the template reads enable_thinking): thinking off adds the empty think block.
+  dir.write("tokenizer_config.json",
+            json{{"chat_template", "{{'<|im_start|>'}} {% if enable_thinking is false %}<think>{% endif %}"},
+                 {"eos_token", "<|x|>"}}
+                .dump());
+  auto t = Tokenizer::from_file(tokenizer_json);
+  EXPECT_EQ(t->apply_chat_template(chat, true, false), head + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(t->apply_chat_template(chat, true, true), head + "<|im_start|>assistant\n");
+  EXPECT_EQ(t->apply_chat_template(chat, false, false), head);
+  EXPECT_EQ(t->eos_ids(), (std::vector<TokenId>{259}));
+  EXPECT_THROW(t->apply_chat_template({}), std::invalid_argument);
+  EXPECT_THROW(t->apply_chat_template({{"narrator", "x"}}), std::invalid_argument);
+  // Plain ChatML (no think blocks at all).
+  dir.write("tokenizer_config.json", json{{"chat_template", "{{'<|im_start|>' + m.role}}"}}.dump());
+  t = Tokenizer::from_file(tokenizer_json);
+  EXPECT_EQ(t->apply_chat_template(chat, true, false), head + "<|im_start|>assistant\n");
+  // A malformed tokenizer_config.json is an error naming that file.
+  const auto config = dir.write("tokenizer_config.json", "{\"chat_template\": ");
+  try {
+    Tokenizer::from_file(tokenizer_json);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(config.string()), std::string::npos) << e.what();
+  }
+}
+
 TEST(Tokenizer, IgnoreMergesTakesWholeWordsFromTheVocab) {
   TempDir dir;
   json j = minimal_tokenizer();
