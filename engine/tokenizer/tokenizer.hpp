@@ -3,6 +3,22 @@
 // Algorithm sources: Hugging Face tokenizers (normalizers::NFC, pre_tokenizers::Split + ByteLevel,
 // models::BPE with merges ranked by order, decoders::ByteLevel, AddedVocabulary splitting of special
 // tokens before normalisation); GPT-2 byte-to-unicode table (openai/gpt-2 encoder.py).
+//
+// Supported tokenizer.json (anything else is rejected by from_file with the file and the reason):
+//   normalizer     null, NFC, or Sequence of NFC
+//   pre_tokenizer  Sequence[Split(Regex = the Qwen2/Qwen3 or Llama-3 pattern, Isolated, invert=false),
+//                  ByteLevel(add_prefix_space=false, use_regex=false)]   (engine/tokenizer/pretokenizer.hpp)
+//   model          BPE: vocab, merges as "a b" or ["a", "b"], ignore_merges; no byte_fallback, dropout,
+//                  continuing_subword_prefix or end_of_word_suffix
+//   decoder        null or ByteLevel
+//   added_tokens   special and non-special, with single_word / lstrip / rstrip / normalized
+// Parity with tokenizers 0.23.2 is tested on real documents and every code point
+// (tests/tokenizer). Known differences, both confined to characters few texts contain: NFC handles
+// the characters of Unicode 9.0, as the reference's normaliser does; the regex classes \p{L}, \p{N},
+// \s come from Unicode 15.0 where the reference has 16.0 (characters new in 16.0 count as "other").
+//
+// Thread safety: a loaded Tokenizer is immutable apart from an internal, locked word cache; all
+// const methods may be called from several threads.
 #pragma once
 
 #include <cstdint>
@@ -53,11 +69,21 @@ class Tokenizer {
   virtual bool is_special(TokenId id) const = 0;
   virtual std::optional<TokenId> token_to_id(std::string_view token_content) const = 0;
 
-  /// Ids that end generation (e.g. <|im_end|>, <|endoftext|>).
+  /// Ids that end generation: tokenizer_config.json eos_token, config.json / generation_config.json
+  /// eos_token_id, and for ChatML templates <|im_end|> and <|endoftext|> (e.g. {151645, 151643}).
   virtual const std::vector<TokenId>& eos_ids() const = 0;
 
   /// ChatML prompt as the Qwen3 chat template renders it with add_generation_prompt=true; with
   /// enable_thinking=false the assistant turn starts with an empty <think>\n\n</think>\n\n block.
+  ///
+  /// Renders what the chat_template of tokenizer_config.json renders for system / user / assistant /
+  /// tool messages without tools (history: reasoning inside <think>...</think> of assistant turns is
+  /// kept only after the last user query). Three template families are recognised from its text:
+  /// Qwen3 hybrid (mentions enable_thinking: thinking off adds the empty think block), Qwen3
+  /// thinking-only (e.g. Qwen3-*-Thinking-2507: the prompt always opens "<think>\n"; thinking off
+  /// closes it at once, i.e. the reference render + "\n</think>\n\n"), and plain ChatML.
+  /// Throws std::runtime_error if tokenizer_config.json had no ChatML template,
+  /// std::invalid_argument on no messages or an unknown role.
   virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
                                           bool add_generation_prompt = true,
                                           bool enable_thinking = false) const = 0;
