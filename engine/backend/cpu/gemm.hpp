@@ -16,14 +16,39 @@ enum class WeightType : std::uint8_t { f32, f16, bf16 };
 /// y[m, n] = x[m, k] · W[n, k]^T (+ y if accumulate), i.e. y = x W^T as torch.nn.Linear without bias.
 ///  x: f32, row-major [m, k], row stride ldx elements (ldx >= k)
 ///  w: `wtype`, row-major [n, k] exactly as stored in safetensors (Hugging Face Linear layout)
-///  y: f32, row-major [m, n], row stride ldy elements (ldy >= n)
-/// Work is split over `pool` (may be nullptr: runs on the calling thread).
-/// Kernels: portable scalar, AVX2+FMA+F16C, AVX-512 (+BF16 dot products where the CPU has them),
-/// picked once at run time by cpuid.
+///  y: f32, row-major [m, n], row stride ldy elements (ldy >= n); must not overlap x or w
+/// Work is split over `pool` (may be nullptr: runs on the calling thread); columns of y are split
+/// between threads, so each weight row is read by one thread only.
+/// Kernels: portable scalar, AVX2+FMA+F16C, AVX-512 (F/BW/VL/DQ), picked once at run time by cpuid.
+/// Every kernel converts weights to f32 exactly and accumulates in f32 (no rounding of x to bf16).
+///  - m <= a small bound (8 for AVX-512, 6 for AVX2): GEMV-style, each weight row streamed once
+///    (decode is bound by memory bandwidth).
+///  - larger m (prefill): GotoBLAS/BLIS blocked GEMM (Goto & van de Geijn, ACM TOMS 2008; Van Zee &
+///    van de Geijn, ACM TOMS 2015): W packed to f32 in L2-sized blocks, x packed into micro-panels,
+///    register-blocked FMA micro-kernel (12x32 for AVX-512, 6x16 for AVX2).
+/// k == 0 gives y = 0 (or leaves y unchanged when accumulating); m == 0 or n == 0 does nothing.
+/// Throws std::invalid_argument when ldx < k, ldy < n, or a pointer is null while its size is not 0.
 void gemm(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wtype,
           std::size_t n, float* y, std::size_t ldy, ThreadPool* pool, bool accumulate = false);
 
-/// Name of the kernel set gemm() dispatches to on this CPU ("avx512bf16", "avx512", "avx2", "scalar").
+/// Name of the kernel set gemm() dispatches to on this CPU ("avx512", "avx2" or "scalar").
 const char* gemm_kernel_name();
+
+/// The kernel sets, for tests and benchmarks that compare them on one machine.
+enum class GemmKernel : std::uint8_t { scalar, avx2, avx512 };
+
+/// Name of a kernel set ("scalar", "avx2", "avx512").
+const char* gemm_kernel_name(GemmKernel kernel);
+
+/// Whether this build has the kernel set and this CPU (and OS) can run it. scalar is always available.
+bool gemm_kernel_available(GemmKernel kernel);
+
+/// The kernel set gemm() uses: the widest available one.
+GemmKernel gemm_default_kernel();
+
+/// gemm() with an explicit kernel set. Throws std::invalid_argument if it is not available here.
+void gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w,
+          WeightType wtype, std::size_t n, float* y, std::size_t ldy, ThreadPool* pool,
+          bool accumulate = false);
 
 }  // namespace quarry::engine::cpu

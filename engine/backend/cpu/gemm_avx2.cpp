@@ -1,0 +1,214 @@
+// AVX2 + FMA3 + F16C kernels for gemm(): the same two algorithms as gemm_avx512.cpp (see there for
+// the sources) with 8-lane vectors: GEMV blocks of 4 weight rows by up to 2 rows of x, and a
+// GotoBLAS/BLIS blocked GEMM with a 6 x 16 micro-kernel (12 of the 16 ymm registers hold the tile).
+// Instructions: Intel Intrinsics Guide (vfmadd231ps, vbroadcastss, vpmovzxwd, vpslld, vcvtph2ps).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/backend/cpu/gemm_kernels.hpp"
+
+namespace quarry::engine::cpu::detail {
+namespace {
+
+using std::size_t;
+
+constexpr size_t kMR = 6, kNR = 16, kKC = 256, kNC = 512;
+
+inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+struct LoadF32 {
+  using T = float;
+  static __m256 load(const T* p) { return _mm256_loadu_ps(p); }
+  static float one(const T* p) { return *p; }
+};
+struct LoadBF16 {
+  using T = std::uint16_t;
+  static __m256 load(const T* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+  }
+  static float one(const T* p) {
+    const std::uint32_t u = static_cast<std::uint32_t>(*p) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+struct LoadF16 {
+  using T = std::uint16_t;
+  static __m256 load(const T* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static float one(const T* p) { return _cvtsh_ss(*p); }
+};
+
+// ---- small m -------------------------------------------------------------------------------------
+
+template <class L, int R, int M>
+inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, float* y, size_t ldy,
+                      bool accumulate) {
+  __m256 c[M][R];
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) c[i][r] = _mm256_setzero_ps();
+  size_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    __m256 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k + p);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) c[i][r] = _mm256_fmadd_ps(xv, wv[r], c[i][r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float s = hsum(c[i][r]);
+      for (size_t q = p; q < k; ++q) s += x[i * ldx + q] * L::one(w + r * k + q);
+      y[i * ldy + r] = accumulate ? y[i * ldy + r] + s : s;
+    }
+}
+
+template <class L, int R>
+inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, float* y,
+                      size_t ldy, bool accumulate) {
+  size_t i = 0;
+  for (; i + 2 <= m; i += 2) gemv_tile<L, R, 2>(x + i * ldx, ldx, w, k, y + i * ldy, ldy, accumulate);
+  if (i < m) gemv_tile<L, R, 1>(x + i * ldx, ldx, w, k, y + i * ldy, ldy, accumulate);
+}
+
+template <class L>
+void gemv_t(const float* x, size_t m, size_t k, size_t ldx, const void* wv, size_t j0, size_t j1, float* y,
+            size_t ldy, bool accumulate) {
+  const auto* w = static_cast<const typename L::T*>(wv);
+  size_t j = j0;
+  for (; j + 4 <= j1; j += 4) gemv_rows<L, 4>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
+  for (; j < j1; ++j) gemv_rows<L, 1>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
+}
+
+void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightType wt, size_t j0, size_t j1,
+          float* y, size_t ldy, bool accumulate) {
+  switch (wt) {
+    case WeightType::f32: return gemv_t<LoadF32>(x, m, k, ldx, w, j0, j1, y, ldy, accumulate);
+    case WeightType::bf16: return gemv_t<LoadBF16>(x, m, k, ldx, w, j0, j1, y, ldy, accumulate);
+    case WeightType::f16: return gemv_t<LoadF16>(x, m, k, ldx, w, j0, j1, y, ldy, accumulate);
+  }
+}
+
+// ---- large m -------------------------------------------------------------------------------------
+
+// wp[q*kb*kNR + p*kNR + c] = W[q*kNR + c, p] as f32 (zero past nb). Vector loads along k, then the
+// 8 converted values are scattered to their column slots; the panel (kb x 16 floats) stays in L1.
+template <class L>
+void pack_w(const typename L::T* w, size_t k, size_t nb, size_t kb, float* wp) {
+  const size_t panels = (nb + kNR - 1) / kNR;
+  for (size_t q = 0; q < panels; ++q) {
+    float* panel = wp + q * kb * kNR;
+    for (size_t c = 0; c < kNR; ++c) {
+      const size_t row = q * kNR + c;
+      if (row >= nb) {
+        for (size_t p = 0; p < kb; ++p) panel[p * kNR + c] = 0.f;
+        continue;
+      }
+      const typename L::T* src = w + row * k;
+      size_t p = 0;
+      alignas(32) float tmp[8];
+      for (; p + 8 <= kb; p += 8) {
+        _mm256_store_ps(tmp, L::load(src + p));
+        for (size_t e = 0; e < 8; ++e) panel[(p + e) * kNR + c] = tmp[e];
+      }
+      for (; p < kb; ++p) panel[p * kNR + c] = L::one(src + p);
+    }
+  }
+}
+
+void micro_kernel(size_t kb, const float* xp, const float* wp, float* y, size_t ldy, size_t rows, size_t cols,
+                  bool add) {
+  __m256 c[kMR][2];
+#pragma GCC unroll 6
+  for (size_t i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm256_setzero_ps();
+  for (size_t p = 0; p < kb; ++p) {
+    const __m256 b0 = _mm256_load_ps(wp), b1 = _mm256_load_ps(wp + 8);
+#pragma GCC unroll 6
+    for (size_t i = 0; i < kMR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(xp + i);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+    xp += kMR;
+    wp += kNR;
+  }
+  if (cols == kNR) {
+#pragma GCC unroll 6
+    for (size_t i = 0; i < kMR; ++i) {
+      if (i < rows) {
+        float* yi = y + i * ldy;
+        if (add) {
+          c[i][0] = _mm256_add_ps(c[i][0], _mm256_loadu_ps(yi));
+          c[i][1] = _mm256_add_ps(c[i][1], _mm256_loadu_ps(yi + 8));
+        }
+        _mm256_storeu_ps(yi, c[i][0]);
+        _mm256_storeu_ps(yi + 8, c[i][1]);
+      }
+    }
+    return;
+  }
+  alignas(32) float tile[kMR][kNR];
+#pragma GCC unroll 6
+  for (size_t i = 0; i < kMR; ++i) {
+    _mm256_store_ps(tile[i], c[i][0]);
+    _mm256_store_ps(tile[i] + 8, c[i][1]);
+  }
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = 0; j < cols; ++j) y[i * ldy + j] = add ? y[i * ldy + j] + tile[i][j] : tile[i][j];
+}
+
+template <class L>
+void gemm_t(const float* xp, size_t m, size_t k, const void* wv, size_t j0, size_t j1, float* y, size_t ldy,
+            bool accumulate, float* scratch) {
+  const auto* w = static_cast<const typename L::T*>(wv);
+  for (size_t jc = j0; jc < j1; jc += kNC) {
+    const size_t nb = min_sz(kNC, j1 - jc);
+    for (size_t pc = 0; pc < k; pc += kKC) {
+      const size_t kb = min_sz(kKC, k - pc);
+      pack_w<L>(w + jc * k + pc, k, nb, kb, scratch);
+      const bool add = accumulate || pc > 0;
+      for (size_t ir = 0; ir < m; ir += kMR) {
+        const float* xpanel = xp + (ir / kMR) * k * kMR + pc * kMR;
+        const size_t rows = min_sz(kMR, m - ir);
+        for (size_t jr = 0; jr < nb; jr += kNR)
+          micro_kernel(kb, xpanel, scratch + (jr / kNR) * kb * kNR, y + ir * ldy + jc + jr, ldy, rows,
+                       min_sz(kNR, nb - jr), add);
+      }
+    }
+  }
+}
+
+void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType wt, size_t j0, size_t j1,
+                float* y, size_t ldy, bool accumulate, float* scratch) {
+  switch (wt) {
+    case WeightType::f32: return gemm_t<LoadF32>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+    case WeightType::bf16: return gemm_t<LoadBF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+    case WeightType::f16: return gemm_t<LoadF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+  }
+}
+
+constexpr GemmKernels kKernels{"avx2", 6, kMR, kNR, kKC * kNC, 16, gemv, gemm_block};
+
+}  // namespace
+
+const GemmKernels& kernels_avx2() { return kKernels; }
+
+}  // namespace quarry::engine::cpu::detail

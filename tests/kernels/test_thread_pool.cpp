@@ -1,0 +1,108 @@
+// ThreadPool: every index covered exactly once, all thread indexes used, errors propagated, and the
+// pool stays correct across many short regions and after its workers went to sleep.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "engine/backend/cpu/thread_pool.hpp"
+
+namespace {
+
+using quarry::engine::ThreadPool;
+
+TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
+  for (std::size_t threads : {1u, 2u, 3u, 8u}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (std::size_t n : {0u, 1u, 2u, 3u, 7u, 1000u}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<std::size_t> calls{0};
+      pool.parallel_for(n, [&](std::size_t b, std::size_t e) {
+        EXPECT_LT(b, e);
+        EXPECT_LE(e, n);
+        ++calls;
+        for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+      EXPECT_LE(calls.load(), threads);
+    }
+  }
+}
+
+TEST(ThreadPool, ManyShortRegions) {
+  for (std::size_t threads : {2u, 3u}) {  // 3 may exceed the cores: waiting must not starve workers
+    ThreadPool pool(threads);
+    std::vector<long> sums(threads, 0);
+    constexpr int kRuns = 5000;
+    for (int r = 0; r < kRuns; ++r)
+      pool.run([&](std::size_t t, std::size_t nt) {
+        EXPECT_EQ(nt, threads);
+        sums[t] += 1;  // each thread writes only its own slot; run() must publish it to the caller
+      });
+    for (long s : sums) EXPECT_EQ(s, kRuns);
+  }
+}
+
+TEST(ThreadPool, EveryThreadIndexRunsOnce) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> seen(4);
+  std::vector<std::thread::id> ids(4);
+  pool.run([&](std::size_t t, std::size_t) {
+    seen[t].fetch_add(1);
+    ids[t] = std::this_thread::get_id();
+  });
+  for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  EXPECT_EQ(ids[0], std::this_thread::get_id());  // the caller is thread 0
+  for (std::size_t a = 0; a < 4; ++a)
+    for (std::size_t b = a + 1; b < 4; ++b) EXPECT_NE(ids[a], ids[b]);
+}
+
+TEST(ThreadPool, PoolOfOneRunsOnCaller) {
+  ThreadPool pool(1);
+  std::thread::id id;
+  pool.run([&](std::size_t t, std::size_t nt) {
+    EXPECT_EQ(t, 0u);
+    EXPECT_EQ(nt, 1u);
+    id = std::this_thread::get_id();
+  });
+  EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+TEST(ThreadPool, WorksAfterWorkersSleep) {
+  ThreadPool pool(2);
+  for (int r = 0; r < 3; ++r) {
+    std::this_thread::sleep_for(std::chrono::microseconds(ThreadPool::kSpinMicros * 5));
+    std::atomic<int> count{0};
+    pool.run([&](std::size_t, std::size_t) { ++count; });
+    EXPECT_EQ(count.load(), 2);
+  }
+}
+
+TEST(ThreadPool, ExceptionsPropagateAndPoolSurvives) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.run([](std::size_t t, std::size_t) {
+                 if (t == 2) throw std::runtime_error("worker failed");
+               }),
+               std::runtime_error);
+  EXPECT_THROW(pool.run([](std::size_t t, std::size_t) {
+                 if (t == 0) throw std::logic_error("caller failed");
+               }),
+               std::logic_error);
+  std::atomic<int> count{0};
+  pool.run([&](std::size_t, std::size_t) { ++count; });
+  EXPECT_EQ(count.load(), 3);
+}
+
+TEST(ThreadPool, DefaultSizeIsHardwareConcurrency) {
+  ThreadPool pool;
+  EXPECT_GE(pool.size(), 1u);
+  if (std::thread::hardware_concurrency() > 0) {
+    EXPECT_EQ(pool.size(), std::thread::hardware_concurrency());
+  }
+}
+
+}  // namespace
