@@ -1,5 +1,5 @@
 // AVX2 + FMA3 + F16C kernels for gemm(): the same two algorithms as gemm_avx512.cpp (see there for
-// the sources) with 8-lane vectors: GEMV blocks of 4 weight rows by up to 2 rows of x, and a
+// the sources) with 8-lane vectors: GEMV tiles of 4 weight rows (from 4 regions) by up to 2 rows of x, and a
 // GotoBLAS/BLIS blocked GEMM with a 6 x 16 micro-kernel (12 of the 16 ymm registers hold the tile).
 // Instructions: Intel Intrinsics Guide (vfmadd231ps, vbroadcastss, vpmovzxwd, vpslld, vcvtph2ps).
 #include <immintrin.h>
@@ -51,19 +51,30 @@ struct LoadF16 {
 
 // ---- small m -------------------------------------------------------------------------------------
 
+// y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R; with prefetch of the row `ahead`
+// rows further on (see gemm_avx512.cpp, gemv_streams).
 template <class L, int R, int M>
-inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, float* y, size_t ldy,
-                      bool accumulate) {
+inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, const size_t* col, float* y,
+                      size_t ldy, bool accumulate, size_t ahead) {
+  using T = typename L::T;
+  const T* row[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
   __m256 c[M][R];
 #pragma GCC unroll 4
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) c[i][r] = _mm256_setzero_ps();
+  constexpr size_t kLine = 64 / sizeof(T);
   size_t p = 0;
   for (; p + 8 <= k; p += 8) {
+    if (ahead && p % kLine == 0) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + ahead * k + p), _MM_HINT_T0);
+    }
     __m256 wv[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k + p);
+    for (int r = 0; r < R; ++r) wv[r] = L::load(row[r] + p);
 #pragma GCC unroll 4
     for (int i = 0; i < M; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
@@ -75,27 +86,38 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      float s = hsum(c[i][r]);
-      for (size_t q = p; q < k; ++q) s += x[i * ldx + q] * L::one(w + r * k + q);
-      y[i * ldy + r] = accumulate ? y[i * ldy + r] + s : s;
+      float sum = hsum(c[i][r]);
+      for (size_t q = p; q < k; ++q) sum += x[i * ldx + q] * L::one(row[r] + q);
+      float& out = y[i * ldy + col[r]];
+      out = accumulate ? out + sum : sum;
     }
 }
 
 template <class L, int R>
-inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, float* y,
-                      size_t ldy, bool accumulate) {
+inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, const size_t* col,
+                      float* y, size_t ldy, bool accumulate, size_t ahead) {
   size_t i = 0;
-  for (; i + 2 <= m; i += 2) gemv_tile<L, R, 2>(x + i * ldx, ldx, w, k, y + i * ldy, ldy, accumulate);
-  if (i < m) gemv_tile<L, R, 1>(x + i * ldx, ldx, w, k, y + i * ldy, ldy, accumulate);
+  for (; i + 2 <= m; i += 2)
+    gemv_tile<L, R, 2>(x + i * ldx, ldx, w, k, col, y + i * ldy, ldy, accumulate, i == 0 ? ahead : 0);
+  if (i < m) gemv_tile<L, R, 1>(x + i * ldx, ldx, w, k, col, y + i * ldy, ldy, accumulate, i == 0 ? ahead : 0);
 }
 
+// 4 regions of the columns walked side by side, one row of each per tile (see gemm_avx512.cpp).
 template <class L>
 void gemv_t(const float* x, size_t m, size_t k, size_t ldx, const void* wv, size_t j0, size_t j1, float* y,
             size_t ldy, bool accumulate) {
+  constexpr size_t R = 4;
   const auto* w = static_cast<const typename L::T*>(wv);
-  size_t j = j0;
-  for (; j + 4 <= j1; j += 4) gemv_rows<L, 4>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
-  for (; j < j1; ++j) gemv_rows<L, 1>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
+  const size_t region = (j1 - j0) / R;
+  size_t col[R];
+  for (size_t t = 0; t < region; ++t) {
+    for (size_t s = 0; s < R; ++s) col[s] = j0 + s * region + t;
+    gemv_rows<L, R>(x, m, ldx, w, k, col, y, ldy, accumulate, t + 1 < region ? 1 : 0);
+  }
+  for (size_t j = j0 + R * region; j < j1; ++j) {
+    col[0] = j;
+    gemv_rows<L, 1>(x, m, ldx, w, k, col, y, ldy, accumulate, 0);
+  }
 }
 
 void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightType wt, size_t j0, size_t j1,

@@ -1,9 +1,10 @@
 // AVX-512 (F, BW, VL, DQ) kernels for gemm(): f32 accumulation of f32 x by f32 / f16 / bf16 weights.
 //
-// Small m (decode, draft verification): GEMV-style. A block of R weight rows is streamed once from
-// memory, converted to f32 in registers (bf16: zero-extend to 32 bits and shift left 16; f16: F16C
-// vcvtph2ps) and multiplied with up to 4 rows of x at a time, 16 partial sums per (row of x, row of W)
-// pair, reduced horizontally at the end. Further chunks of x rows re-read the W block from L1.
+// Small m (decode, draft verification): GEMV-style. A tile of R weight rows (taken from 8 regions of
+// the thread's columns, see gemv_streams) is streamed once from memory, converted to f32 in registers
+// (bf16: zero-extend to 32 bits and shift left 16; f16: F16C vcvtph2ps) and multiplied with up to 4
+// rows of x at a time, 16 partial sums per (row of x, row of W) pair, reduced horizontally at the
+// end. Further chunks of x rows re-read the tile from L1.
 //
 // Large m (prefill): the loop structure of GotoBLAS / BLIS (K. Goto, R. van de Geijn, "Anatomy of
 // high-performance matrix multiplication", ACM TOMS 34(3), 2008; F. Van Zee, R. van de Geijn, "BLIS: A
@@ -58,19 +59,30 @@ struct LoadF16 {
 // ---- small m -------------------------------------------------------------------------------------
 
 // y[i, r] (=|+=) x[i, :] . w[r, :] for i < M, r < R; w rows at stride k, x rows at stride ldx.
+// y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R. With prefetch, each row also requests
+// the same columns of the row `ahead` rows further on (the row this tile's successor reads).
 template <class L, int R, int M>
-inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, float* y, size_t ldy,
-                      bool accumulate) {
+inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, const size_t* col, float* y,
+                      size_t ldy, bool accumulate, size_t ahead) {
+  using T = typename L::T;
+  const T* row[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
   __m512 c[M][R];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) c[i][r] = _mm512_setzero_ps();
+  constexpr size_t kLine = 64 / sizeof(T);  // elements per cache line
   size_t p = 0;
   for (; p + 16 <= k; p += 16) {
+    if (ahead && p % kLine == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + ahead * k + p), _MM_HINT_T0);
+    }
     __m512 wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k + p);
+    for (int r = 0; r < R; ++r) wv[r] = L::load(row[r] + p);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m512 xv = _mm512_loadu_ps(x + i * ldx + p);
@@ -82,7 +94,7 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
     const __mmask16 m = tail_mask(k - p);
     __m512 wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k + p, m);
+    for (int r = 0; r < R; ++r) wv[r] = L::load(row[r] + p, m);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * ldx + p);
@@ -94,29 +106,55 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const float s = _mm512_reduce_add_ps(c[i][r]);
-      y[i * ldy + r] = accumulate ? y[i * ldy + r] + s : s;
+      const float sum = _mm512_reduce_add_ps(c[i][r]);
+      float& out = y[i * ldy + col[r]];
+      out = accumulate ? out + sum : sum;
     }
 }
 
-// All m rows of x (in chunks of up to MaxM) against R rows of W starting at w.
+// All m rows of x (in chunks of up to MaxM) against the R weight rows listed in col.
 template <class L, int R, int MaxM>
-inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, float* y,
-                      size_t ldy, bool accumulate) {
+inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, const size_t* col,
+                      float* y, size_t ldy, bool accumulate, size_t ahead) {
   for (size_t i = 0; i < m; i += MaxM) {
     const size_t mc = min_sz(MaxM, m - i);
     const float* xi = x + i * ldx;
     float* yi = y + i * ldy;
+    const size_t pf = i == 0 ? ahead : 0;  // later chunks of x re-read these rows from L1
     if constexpr (MaxM >= 4) {
-      if (mc == 4) { gemv_tile<L, R, 4>(xi, ldx, w, k, yi, ldy, accumulate); continue; }
+      if (mc == 4) { gemv_tile<L, R, 4>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
     }
     if constexpr (MaxM >= 3) {
-      if (mc == 3) { gemv_tile<L, R, 3>(xi, ldx, w, k, yi, ldy, accumulate); continue; }
+      if (mc == 3) { gemv_tile<L, R, 3>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
     }
     if constexpr (MaxM >= 2) {
-      if (mc == 2) { gemv_tile<L, R, 2>(xi, ldx, w, k, yi, ldy, accumulate); continue; }
+      if (mc == 2) { gemv_tile<L, R, 2>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
     }
-    gemv_tile<L, R, 1>(xi, ldx, w, k, yi, ldy, accumulate);
+    gemv_tile<L, R, 1>(xi, ldx, w, k, col, yi, ldy, accumulate, pf);
+  }
+}
+
+// Memory-level parallelism: one sequential stream of weights does not reach the bandwidth of the
+// memory system from one core (the L2 streamer follows few pages at once). The columns [j0, j1) are
+// cut into S = min(kStreams, R) equal regions that are walked side by side: each register tile takes
+// G = R / S consecutive rows from every region, and prefetches the next G rows of each (software
+// prefetch, Intel SDM "PREFETCHh"), so S streams far apart are always in flight.
+constexpr size_t kStreams = 8;  // 8 beat 2 and 4 on Sapphire Rapids (bench/kernels)
+
+template <class L, int R, int MaxM>
+void gemv_streams(const float* x, size_t m, size_t k, size_t ldx, const typename L::T* w, size_t j0, size_t j1,
+                  float* y, size_t ldy, bool accumulate) {
+  constexpr size_t S = kStreams < R ? kStreams : R, G = R / S;
+  const size_t tiles = (j1 - j0) / R, region = tiles * G;
+  size_t col[R];
+  for (size_t t = 0; t < tiles; ++t) {
+    for (size_t s = 0; s < S; ++s)
+      for (size_t g = 0; g < G; ++g) col[s * G + g] = j0 + s * region + t * G + g;
+    gemv_rows<L, R, MaxM>(x, m, ldx, w, k, col, y, ldy, accumulate, t + 1 < tiles ? G : 0);
+  }
+  for (size_t j = j0 + S * region; j < j1; ++j) {
+    col[0] = j;
+    gemv_rows<L, 1, MaxM>(x, m, ldx, w, k, col, y, ldy, accumulate, 0);
   }
 }
 
@@ -124,14 +162,10 @@ template <class L>
 void gemv_t(const float* x, size_t m, size_t k, size_t ldx, const void* wv, size_t j0, size_t j1, float* y,
             size_t ldy, bool accumulate) {
   const auto* w = static_cast<const typename L::T*>(wv);
-  size_t j = j0;
-  if (m <= 2) {  // 8 (or 16) accumulators: enough independent FMA chains, and 8 W streams in flight
-    for (; j + 8 <= j1; j += 8) gemv_rows<L, 8, 2>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
-    for (; j < j1; ++j) gemv_rows<L, 1, 2>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
-  } else {
-    for (; j + 4 <= j1; j += 4) gemv_rows<L, 4, 4>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
-    for (; j < j1; ++j) gemv_rows<L, 1, 4>(x, m, ldx, w + j * k, k, y + j, ldy, accumulate);
-  }
+  if (m <= 2)  // 8 (or 16) accumulators: enough independent FMA chains
+    gemv_streams<L, 8, 2>(x, m, k, ldx, w, j0, j1, y, ldy, accumulate);
+  else
+    gemv_streams<L, 4, 4>(x, m, k, ldx, w, j0, j1, y, ldy, accumulate);
 }
 
 void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightType wt, size_t j0, size_t j1,
