@@ -306,6 +306,15 @@ int main(int argc, char** argv) {
     run["memory_read_GBps"] = bw_gbs;
     std::cerr << "  memory read " << fmt(bw_gbs) << " GB/s\n";
 
+    // Fork-join latency of the pool: one empty parallel region (what every matmul of a decode step
+    // pays on top of its work).
+    const int regions = 2000;
+    const Stats fj = time_runs(reps, [&] {
+      for (int r = 0; r < regions; ++r) pool.run([](std::size_t, std::size_t) {});
+    });
+    run["pool_run_us"] = fj.median / regions * 1e6;
+    std::cerr << "  empty pool.run " << fmt(fj.median / regions * 1e6, 2) << " us\n";
+
     // Peak FLOP/s.
     const long iters = quick ? 1000000 : 4000000;
     const int lanes_x_chains = feat.avx512 ? 16 * 24 : 8 * 12;
@@ -385,7 +394,7 @@ int main(int argc, char** argv) {
 
     // Small-m sweep (decode with drafts, short prefill chunks): time per call and effective rates.
     nlohmann::json sweep = nlohmann::json::array();
-    for (std::size_t ms : {1u, 2u, 4u, 8u, 9u, 12u, 16u, 32u, 64u}) {
+    for (std::size_t ms : {1u, 2u, 4u, 8u, 12u, 16u, 17u, 24u, 32u, 64u}) {
       const Shape s{"k1024_n3072", 1024, 3072};
       const std::size_t elems = s.k * s.n, slots = model_elems / elems, calls = 32;
       std::size_t slot = 0;
@@ -402,16 +411,17 @@ int main(int argc, char** argv) {
   }
   report["runs"] = runs;
 
-  md << "| threads | memory read GB/s | peak FMA GFLOP/s | decode step ms (GB/s, % roofline) |";
+  md << "| threads | memory read GB/s | peak FMA GFLOP/s | empty pool.run us | decode step ms (GB/s, % roofline) |";
   for (const auto& g : runs[0]["gemv_bf16_m1"]) md << " gemv " << g["shape"].get<std::string>() << " GB/s (%) |";
   for (const auto& g : runs[0]["gemm_bf16_m512"]) md << " gemm m512 " << g["shape"].get<std::string>() << " GFLOP/s (% peak) |";
-  md << "\n|---|---|---|---|";
+  md << "\n|---|---|---|---|---|";
   for (std::size_t i = 0; i < runs[0]["gemv_bf16_m1"].size() + runs[0]["gemm_bf16_m512"].size(); ++i) md << "---|";
   md << "\n";
   for (const auto& r : runs) {
     const auto& d = r["decode_step"];
     md << "| " << r["threads"].get<std::size_t>() << " | " << fmt(r["memory_read_GBps"]) << " | "
-       << fmt(r["peak_fma_GFLOPs"]) << " | " << fmt(d["ms_per_token"].get<double>(), 2) << " ("
+       << fmt(r["peak_fma_GFLOPs"]) << " | " << fmt(r["pool_run_us"], 2) << " | "
+       << fmt(d["ms_per_token"].get<double>(), 2) << " ("
        << fmt(d["GBps"]) << ", " << fmt(100 * d["ratio_to_roofline"].get<double>()) << "%) |";
     for (const auto& g : r["gemv_bf16_m1"])
       md << " " << fmt(g["GBps"]) << " (" << fmt(100 * g["ratio_to_memory_read"].get<double>()) << "%) |";

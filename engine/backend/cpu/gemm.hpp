@@ -21,8 +21,9 @@ enum class WeightType : std::uint8_t { f32, f16, bf16 };
 /// between threads, so each weight row is read by one thread only.
 /// Kernels: portable scalar, AVX2+FMA+F16C, AVX-512 (F/BW/VL/DQ), picked once at run time by cpuid.
 /// Every kernel converts weights to f32 exactly and accumulates in f32 (no rounding of x to bf16).
-///  - m <= a small bound (8 for AVX-512, 6 for AVX2): GEMV-style, each weight row streamed once
-///    (decode is bound by memory bandwidth).
+///  - m <= a small bound (16 for AVX-512, 12 for AVX2; where the sweep in bench/kernels crosses):
+///    GEMV-style, each weight row streamed once (decode is bound by memory bandwidth), several
+///    regions of the rows walked side by side with software prefetch to keep the memory bus busy.
 ///  - larger m (prefill): GotoBLAS/BLIS blocked GEMM (Goto & van de Geijn, ACM TOMS 2008; Van Zee &
 ///    van de Geijn, ACM TOMS 2015): W packed to f32 in L2-sized blocks, x packed into micro-panels,
 ///    register-blocked FMA micro-kernel (12x32 for AVX-512, 6x16 for AVX2).

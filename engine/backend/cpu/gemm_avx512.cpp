@@ -296,7 +296,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx512", 8, kMR, kNR, kKC * kNC, 32, gemv, gemm_block};
+constexpr GemmKernels kKernels{"avx512", 16, kMR, kNR, kKC * kNC, 32, gemv, gemm_block};
 
 }  // namespace
 

@@ -14,8 +14,8 @@ namespace quarry::engine::cpu::detail {
 /// One kernel set. All pointers are non-null; the dispatcher has validated shapes and strides.
 struct GemmKernels {
   const char* name;
-  /// gemv() is used when m <= small_m_max (it streams W once per call, reusing each W row block for
-  /// all m rows of x from L1); otherwise x is packed and gemm_block() runs.
+  /// gemv() is used when m <= small_m_max (it streams W once per call, reusing each W row tile for
+  /// all m rows of x from L1); otherwise x is packed and gemm_block() runs (null: never).
   std::size_t small_m_max;
   /// Micro-tile: mr rows of x (broadcast operand) by nr columns of y (vector operand).
   std::size_t mr, nr;
