@@ -99,7 +99,9 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, st
   const std::size_t panels = (m + kern.mr - 1) / kern.mr;
   AlignedBuffer xp = aligned_floats(panels * kern.mr * k);
   auto pack = [&](std::size_t t, std::size_t tn) {
-    detail::pack_x_panels(x, m, k, ldx, kern.mr, panels * t / tn, panels * (t + 1) / tn, xp.get());
+    const std::size_t q0 = panels * t / tn, q1 = panels * (t + 1) / tn;
+    if (kern.pack_x) kern.pack_x(x, m, k, ldx, q0, q1, xp.get());
+    else detail::pack_x_panels(x, m, k, ldx, kern.mr, q0, q1, xp.get());
   };
   auto part = [&](std::size_t t, std::size_t tn) {
     std::size_t j0, j1;

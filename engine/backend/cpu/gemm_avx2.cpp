@@ -227,7 +227,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx2", 12, kMR, kNR, kKC * kNC, 16, gemv, gemm_block};
+constexpr GemmKernels kKernels{"avx2", 12, kMR, kNR, kKC * kNC, 16, gemv, nullptr, gemm_block};
 
 }  // namespace
 

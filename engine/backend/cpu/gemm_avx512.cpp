@@ -59,23 +59,23 @@ struct LoadF16 {
 // ---- small m -------------------------------------------------------------------------------------
 
 // y[i, r] (=|+=) x[i, :] . w[r, :] for i < M, r < R; w rows at stride k, x rows at stride ldx.
-// y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R. With prefetch, each row also requests
+// Columns [k0, k1) of y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R, where row[r] points
+// at W[col[r], 0]. Partial sums live in `part` (M*R vectors) between k blocks: loaded unless `first`,
+// reduced and written to y when `last`, stored back otherwise. With `ahead`, each row also prefetches
 // the same columns of the row `ahead` rows further on (the row this tile's successor reads).
 template <class L, int R, int M>
-inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, const size_t* col, float* y,
-                      size_t ldy, bool accumulate, size_t ahead) {
+inline void gemv_tile(const float* x, size_t ldx, const typename L::T* const* row, size_t k0, size_t k1, size_t k,
+                      size_t ahead, __m512* part, bool first, bool last, const size_t* col, float* y, size_t ldy,
+                      bool accumulate) {
   using T = typename L::T;
-  const T* row[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
   __m512 c[M][R];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) c[i][r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) c[i][r] = first ? _mm512_setzero_ps() : part[i * R + r];
   constexpr size_t kLine = 64 / sizeof(T);  // elements per cache line
-  size_t p = 0;
-  for (; p + 16 <= k; p += 16) {
+  size_t p = k0;
+  for (; p + 16 <= k1; p += 16) {
     if (ahead && p % kLine == 0) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + ahead * k + p), _MM_HINT_T0);
@@ -90,8 +90,8 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
       for (int r = 0; r < R; ++r) c[i][r] = _mm512_fmadd_ps(xv, wv[r], c[i][r]);
     }
   }
-  if (p < k) {
-    const __mmask16 m = tail_mask(k - p);
+  if (p < k1) {
+    const __mmask16 m = tail_mask(k1 - p);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = L::load(row[r] + p, m);
@@ -101,6 +101,13 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) c[i][r] = _mm512_fmadd_ps(xv, wv[r], c[i][r]);
     }
+  }
+  if (!last) {
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) part[i * R + r] = c[i][r];
+    return;
   }
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
@@ -112,25 +119,51 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
     }
 }
 
-// All m rows of x (in chunks of up to MaxM) against the R weight rows listed in col.
+// All m rows of x against the R weight rows listed in col, in chunks of up to MaxM rows of x (one
+// register tile each; later chunks re-read the weight rows from L1). When x is larger than about a
+// third of L1 (m*k*4 bytes; 4 rows of a 3072-wide x already fill it), k is cut into blocks of kKB
+// so that the x block of every chunk and the weight rows stay in L1 together; partial sums are kept
+// in a small stack buffer between blocks. m <= kMaxSmallM.
+constexpr size_t kKB = 256, kMaxSmallM = 16, kXInL1Bytes = 16 * 1024;
+
 template <class L, int R, int MaxM>
 inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, const size_t* col,
                       float* y, size_t ldy, bool accumulate, size_t ahead) {
-  for (size_t i = 0; i < m; i += MaxM) {
-    const size_t mc = min_sz(MaxM, m - i);
-    const float* xi = x + i * ldx;
-    float* yi = y + i * ldy;
-    const size_t pf = i == 0 ? ahead : 0;  // later chunks of x re-read these rows from L1
-    if constexpr (MaxM >= 4) {
-      if (mc == 4) { gemv_tile<L, R, 4>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
+  using T = typename L::T;
+  const T* row[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
+  __m512 part[kMaxSmallM * R];
+  const size_t kb = m * k * sizeof(float) <= kXInL1Bytes ? k : kKB;
+  for (size_t k0 = 0; k0 < k; k0 += kb) {
+    const size_t k1 = min_sz(k, k0 + kb);
+    const bool first = k0 == 0, last = k1 == k;
+    for (size_t i = 0; i < m; i += MaxM) {
+      const size_t mc = min_sz(MaxM, m - i);
+      const float* xi = x + i * ldx;
+      float* yi = y + i * ldy;
+      __m512* pi = part + i * R;
+      const size_t pf = i == 0 ? ahead : 0;
+      if constexpr (MaxM >= 4) {
+        if (mc == 4) {
+          gemv_tile<L, R, 4>(xi, ldx, row, k0, k1, k, pf, pi, first, last, col, yi, ldy, accumulate);
+          continue;
+        }
+      }
+      if constexpr (MaxM >= 3) {
+        if (mc == 3) {
+          gemv_tile<L, R, 3>(xi, ldx, row, k0, k1, k, pf, pi, first, last, col, yi, ldy, accumulate);
+          continue;
+        }
+      }
+      if constexpr (MaxM >= 2) {
+        if (mc == 2) {
+          gemv_tile<L, R, 2>(xi, ldx, row, k0, k1, k, pf, pi, first, last, col, yi, ldy, accumulate);
+          continue;
+        }
+      }
+      gemv_tile<L, R, 1>(xi, ldx, row, k0, k1, k, pf, pi, first, last, col, yi, ldy, accumulate);
     }
-    if constexpr (MaxM >= 3) {
-      if (mc == 3) { gemv_tile<L, R, 3>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
-    }
-    if constexpr (MaxM >= 2) {
-      if (mc == 2) { gemv_tile<L, R, 2>(xi, ldx, w, k, col, yi, ldy, accumulate, pf); continue; }
-    }
-    gemv_tile<L, R, 1>(xi, ldx, w, k, col, yi, ldy, accumulate, pf);
   }
 }
 
@@ -234,6 +267,25 @@ void pack_w(const typename L::T* w, size_t k, size_t nb, size_t kb, float* wp) {
   }
 }
 
+// Packs panels [q0, q1) of x (layout in gemm_kernels.hpp): 12 rows x 16 columns at a time through
+// the same in-register transpose (4 zero rows), storing 12 lanes per column.
+void pack_x(const float* x, size_t m, size_t k, size_t ldx, size_t q0, size_t q1, float* xp) {
+  for (size_t q = q0; q < q1; ++q) {
+    float* panel = xp + q * k * kMR;
+    const size_t r0 = q * kMR, rows = min_sz(kMR, m - r0);
+    for (size_t p = 0; p < k; p += 16) {
+      const size_t cols = min_sz(16, k - p);
+      const __mmask16 cm = tail_mask(cols);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (size_t i = 0; i < 16; ++i)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, x + (r0 + i) * ldx + p) : _mm512_setzero_ps();
+      transpose16(r);
+      for (size_t c = 0; c < cols; ++c) _mm512_mask_storeu_ps(panel + (p + c) * kMR, 0x0fff, r[c]);
+    }
+  }
+}
+
 // y[0:rows, 0:cols] (=|+=) xp-panel (kb x 12) times wp-panel (kb x 32).
 void micro_kernel(size_t kb, const float* xp, const float* wp, float* y, size_t ldy, size_t rows, size_t cols,
                   bool add) {
@@ -296,7 +348,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx512", 16, kMR, kNR, kKC * kNC, 32, gemv, gemm_block};
+constexpr GemmKernels kKernels{"avx512", kMaxSmallM, kMR, kNR, kKC * kNC, 32, gemv, pack_x, gemm_block};
 
 }  // namespace
 

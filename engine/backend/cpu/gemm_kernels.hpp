@@ -28,6 +28,10 @@ struct GemmKernels {
   void (*gemv)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wt,
                std::size_t j0, std::size_t j1, float* y, std::size_t ldy, bool accumulate);
 
+  /// Packs panels [q0, q1) of x as pack_x_panels() does (null: pack_x_panels() is used).
+  void (*pack_x)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::size_t q0, std::size_t q1,
+                 float* xp);
+
   /// Same result from x packed by pack_x_panels() (panels of mr rows, see there), for j in [j0, j1).
   /// scratch: scratch_floats floats, 64-byte aligned.
   void (*gemm_block)(const float* xp, std::size_t m, std::size_t k, const void* w, WeightType wt,
