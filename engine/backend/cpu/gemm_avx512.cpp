@@ -213,7 +213,7 @@ void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightT
 // ---- large m -------------------------------------------------------------------------------------
 
 // In-register transpose of a 16 x 16 f32 block: r[i] holds row i on entry and column i on exit.
-inline void transpose16(__m512 r[16]) {
+__attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
   __m512 t[16], u[16];
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
@@ -292,7 +292,17 @@ void micro_kernel(size_t kb, const float* xp, const float* wp, float* y, size_t 
   __m512 c[kMR][2];
 #pragma GCC unroll 12
   for (size_t i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  // The tile of y is read (when adding) and written at the end; its rows are ldy apart, often a
+  // multiple of 4 KB, so they compete for a few L1 sets. Prefetch them a few dozen k steps before
+  // the end, late enough not to be evicted by the streaming W panel, early enough to hide L2 latency.
+  const size_t pf_at = kb > 24 ? kb - 24 : 0;
   for (size_t p = 0; p < kb; ++p) {
+    if (p == pf_at) {
+      for (size_t i = 0; i < rows; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(y + i * ldy), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(y + i * ldy + 16), _MM_HINT_T0);
+      }
+    }
     const __m512 b0 = _mm512_load_ps(wp), b1 = _mm512_load_ps(wp + 16);
 #pragma GCC unroll 12
     for (size_t i = 0; i < kMR; ++i) {
