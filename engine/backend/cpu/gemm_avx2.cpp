@@ -51,23 +51,22 @@ struct LoadF16 {
 
 // ---- small m -------------------------------------------------------------------------------------
 
-// y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R; with prefetch of the row `ahead`
-// rows further on (see gemm_avx512.cpp, gemv_streams).
+// Columns [k0, k1) of y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R (row[r] points at
+// W[col[r], 0]); partial sums kept in `part` between k blocks, prefetch of the row `ahead` rows
+// further on (see gemm_avx512.cpp, gemv_tile and gemv_rows). k1 - k0 is a multiple of 8 unless k1 == k.
 template <class L, int R, int M>
-inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t k, const size_t* col, float* y,
-                      size_t ldy, bool accumulate, size_t ahead) {
+inline void gemv_tile(const float* x, size_t ldx, const typename L::T* const* row, size_t k0, size_t k1, size_t k,
+                      size_t ahead, __m256* part, bool first, bool last, const size_t* col, float* y, size_t ldy,
+                      bool accumulate) {
   using T = typename L::T;
-  const T* row[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
   __m256 c[M][R];
 #pragma GCC unroll 4
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) c[i][r] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) c[i][r] = first ? _mm256_setzero_ps() : part[i * R + r];
   constexpr size_t kLine = 64 / sizeof(T);
-  size_t p = 0;
-  for (; p + 8 <= k; p += 8) {
+  size_t p = k0;
+  for (; p + 8 <= k1; p += 8) {
     if (ahead && p % kLine == 0) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + ahead * k + p), _MM_HINT_T0);
@@ -82,6 +81,13 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
       for (int r = 0; r < R; ++r) c[i][r] = _mm256_fmadd_ps(xv, wv[r], c[i][r]);
     }
   }
+  if (!last) {
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) part[i * R + r] = c[i][r];
+    return;
+  }
 #pragma GCC unroll 4
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
@@ -93,13 +99,28 @@ inline void gemv_tile(const float* x, size_t ldx, const typename L::T* w, size_t
     }
 }
 
+constexpr size_t kKB = 256, kMaxSmallM = 12, kXInL1Bytes = 12 * 1024;
+
 template <class L, int R>
 inline void gemv_rows(const float* x, size_t m, size_t ldx, const typename L::T* w, size_t k, const size_t* col,
                       float* y, size_t ldy, bool accumulate, size_t ahead) {
-  size_t i = 0;
-  for (; i + 2 <= m; i += 2)
-    gemv_tile<L, R, 2>(x + i * ldx, ldx, w, k, col, y + i * ldy, ldy, accumulate, i == 0 ? ahead : 0);
-  if (i < m) gemv_tile<L, R, 1>(x + i * ldx, ldx, w, k, col, y + i * ldy, ldy, accumulate, i == 0 ? ahead : 0);
+  using T = typename L::T;
+  const T* row[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) row[r] = w + col[r] * k;
+  __m256 part[kMaxSmallM * R];
+  const size_t kb = m * k * sizeof(float) <= kXInL1Bytes ? k : kKB;
+  for (size_t k0 = 0; k0 < k; k0 += kb) {
+    const size_t k1 = min_sz(k, k0 + kb);
+    const bool first = k0 == 0, last = k1 == k;
+    size_t i = 0;
+    for (; i + 2 <= m; i += 2)
+      gemv_tile<L, R, 2>(x + i * ldx, ldx, row, k0, k1, k, i == 0 ? ahead : 0, part + i * R, first, last, col,
+                         y + i * ldy, ldy, accumulate);
+    if (i < m)
+      gemv_tile<L, R, 1>(x + i * ldx, ldx, row, k0, k1, k, i == 0 ? ahead : 0, part + i * R, first, last, col,
+                         y + i * ldy, ldy, accumulate);
+  }
 }
 
 // 4 regions of the columns walked side by side, one row of each per tile (see gemm_avx512.cpp).
@@ -227,7 +248,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx2", 12, kMR, kNR, kKC * kNC, 16, gemv, nullptr, gemm_block};
+constexpr GemmKernels kKernels{"avx2", kMaxSmallM, kMR, kNR, kKC * kNC, 16, gemv, nullptr, gemm_block};
 
 }  // namespace
 
