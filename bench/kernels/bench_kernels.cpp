@@ -31,6 +31,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_features.hpp"
@@ -43,49 +44,77 @@ using quarry::engine::ThreadPool;
 using namespace quarry::engine::cpu;
 using Clock = std::chrono::steady_clock;
 
+// Each timing records wall-clock time and the calling thread's CPU time. With one thread, CPU time
+// leaves out the time other processes held the core (a shared machine); with more threads only wall
+// time is meaningful.
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 struct Stats {
-  double median = 0, min = 0, max = 0;  // seconds
+  double median = 0, min = 0, max = 0;  // wall seconds
+  double cpu_median = 0;                // calling thread's CPU seconds
 };
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Stats stats_of(std::vector<double> wall, const std::vector<double>& cpu) {
+  std::sort(wall.begin(), wall.end());
+  return {wall[wall.size() / 2], wall.front(), wall.back(), median_of(cpu)};
+}
 
 Stats time_runs(int reps, const std::function<void()>& f) {
   f();  // warm-up
-  std::vector<double> t;
+  std::vector<double> t, c;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
+    const double c0 = cpu_now();
     f();
+    c.push_back(cpu_now() - c0);
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front(), t.back()};
+  return stats_of(t, c);
 }
 
 // Each rep times `base` then `work` back to back and records both and their ratio base/work, so a
-// drift of the machine's load between reps shifts both; returns the medians of the three series.
+// drift of the machine's load between reps shifts both; returns the medians of the series.
 struct Paired {
   Stats base, work;
-  double ratio = 0;  // median of t_base / t_work
+  double ratio = 0;      // median of wall t_base / t_work
+  double ratio_cpu = 0;  // the same with CPU times
 };
 
 Paired time_paired(int reps, const std::function<void()>& base, const std::function<void()>& work) {
   base();
   work();
-  std::vector<double> tb, tw, r;
+  std::vector<double> tb, tw, cb, cw, r, rc;
   for (int i = 0; i < reps; ++i) {
     auto t0 = Clock::now();
+    double c0 = cpu_now();
     base();
-    const double b = std::chrono::duration<double>(Clock::now() - t0).count();
+    cb.push_back(cpu_now() - c0);
+    tb.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     t0 = Clock::now();
+    c0 = cpu_now();
     work();
-    const double w = std::chrono::duration<double>(Clock::now() - t0).count();
-    tb.push_back(b);
-    tw.push_back(w);
-    r.push_back(b / w);
+    cw.push_back(cpu_now() - c0);
+    tw.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    r.push_back(tb.back() / tw.back());
+    rc.push_back(cb.back() / cw.back());
   }
-  auto med = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return Stats{v[v.size() / 2], v.front(), v.back()};
-  };
-  return {med(tb), med(tw), med(r).median};
+  return {stats_of(tb, cb), stats_of(tw, cw), median_of(r), median_of(rc)};
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
 }
 
 // ---- memory bandwidth ------------------------------------------------------------------------------
@@ -288,6 +317,7 @@ int main(int argc, char** argv) {
     ThreadPool pool(nt);
     nlohmann::json run;
     run["threads"] = nt;
+    run["load_average_before"] = load_average();
     std::cerr << "threads " << nt << "\n";
 
     // Memory bandwidth over the whole weight buffer (~1.2 GB, far past the L3).
@@ -330,6 +360,10 @@ int main(int argc, char** argv) {
     const Stats pk = time_runs(reps, fma_all);
     const double peak = fma_flops / pk.median / 1e9;
     run["peak_fma_GFLOPs"] = peak;
+    if (nt == 1) {
+      run["cpu_time"]["memory_read_GBps"] = model_bytes / bw.cpu_median / 1e9;
+      run["cpu_time"]["peak_fma_GFLOPs"] = fma_flops / pk.cpu_median / 1e9;
+    }
     std::cerr << "  peak FMA " << fmt(peak) << " GFLOP/s\n";
 
     // GEMV, m = 1, bf16, weights streamed from memory: successive calls use different parts of the
@@ -351,6 +385,10 @@ int main(int argc, char** argv) {
       const double ratio = st.ratio * work_bytes / model_bytes;  // (work GB/s) / (read GB/s), per rep
       gemv.push_back({{"shape", s.name}, {"k", s.k}, {"n", s.n}, {"us_per_call", st.work.median / calls * 1e6},
                       {"GBps", gbs}, {"ratio_to_memory_read", ratio}});
+      if (nt == 1)
+        run["cpu_time"]["gemv_bf16_m1"].push_back({{"shape", s.name},
+                                                   {"GBps", work_bytes / st.work.cpu_median / 1e9},
+                                                   {"ratio_to_memory_read", st.ratio_cpu * work_bytes / model_bytes}});
       std::cerr << "  gemv " << s.name << " " << fmt(gbs) << " GB/s (" << fmt(100 * ratio) << "% of paired read)\n";
     }
     run["gemv_bf16_m1"] = gemv;
@@ -373,6 +411,10 @@ int main(int argc, char** argv) {
                           {"GBps", step_gbs},
                           {"paired_read_GBps", model_bytes / step.base.median / 1e9},
                           {"ratio_to_roofline", step.ratio}};
+    if (nt == 1)
+      run["cpu_time"]["decode_step"] = {{"ms_per_token", step.work.cpu_median * 1e3},
+                                        {"GBps", model_bytes / step.work.cpu_median / 1e9},
+                                        {"ratio_to_roofline", step.ratio_cpu}};
     std::cerr << "  decode step " << fmt(step.work.median * 1e3, 2) << " ms, " << fmt(step_gbs) << " GB/s ("
               << fmt(100 * step.ratio) << "% of roofline)\n";
 
@@ -388,6 +430,10 @@ int main(int argc, char** argv) {
       const double ratio = fma_flops > 0 ? st.ratio * flops / fma_flops : 0.0;
       gemms.push_back({{"shape", s.name}, {"m", m}, {"k", s.k}, {"n", s.n}, {"ms", st.work.median * 1e3},
                        {"GFLOPs", gf}, {"ratio_to_peak", ratio}});
+      if (nt == 1)
+        run["cpu_time"]["gemm_bf16_m512"].push_back(
+            {{"shape", s.name}, {"GFLOPs", flops / st.work.cpu_median / 1e9},
+             {"ratio_to_peak", fma_flops > 0 ? st.ratio_cpu * flops / fma_flops : 0.0}});
       std::cerr << "  gemm m512 " << s.name << " " << fmt(gf) << " GFLOP/s (" << fmt(100 * ratio) << "% of paired peak)\n";
     }
     run["gemm_bf16_m512"] = gemms;
@@ -429,6 +475,18 @@ int main(int argc, char** argv) {
       md << " " << fmt(g["GFLOPs"]) << " (" << fmt(100 * g["ratio_to_peak"].get<double>()) << "%) |";
     md << "\n";
   }
+  for (const auto& r : runs) {
+    if (!r.contains("cpu_time")) continue;
+    const auto& c = r["cpu_time"];
+    md << "| 1 (CPU time) | " << fmt(c["memory_read_GBps"]) << " | " << fmt(c["peak_fma_GFLOPs"]) << " | - | "
+       << fmt(c["decode_step"]["ms_per_token"].get<double>(), 2) << " (" << fmt(c["decode_step"]["GBps"]) << ", "
+       << fmt(100 * c["decode_step"]["ratio_to_roofline"].get<double>()) << "%) |";
+    for (const auto& g : c["gemv_bf16_m1"])
+      md << " " << fmt(g["GBps"]) << " (" << fmt(100 * g["ratio_to_memory_read"].get<double>()) << "%) |";
+    for (const auto& g : c["gemm_bf16_m512"])
+      md << " " << fmt(g["GFLOPs"]) << " (" << fmt(100 * g["ratio_to_peak"].get<double>()) << "%) |";
+    md << "\n";
+  }
   md << "\nSmall-m sweep, k=1024 n=3072 bf16 (us per call / GFLOP/s):\n\n| threads |";
   for (const auto& s : runs[0]["small_m_sweep_k1024_n3072"]) md << " m=" << s["m"].get<std::size_t>() << " |";
   md << "\n|---|";
@@ -442,7 +500,10 @@ int main(int argc, char** argv) {
   }
   md << "\nPercentages: decode and gemv against the streaming-read bandwidth, gemm against the FMA-loop peak, "
         "each the median of per-rep ratios to a baseline rep run just before. ";
-  md << "Weights bf16, activations and accumulation f32. The decode step is the 196 projection matmuls "
+  md << "Rows \"1 (CPU time)\": the single-thread run timed by its thread's CPU time (excludes time "
+        "other processes held the core). Load average at the start of each thread count: ";
+  for (const auto& r : runs) md << r["threads"].get<std::size_t>() << " thread(s): " << r["load_average_before"].get<std::string>() << "; ";
+  md << "\n\nWeights bf16, activations and accumulation f32. The decode step is the 196 projection matmuls "
         "of 28 layers plus the tied LM head at m = 1 (" << fmt(model_bytes / 1e9, 3)
      << " GB of weights per token); its roofline is memory read GB/s / bytes per token.\n";
 

@@ -47,18 +47,34 @@ TEST(ThreadPool, ManyShortRegions) {
   }
 }
 
-TEST(ThreadPool, EveryThreadIndexRunsOnce) {
+TEST(ThreadPool, EveryIndexRunsOnceAndZeroOnCaller) {
   ThreadPool pool(4);
-  std::vector<std::atomic<int>> seen(4);
-  std::vector<std::thread::id> ids(4);
-  pool.run([&](std::size_t t, std::size_t) {
-    seen[t].fetch_add(1);
-    ids[t] = std::this_thread::get_id();
-  });
-  for (auto& s : seen) EXPECT_EQ(s.load(), 1);
-  EXPECT_EQ(ids[0], std::this_thread::get_id());  // the caller is thread 0
-  for (std::size_t a = 0; a < 4; ++a)
-    for (std::size_t b = a + 1; b < 4; ++b) EXPECT_NE(ids[a], ids[b]);
+  for (int r = 0; r < 200; ++r) {
+    std::vector<std::atomic<int>> seen(4);
+    std::thread::id id0;
+    pool.run([&](std::size_t t, std::size_t nt) {
+      EXPECT_EQ(nt, 4u);
+      seen[t].fetch_add(1);
+      if (t == 0) id0 = std::this_thread::get_id();
+    });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+    EXPECT_EQ(id0, std::this_thread::get_id());  // index 0 runs on the caller
+  }
+}
+
+TEST(ThreadPool, WorkersTakePartWhenIdle) {
+  // With work long enough for the workers to wake (milliseconds), some index runs off the caller.
+  ThreadPool pool(2);
+  bool other_thread = false;
+  for (int r = 0; r < 50 && !other_thread; ++r) {
+    std::thread::id ids[2];
+    pool.run([&](std::size_t t, std::size_t) {
+      ids[t] = std::this_thread::get_id();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+    other_thread = ids[1] != ids[0];
+  }
+  EXPECT_TRUE(other_thread);
 }
 
 TEST(ThreadPool, PoolOfOneRunsOnCaller) {

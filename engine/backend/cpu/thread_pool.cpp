@@ -1,7 +1,9 @@
-// Spin-then-block fork-join pool (see thread_pool.hpp). Memory ordering: run() writes job_ and
-// pending_, then increments generation_ with release; a worker that observes the new generation with
-// acquire sees both. Workers finish with an acq_rel decrement of pending_; the caller's acquire load
-// of 0 makes all their writes visible.
+// Spin-then-block fork-join pool with index claiming (see thread_pool.hpp). Memory ordering: run()
+// writes job_, error_ and done_, then publishes claim_ (release) and generation_ (release). A thread
+// runs job_ only after a successful acquire CAS on claim_ for the current generation, so it sees
+// them; each finished index increments done_ (acq_rel), and the caller's acquire load of n-1 makes
+// all their writes visible. The CAS on the combined (generation, index) word cannot succeed for a
+// stale generation, so a worker that wakes late never touches a later region's job.
 #include "engine/backend/cpu/thread_pool.hpp"
 
 #include <algorithm>
@@ -50,7 +52,7 @@ ThreadPool::ThreadPool(std::size_t n_threads) {
   if (n_threads == 0) n_threads = std::max<std::size_t>(1, std::thread::hardware_concurrency());
   n_threads_ = n_threads;
   threads_.reserve(n_threads_ - 1);
-  for (std::size_t i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  for (std::size_t i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -65,17 +67,29 @@ void ThreadPool::record_error() {
   if (!error_) error_ = std::current_exception();
 }
 
-void ThreadPool::worker(std::size_t index) {
-  std::uint32_t seen = 0;
+void ThreadPool::claim_and_run(std::uint32_t generation) {
+  std::uint64_t s = claim_.load(std::memory_order_acquire);
   for (;;) {
-    seen = wait_change(generation_, seen);
-    if (stop_.load(std::memory_order_relaxed)) return;
+    if (static_cast<std::uint32_t>(s >> 32) != generation) return;
+    const std::uint32_t index = static_cast<std::uint32_t>(s);
+    if (index >= n_threads_) return;
+    if (!claim_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     try {
       (*job_)(index, n_threads_);
     } catch (...) {
       record_error();
     }
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_threads_ - 1) done_.notify_one();
+    s = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker() {
+  std::uint32_t seen = 0;
+  for (;;) {
+    seen = wait_change(generation_, seen);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    claim_and_run(seen);
   }
 }
 
@@ -86,15 +100,19 @@ void ThreadPool::run(const std::function<void(std::size_t, std::size_t)>& fn) {
   }
   job_ = &fn;
   error_ = nullptr;
-  pending_.store(static_cast<std::uint32_t>(n_threads_ - 1), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  done_.store(0, std::memory_order_relaxed);
+  const std::uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store((static_cast<std::uint64_t>(generation) << 32) | 1u, std::memory_order_release);
+  generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
   try {
     fn(0, n_threads_);
   } catch (...) {
     record_error();
   }
-  for (std::uint32_t p = pending_.load(std::memory_order_acquire); p != 0;) p = wait_change(pending_, p);
+  claim_and_run(generation);  // indices no worker has started yet
+  const auto target = static_cast<std::uint32_t>(n_threads_ - 1);
+  for (std::uint32_t d = done_.load(std::memory_order_acquire); d != target;) d = wait_change(done_, d);
   job_ = nullptr;
   if (error_) {
     std::exception_ptr e = error_;
