@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -207,7 +208,10 @@ TEST(Gemm, F16SpecialValuesDecodeExactly) {
 
 TEST(Gemm, DefaultKernelIsTheWidestAvailable) {
   const CpuFeatures f = detect_cpu_features();
-  const GemmKernel expected = f.avx512 ? GemmKernel::avx512 : f.avx2 ? GemmKernel::avx2 : GemmKernel::scalar;
+  GemmKernel expected = f.avx512 ? GemmKernel::avx512 : f.avx2 ? GemmKernel::avx2 : GemmKernel::scalar;
+  if (const char* want = std::getenv("QUARRY_CPU_KERNELS"))
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512})
+      if (std::string(want) == gemm_kernel_name(k) && gemm_kernel_available(k)) expected = k;
   EXPECT_EQ(gemm_default_kernel(), expected);
   EXPECT_STREQ(gemm_kernel_name(), gemm_kernel_name(expected));
   EXPECT_TRUE(gemm_kernel_available(GemmKernel::scalar));

@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/gemm.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -57,6 +58,12 @@ const detail::GemmKernels* kernels_for(GemmKernel kernel) {
 }
 
 GemmKernel detect_default() {
+  // QUARRY_CPU_KERNELS=scalar|avx2|avx512 narrows the choice (to test a path on a wider CPU); a set
+  // the CPU cannot run is ignored.
+  if (const char* want = std::getenv("QUARRY_CPU_KERNELS")) {
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512})
+      if (std::strcmp(want, gemm_kernel_name(k)) == 0 && gemm_kernel_available(k)) return k;
+  }
   for (GemmKernel k : {GemmKernel::avx512, GemmKernel::avx2})
     if (gemm_kernel_available(k)) return k;
   return GemmKernel::scalar;

@@ -44,7 +44,8 @@ const char* gemm_kernel_name(GemmKernel kernel);
 /// Whether this build has the kernel set and this CPU (and OS) can run it. scalar is always available.
 bool gemm_kernel_available(GemmKernel kernel);
 
-/// The kernel set gemm() uses: the widest available one.
+/// The kernel set gemm() uses: the widest available one, or the one named by the environment
+/// variable QUARRY_CPU_KERNELS (scalar, avx2, avx512) when this CPU can run it. Decided once.
 GemmKernel gemm_default_kernel();
 
 /// gemm() with an explicit kernel set. Throws std::invalid_argument if it is not available here.

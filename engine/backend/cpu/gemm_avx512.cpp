@@ -58,7 +58,6 @@ struct LoadF16 {
 
 // ---- small m -------------------------------------------------------------------------------------
 
-// y[i, r] (=|+=) x[i, :] . w[r, :] for i < M, r < R; w rows at stride k, x rows at stride ldx.
 // Columns [k0, k1) of y[i, col[r]] (=|+=) x[i, :] . W[col[r], :] for i < M, r < R, where row[r] points
 // at W[col[r], 0]. Partial sums live in `part` (M*R vectors) between k blocks: loaded unless `first`,
 // reduced and written to y when `last`, stored back otherwise. With `ahead`, each row also prefetches
