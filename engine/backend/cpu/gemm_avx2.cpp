@@ -152,27 +152,50 @@ void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightT
 
 // ---- large m -------------------------------------------------------------------------------------
 
-// wp[q*kb*kNR + p*kNR + c] = W[q*kNR + c, p] as f32 (zero past nb). Vector loads along k, then the
-// 8 converted values are scattered to their column slots; the panel (kb x 16 floats) stays in L1.
+// In-register transpose of an 8 x 8 f32 block: r[i] holds row i on entry and column i on exit
+// (vunpcklps/vunpckhps, vshufps, vperm2f128).
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    t[2 * g] = _mm256_unpacklo_ps(r[2 * g], r[2 * g + 1]);
+    t[2 * g + 1] = _mm256_unpackhi_ps(r[2 * g], r[2 * g + 1]);
+  }
+  // u[4h + c]: columns c (low 128 bits) and c + 4 (high) of rows 4h .. 4h + 3.
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// wp[q*kb*kNR + p*kNR + c] = W[q*kNR + c, p] as f32 (zero past nb): 8 x 8 blocks converted and
+// transposed in registers; the last kb % 8 columns one by one.
 template <class L>
 void pack_w(const typename L::T* w, size_t k, size_t nb, size_t kb, float* wp) {
-  const size_t panels = (nb + kNR - 1) / kNR;
+  const size_t panels = (nb + kNR - 1) / kNR, kb8 = kb / 8 * 8;
   for (size_t q = 0; q < panels; ++q) {
     float* panel = wp + q * kb * kNR;
-    for (size_t c = 0; c < kNR; ++c) {
-      const size_t row = q * kNR + c;
-      if (row >= nb) {
-        for (size_t p = 0; p < kb; ++p) panel[p * kNR + c] = 0.f;
-        continue;
+    for (size_t half = 0; half < kNR; half += 8) {
+      const size_t row0 = q * kNR + half;
+      const size_t rows = row0 < nb ? min_sz(8, nb - row0) : 0;
+      for (size_t p = 0; p < kb8; p += 8) {
+        __m256 r[8];
+#pragma GCC unroll 8
+        for (size_t i = 0; i < 8; ++i) r[i] = i < rows ? L::load(w + (row0 + i) * k + p) : _mm256_setzero_ps();
+        transpose8(r);
+#pragma GCC unroll 8
+        for (size_t c = 0; c < 8; ++c) _mm256_store_ps(panel + (p + c) * kNR + half, r[c]);
       }
-      const typename L::T* src = w + row * k;
-      size_t p = 0;
-      alignas(32) float tmp[8];
-      for (; p + 8 <= kb; p += 8) {
-        _mm256_store_ps(tmp, L::load(src + p));
-        for (size_t e = 0; e < 8; ++e) panel[(p + e) * kNR + c] = tmp[e];
-      }
-      for (; p < kb; ++p) panel[p * kNR + c] = L::one(src + p);
+      for (size_t p = kb8; p < kb; ++p)
+        for (size_t i = 0; i < 8; ++i) panel[p * kNR + half + i] = i < rows ? L::one(w + (row0 + i) * k + p) : 0.f;
     }
   }
 }
