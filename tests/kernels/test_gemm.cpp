@@ -77,13 +77,32 @@ struct Case {
   std::size_t threads;  // 0: no pool
 };
 
+// f32 -> bf16 -> f32 with round to nearest even (finite inputs), as VCVTNEPS2BF16 does.
+double round_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// The amx kernel set rounds x and W to bf16 for m > 16 (see gemm.hpp); the reference does the same.
+bool rounds_to_bf16(GemmKernel kernel, std::size_t m) { return kernel == GemmKernel::amx && m > 16; }
+
 // Runs one case and returns ||y - ref|| / ||ref||; fails the test on any untouched or stray write.
 double run_case(GemmKernel kernel, WeightType type, const Case& c, std::mt19937& rng, ThreadPool* pool) {
   const std::size_t ldx = c.k + c.ldx_pad, ldy = c.n + c.ldy_pad;
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   std::vector<float> x(c.m * ldx);
   for (auto& v : x) v = uni(rng);
-  const Weights w = make_weights(type, c.n * c.k, rng);
+  Weights w = make_weights(type, c.n * c.k, rng);
+  const bool round = rounds_to_bf16(kernel, c.m);
+  std::vector<double> xv(x.begin(), x.end());
+  if (round) {
+    for (auto& v : xv) v = round_to_bf16(static_cast<float>(v));
+    for (auto& v : w.value) v = round_to_bf16(static_cast<float>(v));
+  }
   std::vector<float> y(c.m * ldy, kSentinel);
   std::vector<double> ref(c.m * c.n);
   for (std::size_t i = 0; i < c.m; ++i)
@@ -91,7 +110,7 @@ double run_case(GemmKernel kernel, WeightType type, const Case& c, std::mt19937&
       float& out = y[i * ldy + j];
       out = c.accumulate ? uni(rng) : std::numeric_limits<float>::quiet_NaN();  // poison
       double s = c.accumulate ? out : 0.0;
-      for (std::size_t p = 0; p < c.k; ++p) s += static_cast<double>(x[i * ldx + p]) * w.value[j * c.k + p];
+      for (std::size_t p = 0; p < c.k; ++p) s += xv[i * ldx + p] * w.value[j * c.k + p];
       ref[i * c.n + j] = s;
     }
   gemm(kernel, x.data(), c.m, c.k, ldx, w.data(), type, c.n, y.data(), ldy, pool, c.accumulate);
@@ -183,7 +202,7 @@ TEST_P(GemmKernelTest, FreshRandomShapes) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllKernels, GemmKernelTest,
-    ::testing::Combine(::testing::Values(GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512),
+    ::testing::Combine(::testing::Values(GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx),
                        ::testing::Values(WeightType::f32, WeightType::f16, WeightType::bf16)),
     [](const auto& info) {
       return std::string(gemm_kernel_name(std::get<0>(info.param))) + "_" + type_name(std::get<1>(info.param));
@@ -192,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
 // f16 subnormals and extreme normals, decoded exactly: x = 1 selects a single weight per output.
 TEST(Gemm, F16SpecialValuesDecodeExactly) {
   const std::vector<std::uint16_t> w = {0x0001, 0x03ff, 0x8001, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x0000, 0x8000};
-  for (GemmKernel kernel : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512}) {
+  for (GemmKernel kernel : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx}) {
     if (!gemm_kernel_available(kernel)) continue;
     for (std::size_t k : {1u, 3u, 17u}) {  // the weight sits at column 0; other columns are zero
       std::vector<std::uint16_t> wk(w.size() * k, 0);
@@ -210,7 +229,7 @@ TEST(Gemm, DefaultKernelIsTheWidestAvailable) {
   const CpuFeatures f = detect_cpu_features();
   GemmKernel expected = f.avx512 ? GemmKernel::avx512 : f.avx2 ? GemmKernel::avx2 : GemmKernel::scalar;
   if (const char* want = std::getenv("QUARRY_CPU_KERNELS"))
-    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512})
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
       if (std::string(want) == gemm_kernel_name(k) && gemm_kernel_available(k)) expected = k;
   EXPECT_EQ(gemm_default_kernel(), expected);
   EXPECT_STREQ(gemm_kernel_name(), gemm_kernel_name(expected));
@@ -249,7 +268,7 @@ TEST(Gemm, RejectsBadArguments) {
   EXPECT_THROW(gemm(nullptr, 2, 4, 4, w.data(), WeightType::f32, 2, y.data(), 2, nullptr), std::invalid_argument);
   EXPECT_THROW(gemm(x.data(), 2, 4, 4, nullptr, WeightType::f32, 2, y.data(), 2, nullptr), std::invalid_argument);
   EXPECT_THROW(gemm(x.data(), 2, 4, 4, w.data(), WeightType::f32, 2, nullptr, 2, nullptr), std::invalid_argument);
-  for (GemmKernel kernel : {GemmKernel::avx2, GemmKernel::avx512})
+  for (GemmKernel kernel : {GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
     if (!gemm_kernel_available(kernel)) {
       EXPECT_THROW(gemm(kernel, x.data(), 2, 4, 4, w.data(), WeightType::f32, 2, y.data(), 2, nullptr),
                    std::invalid_argument);

@@ -50,6 +50,7 @@ const detail::GemmKernels* kernels_for(GemmKernel kernel) {
 #if defined(__x86_64__)
     case GemmKernel::avx2: return &detail::kernels_avx2();
     case GemmKernel::avx512: return &detail::kernels_avx512();
+    case GemmKernel::amx: return &detail::kernels_amx();
 #else
     default: return nullptr;
 #endif
@@ -61,7 +62,7 @@ GemmKernel detect_default() {
   // QUARRY_CPU_KERNELS=scalar|avx2|avx512 narrows the choice (to test a path on a wider CPU); a set
   // the CPU cannot run is ignored.
   if (const char* want = std::getenv("QUARRY_CPU_KERNELS")) {
-    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512})
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
       if (std::strcmp(want, gemm_kernel_name(k)) == 0 && gemm_kernel_available(k)) return k;
   }
   for (GemmKernel k : {GemmKernel::avx512, GemmKernel::avx2})
@@ -104,7 +105,7 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, st
   }
 
   const std::size_t panels = (m + kern.mr - 1) / kern.mr;
-  AlignedBuffer xp = aligned_floats(panels * kern.mr * k);
+  AlignedBuffer xp = aligned_floats(panels * kern.mr * (k + 32));
   auto pack = [&](std::size_t t, std::size_t tn) {
     const std::size_t q0 = panels * t / tn, q1 = panels * (t + 1) / tn;
     if (kern.pack_x) kern.pack_x(x, m, k, ldx, q0, q1, xp.get());
@@ -114,7 +115,7 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, st
     std::size_t j0, j1;
     column_range(n, kern.nr, t, tn, j0, j1);
     if (j0 >= j1) return;
-    AlignedBuffer scratch = aligned_floats(kern.scratch_floats);
+    AlignedBuffer scratch = aligned_floats(kern.scratch_floats + kern.scratch_floats_per_k * k);
     kern.gemm_block(xp.get(), m, k, w, wtype, j0, j1, y, ldy, accumulate, scratch.get());
   };
   if (nt > 1) {
@@ -133,15 +134,39 @@ const char* gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::scalar: return "scalar";
     case GemmKernel::avx2: return "avx2";
     case GemmKernel::avx512: return "avx512";
+    case GemmKernel::amx: return "amx";
   }
   return "unknown";
 }
 
-bool gemm_kernel_available(GemmKernel kernel) {
-  if (kernel == GemmKernel::scalar) return true;
-  if (!kernels_for(kernel)) return false;
+namespace {
+
+struct Availability {
+  bool avx2 = false, avx512 = false, amx = false;
+};
+
+Availability detect_availability() {
+  Availability a;
+#if defined(__x86_64__)
   const CpuFeatures f = detect_cpu_features();
-  return kernel == GemmKernel::avx2 ? f.avx2 : f.avx512;
+  a.avx2 = f.avx2;
+  a.avx512 = f.avx512;
+  a.amx = f.avx512 && f.avx512_bf16 && f.amx_bf16 && amx_tile_permission();
+#endif
+  return a;
+}
+
+}  // namespace
+
+bool gemm_kernel_available(GemmKernel kernel) {
+  static const Availability a = detect_availability();  // cpuid (a VM exit) and arch_prctl once
+  switch (kernel) {
+    case GemmKernel::scalar: return true;
+    case GemmKernel::avx2: return a.avx2;
+    case GemmKernel::avx512: return a.avx512;
+    case GemmKernel::amx: return a.amx;
+  }
+  return false;
 }
 
 GemmKernel gemm_default_kernel() {

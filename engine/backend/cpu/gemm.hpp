@@ -36,16 +36,20 @@ void gemm(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const v
 const char* gemm_kernel_name();
 
 /// The kernel sets, for tests and benchmarks that compare them on one machine.
-enum class GemmKernel : std::uint8_t { scalar, avx2, avx512 };
+///  amx (opt-in, never the default): for m > 16 the product runs on Intel AMX tiles (TDPBF16PS)
+///  with x and W rounded to bf16 (round to nearest even; exact for bf16 weights) and f32
+///  accumulation, several times the f32 FMA rate; for m <= 16 it is the exact avx512 kernel.
+///  Needs AVX-512, AVX512_BF16, AMX-BF16 and the Linux permission for tile data.
+enum class GemmKernel : std::uint8_t { scalar, avx2, avx512, amx };
 
-/// Name of a kernel set ("scalar", "avx2", "avx512").
+/// Name of a kernel set ("scalar", "avx2", "avx512", "amx").
 const char* gemm_kernel_name(GemmKernel kernel);
 
 /// Whether this build has the kernel set and this CPU (and OS) can run it. scalar is always available.
 bool gemm_kernel_available(GemmKernel kernel);
 
 /// The kernel set gemm() uses: the widest available one, or the one named by the environment
-/// variable QUARRY_CPU_KERNELS (scalar, avx2, avx512) when this CPU can run it. Decided once.
+/// variable QUARRY_CPU_KERNELS (scalar, avx2, avx512, amx) when this CPU can run it. Decided once.
 GemmKernel gemm_default_kernel();
 
 /// gemm() with an explicit kernel set. Throws std::invalid_argument if it is not available here.

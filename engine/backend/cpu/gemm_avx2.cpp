@@ -271,7 +271,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx2", kMaxSmallM, kMR, kNR, kKC * kNC, 16, gemv, nullptr, gemm_block};
+constexpr GemmKernels kKernels{"avx2", kMaxSmallM, kMR, kNR, kKC * kNC, 0, 16, gemv, nullptr, gemm_block};
 
 }  // namespace
 

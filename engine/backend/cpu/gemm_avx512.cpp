@@ -357,7 +357,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
   }
 }
 
-constexpr GemmKernels kKernels{"avx512", kMaxSmallM, kMR, kNR, kKC * kNC, 32, gemv, pack_x, gemm_block};
+constexpr GemmKernels kKernels{"avx512", kMaxSmallM, kMR, kNR, kKC * kNC, 0, 32, gemv, pack_x, gemm_block};
 
 }  // namespace
 

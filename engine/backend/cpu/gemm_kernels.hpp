@@ -19,8 +19,9 @@ struct GemmKernels {
   std::size_t small_m_max;
   /// Micro-tile: mr rows of x (broadcast operand) by nr columns of y (vector operand).
   std::size_t mr, nr;
-  /// Scratch floats gemm_block() needs per thread (the packed W block, kc x nc).
-  std::size_t scratch_floats;
+  /// Scratch floats gemm_block() needs per thread: scratch_floats + scratch_floats_per_k * k
+  /// (the packed W block).
+  std::size_t scratch_floats, scratch_floats_per_k;
   /// Columns per thread are multiples of this (a register block of W rows), except the last.
   std::size_t n_align;
 
@@ -28,7 +29,8 @@ struct GemmKernels {
   void (*gemv)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wt,
                std::size_t j0, std::size_t j1, float* y, std::size_t ldy, bool accumulate);
 
-  /// Packs panels [q0, q1) of x as pack_x_panels() does (null: pack_x_panels() is used).
+  /// Packs panels [q0, q1) of x as pack_x_panels() does, or in the set's own layout, within
+  /// mr * (k + 32) floats per panel (null: pack_x_panels() is used).
   void (*pack_x)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::size_t q0, std::size_t q1,
                  float* xp);
 
@@ -43,6 +45,7 @@ const GemmKernels& kernels_scalar();
 #if defined(__x86_64__)
 const GemmKernels& kernels_avx2();
 const GemmKernels& kernels_avx512();
+const GemmKernels& kernels_amx();
 #endif
 
 /// Packed x layout: panel q (rows q*mr .. q*mr+mr-1) starts at xp + q*k*mr; inside it element (p, r)

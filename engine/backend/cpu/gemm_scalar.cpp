@@ -90,7 +90,7 @@ void gemv(const float* x, size_t m, size_t k, size_t ldx, const void* w, WeightT
   }
 }
 
-constexpr GemmKernels kKernels{"scalar", static_cast<size_t>(-1), 1, 1, 0, kRows, gemv, nullptr, nullptr};
+constexpr GemmKernels kKernels{"scalar", static_cast<size_t>(-1), 1, 1, 0, 0, kRows, gemv, nullptr, nullptr};
 
 }  // namespace
 
