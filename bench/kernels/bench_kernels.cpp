@@ -348,6 +348,19 @@ int main(int argc, char** argv) {
     });
     run["pool_run_us"] = fj.median / regions * 1e6;
     std::cerr << "  empty pool.run " << fmt(fj.median / regions * 1e6, 2) << " us\n";
+    // A region where every index busy-waits 20 us: ~20 us when the workers take part (the rest is
+    // fork-join overhead), up to nt x 20 us when the caller has to run their indices itself.
+    const int busy_regions = 200;
+    const Stats busy = time_runs(reps, [&] {
+      for (int r = 0; r < busy_regions; ++r)
+        pool.run([](std::size_t, std::size_t) {
+          const auto until = Clock::now() + std::chrono::microseconds(20);
+          while (Clock::now() < until) {
+          }
+        });
+    });
+    run["pool_region_20us_us"] = busy.median / busy_regions * 1e6;
+    std::cerr << "  pool.run of 20 us per index " << fmt(busy.median / busy_regions * 1e6, 2) << " us\n";
 
     // Peak FLOP/s.
     const long iters = quick ? 1000000 : 4000000;
@@ -478,7 +491,7 @@ int main(int argc, char** argv) {
   }
   report["runs"] = runs;
 
-  md << "| threads | memory read GB/s | peak FMA GFLOP/s | empty pool.run us | decode step ms (GB/s, % roofline) |";
+  md << "| threads | memory read GB/s | peak FMA GFLOP/s | pool.run us: empty / 20 us per index | decode step ms (GB/s, % roofline) |";
   for (const auto& g : runs[0]["gemv_bf16_m1"]) md << " gemv " << g["shape"].get<std::string>() << " GB/s (%) |";
   for (const auto& g : runs[0]["gemm_bf16_m512"]) md << " gemm m512 " << g["shape"].get<std::string>() << " GFLOP/s (% peak) |";
   md << "\n|---|---|---|---|---|";
@@ -487,7 +500,7 @@ int main(int argc, char** argv) {
   for (const auto& r : runs) {
     const auto& d = r["decode_step"];
     md << "| " << r["threads"].get<std::size_t>() << " | " << fmt(r["memory_read_GBps"]) << " | "
-       << fmt(r["peak_fma_GFLOPs"]) << " | " << fmt(r["pool_run_us"], 2) << " | "
+       << fmt(r["peak_fma_GFLOPs"]) << " | " << fmt(r["pool_run_us"], 2) << " / " << fmt(r["pool_region_20us_us"], 1) << " | "
        << fmt(d["ms_per_token"].get<double>(), 2) << " ("
        << fmt(d["GBps"]) << ", " << fmt(100 * d["ratio_to_roofline"].get<double>()) << "%) |";
     for (const auto& g : r["gemv_bf16_m1"])

@@ -63,14 +63,21 @@ TEST(ThreadPool, EveryIndexRunsOnceAndZeroOnCaller) {
 }
 
 TEST(ThreadPool, WorkersTakePartWhenIdle) {
-  // With work long enough for the workers to wake (milliseconds), some index runs off the caller.
+  // Index 0 waits (up to 50 ms) for index 1 to start; on a busy machine a worker may need a few
+  // tries to be scheduled in time, after which index 1 must have run on another thread.
   ThreadPool pool(2);
   bool other_thread = false;
-  for (int r = 0; r < 50 && !other_thread; ++r) {
+  for (int r = 0; r < 20 && !other_thread; ++r) {
     std::thread::id ids[2];
+    std::atomic<bool> started{false};
     pool.run([&](std::size_t t, std::size_t) {
       ids[t] = std::this_thread::get_id();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (t == 1) {
+        started = true;
+        return;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (!started && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     });
     other_thread = ids[1] != ids[0];
   }
