@@ -41,7 +41,11 @@ TEST(ThreadPool, ManyShortRegions) {
     for (int r = 0; r < kRuns; ++r)
       pool.run([&](std::size_t t, std::size_t nt) {
         EXPECT_EQ(nt, threads);
-        sums[t] += 1;  // each thread writes only its own slot; run() must publish it to the caller
+        // ~1 us of work so that spinning workers race the caller for the indices.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        sums[t] += 1;  // each index writes only its own slot; run() must publish it to the caller
       });
     for (long s : sums) EXPECT_EQ(s, kRuns);
   }
