@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/gemm.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -70,12 +71,24 @@ GemmKernel detect_default() {
   return GemmKernel::scalar;
 }
 
-// Columns [j0, j1) of thread t of nt: contiguous ranges in units of `align` columns.
-void column_range(std::size_t n, std::size_t align, std::size_t t, std::size_t nt, std::size_t& j0,
-                  std::size_t& j1) {
-  const std::size_t units = (n + align - 1) / align;
-  j0 = std::min(n, units * t / nt * align);
-  j1 = std::min(n, units * (t + 1) / nt * align);
+// Columns are handed out in chunks claimed through an atomic counter, about kChunksPerThread per
+// thread (each a multiple of `align` and at least `min_cols`): a thread that is descheduled
+// mid-call (a machine with other load) delays only its current chunk, the others take the rest.
+constexpr std::size_t kChunksPerThread = 4;
+
+std::size_t chunk_columns(std::size_t n, std::size_t nt, std::size_t align, std::size_t min_cols) {
+  const std::size_t want = (n + nt * kChunksPerThread - 1) / (nt * kChunksPerThread);
+  const std::size_t cols = std::max(want, min_cols);
+  return (cols + align - 1) / align * align;
+}
+
+template <class F>
+void for_each_chunk(std::atomic<std::size_t>& next, std::size_t n, std::size_t chunk, const F& f) {
+  for (;;) {
+    const std::size_t j0 = next.fetch_add(1, std::memory_order_relaxed) * chunk;
+    if (j0 >= n) return;
+    f(j0, std::min(n, j0 + chunk));
+  }
 }
 
 void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, std::size_t k, std::size_t ldx,
@@ -94,13 +107,17 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, st
   const std::size_t nt = pool ? pool->size() : 1;
 
   if (m <= kern.small_m_max || !kern.gemm_block) {
-    auto part = [&](std::size_t t, std::size_t tn) {
-      std::size_t j0, j1;
-      column_range(n, kern.n_align, t, tn, j0, j1);
-      if (j0 < j1) kern.gemv(x, m, k, ldx, w, wtype, j0, j1, y, ldy, accumulate);
-    };
-    if (nt > 1) pool->run(part);
-    else part(0, 1);
+    if (nt == 1) {
+      kern.gemv(x, m, k, ldx, w, wtype, 0, n, y, ldy, accumulate);
+      return;
+    }
+    const std::size_t chunk = chunk_columns(n, nt, kern.n_align, 64);
+    std::atomic<std::size_t> next{0};
+    pool->run([&](std::size_t, std::size_t) {
+      for_each_chunk(next, n, chunk, [&](std::size_t j0, std::size_t j1) {
+        kern.gemv(x, m, k, ldx, w, wtype, j0, j1, y, ldy, accumulate);
+      });
+    });
     return;
   }
 
@@ -111,12 +128,14 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, st
     if (kern.pack_x) kern.pack_x(x, m, k, ldx, q0, q1, xp.get());
     else detail::pack_x_panels(x, m, k, ldx, kern.mr, q0, q1, xp.get());
   };
-  auto part = [&](std::size_t t, std::size_t tn) {
-    std::size_t j0, j1;
-    column_range(n, kern.nr, t, tn, j0, j1);
-    if (j0 >= j1) return;
-    AlignedBuffer scratch = aligned_floats(kern.scratch_floats + kern.scratch_floats_per_k * k);
-    kern.gemm_block(xp.get(), m, k, w, wtype, j0, j1, y, ldy, accumulate, scratch.get());
+  const std::size_t chunk = nt == 1 ? n : chunk_columns(n, nt, kern.nr, 128);
+  std::atomic<std::size_t> next{0};
+  auto part = [&](std::size_t, std::size_t) {
+    AlignedBuffer scratch;
+    for_each_chunk(next, n, chunk, [&](std::size_t j0, std::size_t j1) {
+      if (!scratch) scratch = aligned_floats(kern.scratch_floats + kern.scratch_floats_per_k * k);
+      kern.gemm_block(xp.get(), m, k, w, wtype, j0, j1, y, ldy, accumulate, scratch.get());
+    });
   };
   if (nt > 1) {
     pool->run(pack);

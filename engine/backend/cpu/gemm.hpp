@@ -17,8 +17,9 @@ enum class WeightType : std::uint8_t { f32, f16, bf16 };
 ///  x: f32, row-major [m, k], row stride ldx elements (ldx >= k)
 ///  w: `wtype`, row-major [n, k] exactly as stored in safetensors (Hugging Face Linear layout)
 ///  y: f32, row-major [m, n], row stride ldy elements (ldy >= n); must not overlap x or w
-/// Work is split over `pool` (may be nullptr: runs on the calling thread); columns of y are split
-/// between threads, so each weight row is read by one thread only.
+/// Work is split over `pool` (may be nullptr: runs on the calling thread): columns of y are handed
+/// out in chunks (about 4 per thread, claimed dynamically), so each weight row is read by one thread
+/// only and a descheduled thread delays only its current chunk.
 /// Kernels: portable scalar, AVX2+FMA+F16C, AVX-512 (F/BW/VL/DQ), picked once at run time by cpuid.
 /// The default kernels convert weights to f32 exactly and accumulate in f32 (x is never rounded to
 /// bf16; only the opt-in amx set below rounds).

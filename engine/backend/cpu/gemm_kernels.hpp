@@ -22,7 +22,7 @@ struct GemmKernels {
   /// Scratch floats gemm_block() needs per thread: scratch_floats + scratch_floats_per_k * k
   /// (the packed W block).
   std::size_t scratch_floats, scratch_floats_per_k;
-  /// Columns per thread are multiples of this (a register block of W rows), except the last.
+  /// Column chunks handed to threads are multiples of this (a register block of W rows), except the last.
   std::size_t n_align;
 
   /// y[i, j] (=|+=) sum_p x[i, p] * W[j, p] for i < m, j in [j0, j1).
