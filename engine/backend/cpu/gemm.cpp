@@ -1,67 +1,211 @@
-// Portable reference gemm (scalar). SIMD kernels with run-time dispatch replace the inner loops.
+// gemm() dispatcher: argument checks, choice of kernel set (cpuid, once), the split of the columns of y
+// between threads, and packing of x for the blocked path. The kernels live in gemm_<isa>.cpp.
 #include "engine/backend/cpu/gemm.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
 
+#include "engine/backend/cpu/cpu_features.hpp"
+#include "engine/backend/cpu/gemm_kernels.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 
 namespace quarry::engine::cpu {
+namespace detail {
+
+void pack_x_panels(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::size_t mr,
+                   std::size_t q0, std::size_t q1, float* xp) {
+  for (std::size_t q = q0; q < q1; ++q) {
+    float* panel = xp + q * k * mr;
+    const std::size_t r0 = q * mr, rows = std::min(mr, m - r0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* src = x + (r0 + r) * ldx;
+      for (std::size_t p = 0; p < k; ++p) panel[p * mr + r] = src[p];
+    }
+    for (std::size_t r = rows; r < mr; ++r)
+      for (std::size_t p = 0; p < k; ++p) panel[p * mr + r] = 0.f;
+  }
+}
+
+}  // namespace detail
+
 namespace {
 
-inline float bf16_to_f32(std::uint16_t v) {
-  std::uint32_t u = static_cast<std::uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+struct AlignedFree {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using AlignedBuffer = std::unique_ptr<float[], AlignedFree>;
+
+AlignedBuffer aligned_floats(std::size_t count) {
+  return AlignedBuffer(static_cast<float*>(::operator new[](count * sizeof(float), std::align_val_t(64))));
 }
 
-inline float f16_to_f32(std::uint16_t h) {
-  std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {  // subnormal
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
-      mant &= 0x3ff;
-      u = sign | (exp << 23) | (mant << 13);
+const detail::GemmKernels* kernels_for(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::scalar: return &detail::kernels_scalar();
+#if defined(__x86_64__)
+    case GemmKernel::avx2: return &detail::kernels_avx2();
+    case GemmKernel::avx512: return &detail::kernels_avx512();
+    case GemmKernel::amx: return &detail::kernels_amx();
+#else
+    default: return nullptr;
+#endif
+  }
+  return nullptr;
+}
+
+GemmKernel detect_default() {
+  // QUARRY_CPU_KERNELS=scalar|avx2|avx512 narrows the choice (to test a path on a wider CPU); a set
+  // the CPU cannot run is ignored.
+  if (const char* want = std::getenv("QUARRY_CPU_KERNELS")) {
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
+      if (std::strcmp(want, gemm_kernel_name(k)) == 0 && gemm_kernel_available(k)) return k;
+  }
+  for (GemmKernel k : {GemmKernel::avx512, GemmKernel::avx2})
+    if (gemm_kernel_available(k)) return k;
+  return GemmKernel::scalar;
+}
+
+// Columns are handed out in chunks claimed through an atomic counter, about kChunksPerThread per
+// thread (each a multiple of `align` and at least `min_cols`): a thread that is descheduled
+// mid-call (a machine with other load) delays only its current chunk, the others take the rest.
+constexpr std::size_t kChunksPerThread = 4;
+
+std::size_t chunk_columns(std::size_t n, std::size_t nt, std::size_t align, std::size_t min_cols) {
+  const std::size_t want = (n + nt * kChunksPerThread - 1) / (nt * kChunksPerThread);
+  const std::size_t cols = std::max(want, min_cols);
+  return (cols + align - 1) / align * align;
+}
+
+template <class F>
+void for_each_chunk(std::atomic<std::size_t>& next, std::size_t n, std::size_t chunk, const F& f) {
+  for (;;) {
+    const std::size_t j0 = next.fetch_add(1, std::memory_order_relaxed) * chunk;
+    if (j0 >= n) return;
+    f(j0, std::min(n, j0 + chunk));
+  }
+}
+
+void run_gemm(const detail::GemmKernels& kern, const float* x, std::size_t m, std::size_t k, std::size_t ldx,
+              const void* w, WeightType wtype, std::size_t n, float* y, std::size_t ldy, ThreadPool* pool,
+              bool accumulate) {
+  if (ldx < k) throw std::invalid_argument("gemm: ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
+  if (ldy < n) throw std::invalid_argument("gemm: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
+  if (m == 0 || n == 0) return;
+  if (!y) throw std::invalid_argument("gemm: y is null");
+  if (k == 0) {
+    if (!accumulate)
+      for (std::size_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.f);
+    return;
+  }
+  if (!x || !w) throw std::invalid_argument("gemm: x or w is null");
+  const std::size_t nt = pool ? pool->size() : 1;
+
+  if (m <= kern.small_m_max || !kern.gemm_block) {
+    if (nt == 1) {
+      kern.gemv(x, m, k, ldx, w, wtype, 0, n, y, ldy, accumulate);
+      return;
     }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    const std::size_t chunk = chunk_columns(n, nt, kern.n_align, 64);
+    std::atomic<std::size_t> next{0};
+    pool->run([&](std::size_t, std::size_t) {
+      for_each_chunk(next, n, chunk, [&](std::size_t j0, std::size_t j1) {
+        kern.gemv(x, m, k, ldx, w, wtype, j0, j1, y, ldy, accumulate);
+      });
+    });
+    return;
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
-float weight_at(const void* w, WeightType t, std::size_t i) {
-  switch (t) {
-    case WeightType::f32: return static_cast<const float*>(w)[i];
-    case WeightType::bf16: return bf16_to_f32(static_cast<const std::uint16_t*>(w)[i]);
-    case WeightType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(w)[i]);
+  const std::size_t panels = (m + kern.mr - 1) / kern.mr;
+  AlignedBuffer xp = aligned_floats(panels * kern.mr * (k + 32));
+  auto pack = [&](std::size_t t, std::size_t tn) {
+    const std::size_t q0 = panels * t / tn, q1 = panels * (t + 1) / tn;
+    if (kern.pack_x) kern.pack_x(x, m, k, ldx, q0, q1, xp.get());
+    else detail::pack_x_panels(x, m, k, ldx, kern.mr, q0, q1, xp.get());
+  };
+  const std::size_t chunk = nt == 1 ? n : chunk_columns(n, nt, kern.nr, 128);
+  std::atomic<std::size_t> next{0};
+  auto part = [&](std::size_t, std::size_t) {
+    AlignedBuffer scratch;
+    for_each_chunk(next, n, chunk, [&](std::size_t j0, std::size_t j1) {
+      if (!scratch) scratch = aligned_floats(kern.scratch_floats + kern.scratch_floats_per_k * k);
+      kern.gemm_block(xp.get(), m, k, w, wtype, j0, j1, y, ldy, accumulate, scratch.get());
+    });
+  };
+  if (nt > 1) {
+    pool->run(pack);
+    pool->run(part);
+  } else {
+    pack(0, 1);
+    part(0, 1);
   }
-  return 0.f;
 }
 
 }  // namespace
 
-void gemm(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wtype,
-          std::size_t n, float* y, std::size_t ldy, ThreadPool* pool, bool accumulate) {
-  auto rows = [&](std::size_t j0, std::size_t j1) {
-    for (std::size_t j = j0; j < j1; ++j) {
-      for (std::size_t i = 0; i < m; ++i) {
-        float acc = 0.f;
-        for (std::size_t p = 0; p < k; ++p) acc += x[i * ldx + p] * weight_at(w, wtype, j * k + p);
-        y[i * ldy + j] = accumulate ? y[i * ldy + j] + acc : acc;
-      }
-    }
-  };
-  if (pool) pool->parallel_for(n, rows);
-  else rows(0, n);
+const char* gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::scalar: return "scalar";
+    case GemmKernel::avx2: return "avx2";
+    case GemmKernel::avx512: return "avx512";
+    case GemmKernel::amx: return "amx";
+  }
+  return "unknown";
 }
 
-const char* gemm_kernel_name() { return "scalar"; }
+namespace {
+
+struct Availability {
+  bool avx2 = false, avx512 = false, amx = false;
+};
+
+Availability detect_availability() {
+  Availability a;
+#if defined(__x86_64__)
+  const CpuFeatures f = detect_cpu_features();
+  a.avx2 = f.avx2;
+  a.avx512 = f.avx512;
+  a.amx = f.avx512 && f.avx512_bf16 && f.amx_bf16 && amx_tile_permission();
+#endif
+  return a;
+}
+
+}  // namespace
+
+bool gemm_kernel_available(GemmKernel kernel) {
+  static const Availability a = detect_availability();  // cpuid (a VM exit) and arch_prctl once
+  switch (kernel) {
+    case GemmKernel::scalar: return true;
+    case GemmKernel::avx2: return a.avx2;
+    case GemmKernel::avx512: return a.avx512;
+    case GemmKernel::amx: return a.amx;
+  }
+  return false;
+}
+
+GemmKernel gemm_default_kernel() {
+  static const GemmKernel kernel = detect_default();  // immutable after the first call
+  return kernel;
+}
+
+const char* gemm_kernel_name() { return gemm_kernel_name(gemm_default_kernel()); }
+
+void gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w,
+          WeightType wtype, std::size_t n, float* y, std::size_t ldy, ThreadPool* pool, bool accumulate) {
+  if (!gemm_kernel_available(kernel))
+    throw std::invalid_argument(std::string("gemm: kernel set ") + gemm_kernel_name(kernel) +
+                                " is not available on this CPU or build");
+  run_gemm(*kernels_for(kernel), x, m, k, ldx, w, wtype, n, y, ldy, pool, accumulate);
+}
+
+void gemm(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wtype,
+          std::size_t n, float* y, std::size_t ldy, ThreadPool* pool, bool accumulate) {
+  run_gemm(*kernels_for(gemm_default_kernel()), x, m, k, ldx, w, wtype, n, y, ldy, pool, accumulate);
+}
 
 }  // namespace quarry::engine::cpu

@@ -1,0 +1,238 @@
+// AMX kernels for gemm() (opt-in kernel set "amx"): prefill on Intel AMX tiles with bf16 inputs.
+//
+// For m > kSmallM the product runs on the tile unit: x and W are rounded to bf16 (round to nearest
+// even; exact for bf16 weights) and TDPBF16PS accumulates their products in f32. For m <= kSmallM
+// (decode) the AVX-512 GEMV kernels run unchanged, exact in f32.
+// Layouts (Intel SDM vol. 1 ch. 3 "Intel AMX", TDPBF16PS; Intel Intrinsics Guide): an A tile is
+// 16 rows of x by 32 k values (64 bytes per row); a B tile holds 16 columns of y as 16 rows of k
+// pairs: row kk has, for each column n, the 32-bit pair (W[n, 2kk], W[n, 2kk+1]). That pair is the
+// 32-bit word at W[n] + 2kk in a bf16 row, so a B tile is the 16 x 16 transpose of 32-bit words of
+// 16 weight rows (the same in-register transpose as the AVX-512 packing). A 2 x 2 block of C tiles
+// (32 x 32 of y) is accumulated over all of k with two A and two B tiles per 32-wide k chunk.
+// Linux needs arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before the first tile instruction
+// (cpu_features.cpp, amx_tile_permission).
+// GCC 12 reports its own _mm512_undefined_* placeholders as uninitialized (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+
+#include "engine/backend/cpu/gemm_kernels.hpp"
+
+namespace quarry::engine::cpu::detail {
+namespace {
+
+using std::size_t;
+
+constexpr size_t kSmallM = 16, kMR = 32, kNC = 128;
+
+inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+inline size_t k_padded(size_t k) { return (k + 31) / 32 * 32; }
+inline __mmask16 tail_mask(size_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
+}
+
+__attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    t[2 * g] = _mm512_unpacklo_ps(r[2 * g], r[2 * g + 1]);
+    t[2 * g + 1] = _mm512_unpackhi_ps(r[2 * g], r[2 * g + 1]);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
+    const __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
+    r[8 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
+  }
+}
+
+// 32 consecutive values (the first `count`, zeros after) -> 32 bf16 in one 512-bit register.
+inline __m512 f32x32_to_bf16(const float* p, size_t count) {
+  const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(count), p);
+  const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(count > 16 ? count - 16 : 0), p + 16);
+  return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo));  // low half from lo
+}
+
+struct LoadF32 {
+  using T = float;
+  static __m512 load32(const T* p, size_t count) { return f32x32_to_bf16(p, count); }
+};
+struct LoadBF16 {
+  using T = std::uint16_t;
+  static __m512 load32(const T* p, size_t count) {
+    const __mmask32 m = count >= 32 ? 0xffffffffu : (1u << count) - 1u;
+    return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, p));
+  }
+};
+struct LoadF16 {
+  using T = std::uint16_t;
+  static __m512 load32(const T* p, size_t count) {
+    const __m256i lo = _mm256_maskz_loadu_epi16(tail_mask(count), p);
+    const __m256i hi = _mm256_maskz_loadu_epi16(tail_mask(count > 16 ? count - 16 : 0), p + 16);
+    return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(_mm512_cvtph_ps(hi), _mm512_cvtph_ps(lo)));
+  }
+};
+
+// x panel q (rows 32q .. 32q+31) as bf16 rows of k_padded(k) values (zero past m and k), at
+// xp + q * 16 * k_padded(k) floats.
+void pack_x(const float* x, size_t m, size_t k, size_t ldx, size_t q0, size_t q1, float* xp) {
+  const size_t k2 = k_padded(k);
+  for (size_t q = q0; q < q1; ++q) {
+    auto* panel = reinterpret_cast<std::uint16_t*>(xp + q * 16 * k2);
+    for (size_t r = 0; r < kMR; ++r) {
+      const size_t i = q * kMR + r;
+      for (size_t p = 0; p < k2; p += 32) {
+        const __m512 v = i < m ? f32x32_to_bf16(x + i * ldx + p, p < k ? k - p : 0) : _mm512_setzero_ps();
+        _mm512_storeu_ps(panel + r * k2 + p, v);
+      }
+    }
+  }
+}
+
+// W rows [0, nb) (stride k) -> B tiles: group g of 16 columns, k chunk c at wb + (g * chunks + c) * 512
+// bf16; groups padded with zero columns to an even count.
+template <class L>
+void pack_w(const typename L::T* w, size_t k, size_t nb, std::uint16_t* wb) {
+  const size_t chunks = k_padded(k) / 32, groups = (nb + 31) / 32 * 2;
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t p = c * 32, count = min_sz(32, k - p);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (size_t n = 0; n < 16; ++n) {
+        const size_t row = g * 16 + n;
+        r[n] = row < nb ? L::load32(w + row * k + p, count) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      std::uint16_t* tile = wb + (g * chunks + c) * 512;
+#pragma GCC unroll 16
+      for (size_t kk = 0; kk < 16; ++kk) _mm512_store_ps(tile + kk * 32, r[kk]);
+    }
+}
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette_id;
+  std::uint8_t start_row;
+  std::uint8_t reserved[14];
+  std::uint16_t colsb[16];
+  std::uint8_t rows[16];
+};
+
+// tmm0..3: C (16 x 16 f32), tmm4..5: A (16 x 32 bf16), tmm6..7: B (16 x 16 pairs): 64 bytes x 16 rows.
+__attribute__((target("amx-tile"))) void tiles_configure() {
+  TileConfig cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) void tiles_release() { _tile_release(); }
+
+// stage[32][32] = x panel (32 rows, k2 columns, bf16) times the two B groups at b0 and b1.
+__attribute__((target("amx-tile,amx-bf16"))) void tile_block(const std::uint16_t* a, size_t k2,
+                                                               const std::uint16_t* b0, const std::uint16_t* b1,
+                                                               float* stage) {
+  const long a_stride = static_cast<long>(k2 * 2), b_stride = 64, c_stride = 32 * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const size_t chunks = k2 / 32;
+  for (size_t c = 0; c < chunks; ++c) {
+    _tile_loadd(4, a + c * 32, a_stride);
+    _tile_loadd(5, a + 16 * k2 + c * 32, a_stride);
+    _tile_loadd(6, b0 + c * 512, b_stride);
+    _tile_loadd(7, b1 + c * 512, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, stage, c_stride);
+  _tile_stored(1, stage + 16, c_stride);
+  _tile_stored(2, stage + 16 * 32, c_stride);
+  _tile_stored(3, stage + 16 * 32 + 16, c_stride);
+}
+
+template <class L>
+void gemm_t(const float* xp, size_t m, size_t k, const void* wv, size_t j0, size_t j1, float* y, size_t ldy,
+            bool accumulate, float* scratch) {
+  const auto* w = static_cast<const typename L::T*>(wv);
+  const size_t k2 = k_padded(k), chunks = k2 / 32;
+  float* stage = scratch;                                             // 32 x 32 f32
+  auto* wb = reinterpret_cast<std::uint16_t*>(scratch + 32 * 32);      // kNC x k2 bf16
+  tiles_configure();
+  for (size_t jc = j0; jc < j1; jc += kNC) {
+    const size_t nb = min_sz(kNC, j1 - jc);
+    pack_w<L>(w + jc * k, k, nb, wb);
+    for (size_t i0 = 0; i0 < m; i0 += kMR) {
+      const auto* a = reinterpret_cast<const std::uint16_t*>(xp + (i0 / kMR) * 16 * k2);
+      const size_t rows = min_sz(kMR, m - i0);
+      for (size_t g2 = 0; g2 * 32 < nb; ++g2) {
+        tile_block(a, k2, wb + (2 * g2) * chunks * 512, wb + (2 * g2 + 1) * chunks * 512, stage);
+        const size_t cols = min_sz(32, nb - g2 * 32);
+        const __mmask16 m0 = tail_mask(cols), m1 = tail_mask(cols > 16 ? cols - 16 : 0);
+        for (size_t i = 0; i < rows; ++i) {
+          float* yi = y + (i0 + i) * ldy + jc + g2 * 32;
+          __m512 v0 = _mm512_load_ps(stage + i * 32), v1 = _mm512_load_ps(stage + i * 32 + 16);
+          if (accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, yi));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, yi + 16));
+          }
+          _mm512_mask_storeu_ps(yi, m0, v0);
+          _mm512_mask_storeu_ps(yi + 16, m1, v1);
+        }
+      }
+    }
+  }
+  tiles_release();
+}
+
+void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType wt, size_t j0, size_t j1,
+                float* y, size_t ldy, bool accumulate, float* scratch) {
+  switch (wt) {
+    case WeightType::f32: return gemm_t<LoadF32>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+    case WeightType::bf16: return gemm_t<LoadBF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+    case WeightType::f16: return gemm_t<LoadF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
+  }
+}
+
+// Scratch: 32 x 32 staging floats, then kNC x k_padded(k) bf16 = kNC / 2 floats per k, plus the
+// padding of k (up to 31 values per column) and 64 bytes of alignment slack.
+constexpr size_t kScratchFloats = 32 * 32 + kNC / 2 * 32 + 16;
+
+}  // namespace
+
+const GemmKernels& kernels_amx() {
+  static const GemmKernels kKernels{"amx", kSmallM, kMR, 32, kScratchFloats, kNC / 2, 32,
+                                     kernels_avx512().gemv,
+                                        pack_x, gemm_block};
+  return kKernels;
+}
+
+}  // namespace quarry::engine::cpu::detail

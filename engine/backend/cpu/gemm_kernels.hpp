@@ -1,0 +1,57 @@
+// Internal interface between the gemm() dispatcher (gemm.cpp, compiled for the baseline ISA) and the
+// kernel sets compiled for one instruction set each (gemm_scalar.cpp, gemm_avx2.cpp, gemm_avx512.cpp).
+// Kernel files include only this header, <immintrin.h> and C headers: anything inline from the C++
+// standard library instantiated there could be merged by the linker into baseline code and then run
+// on a CPU without that instruction set.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/backend/cpu/gemm.hpp"
+
+namespace quarry::engine::cpu::detail {
+
+/// One kernel set. All pointers are non-null; the dispatcher has validated shapes and strides.
+struct GemmKernels {
+  const char* name;
+  /// gemv() is used when m <= small_m_max (it streams W once per call, reusing each W row tile for
+  /// all m rows of x from L1); otherwise x is packed and gemm_block() runs (null: never).
+  std::size_t small_m_max;
+  /// Micro-tile: mr rows of x (broadcast operand) by nr columns of y (vector operand).
+  std::size_t mr, nr;
+  /// Scratch floats gemm_block() needs per thread: scratch_floats + scratch_floats_per_k * k
+  /// (the packed W block).
+  std::size_t scratch_floats, scratch_floats_per_k;
+  /// Column chunks handed to threads are multiples of this (a register block of W rows), except the last.
+  std::size_t n_align;
+
+  /// y[i, j] (=|+=) sum_p x[i, p] * W[j, p] for i < m, j in [j0, j1).
+  void (*gemv)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wt,
+               std::size_t j0, std::size_t j1, float* y, std::size_t ldy, bool accumulate);
+
+  /// Packs panels [q0, q1) of x as pack_x_panels() does, or in the set's own layout, within
+  /// mr * (k + 32) floats per panel (null: pack_x_panels() is used).
+  void (*pack_x)(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::size_t q0, std::size_t q1,
+                 float* xp);
+
+  /// Same result from x packed by pack_x_panels() (panels of mr rows, see there), for j in [j0, j1).
+  /// scratch: scratch_floats floats, 64-byte aligned.
+  void (*gemm_block)(const float* xp, std::size_t m, std::size_t k, const void* w, WeightType wt,
+                     std::size_t j0, std::size_t j1, float* y, std::size_t ldy, bool accumulate,
+                     float* scratch);
+};
+
+const GemmKernels& kernels_scalar();
+#if defined(__x86_64__)
+const GemmKernels& kernels_avx2();
+const GemmKernels& kernels_avx512();
+const GemmKernels& kernels_amx();
+#endif
+
+/// Packed x layout: panel q (rows q*mr .. q*mr+mr-1) starts at xp + q*k*mr; inside it element (p, r)
+/// is at p*mr + r, i.e. for each k index the mr row values are contiguous (rows past m are zero).
+/// Packs panels [q0, q1).
+void pack_x_panels(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::size_t mr,
+                   std::size_t q0, std::size_t q1, float* xp);
+
+}  // namespace quarry::engine::cpu::detail
