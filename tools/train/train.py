@@ -171,6 +171,18 @@ def encode_example(tok, ex, max_len):
     return ids, mask
 
 
+def encode_all(tok, examples, max_len):
+    """encode_example over a list, with the tokenizer's parallel batch encoder."""
+    prompts = tok.encode_batch([render_prompt(e["system"], e["user"]) for e in examples], add_special_tokens=False)
+    answers = tok.encode_batch([e["assistant"] + "<|im_end|>" for e in examples], add_special_tokens=False)
+    out = []
+    for p, a in zip(prompts, answers):
+        ids = p.ids + a.ids
+        if len(ids) <= max_len:
+            out.append((ids, [0] * len(p.ids) + [1] * len(a.ids)))
+    return out
+
+
 def batches(examples, max_tokens, pad_id, shuffle_rng):
     """Length-bucketed batches of at most max_tokens (padded) tokens."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
@@ -401,7 +413,7 @@ def main():
     vocab_size = tok.get_vocab_size()
     print(f"tokenizer: {vocab_size} tokens ({time.time() - t_start:.1f}s)", flush=True)
 
-    encoded = [r for r in (encode_example(tok, e, args.max_len) for e in train_ex) if r is not None]
+    encoded = encode_all(tok, train_ex, args.max_len)
     n_tokens = sum(len(t) for t, _ in encoded)
     print(f"encoded {len(encoded)} examples, {n_tokens} tokens, dropped {len(train_ex) - len(encoded)}",
           flush=True)
