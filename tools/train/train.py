@@ -209,12 +209,14 @@ def batches(examples, max_tokens, pad_id, shuffle_rng):
 
 
 def forward_losses(model, mtp, ids, mask, depth, weights):
-    """Main next-token loss and MTP depth-d losses on assistant tokens."""
+    """Main next-token loss and MTP depth-d losses on assistant tokens. Targets outside the assistant
+    turn carry ignore_index, so no step needs a device-to-host sync."""
     out = model.model(input_ids=ids, use_cache=False)
     h = out.last_hidden_state                      # post final-norm, [B, L, H]
-    logits = model.lm_head(h)
-    tgt_mask = mask[:, 1:]
-    main = F.cross_entropy(logits[:, :-1][tgt_mask].float(), ids[:, 1:][tgt_mask])
+    labels = torch.where(mask, ids, torch.full_like(ids, -100))
+    V = model.config.vocab_size
+    main = F.cross_entropy(model.lm_head(h[:, :-1]).float().reshape(-1, V), labels[:, 1:].reshape(-1),
+                           ignore_index=-100)
     losses = [main]
     B, L, _ = h.shape
     emb = model.model.embed_tokens
@@ -229,9 +231,9 @@ def forward_losses(model, mtp, ids, mask, depth, weights):
         pos = (torch.arange(n, device=ids.device) + (d - 1)).unsqueeze(0).expand(B, n)
         pe = model.model.rotary_emb(hidden[:, :n], pos)
         hidden = mtp(emb(ids[:, d:d + n]), hidden[:, :n], pe, pos)
-        lg = model.lm_head(hidden)
-        m = mask[:, d + 1:d + 1 + n]
-        losses.append(weights[d - 1] * F.cross_entropy(lg[m].float(), ids[:, d + 1:d + 1 + n][m]))
+        lg = model.lm_head(hidden).float().reshape(-1, V)
+        losses.append(weights[d - 1] * F.cross_entropy(lg, labels[:, d + 1:d + 1 + n].reshape(-1),
+                                                        ignore_index=-100))
     return losses
 
 
@@ -323,6 +325,7 @@ def evaluate(model, mtp, tok, heldout, device, max_new, depth, limit, batch=32):
             o = gen[r, L:].tolist()
             outputs.append(o[:o.index(eos)] if eos in o else o)
     per_lang = {}
+    mismatches = []
     drafted = [0] * depth
     accepted = [0] * depth
     for ex, prompt, out_ids in zip(exs, prompts, outputs):
@@ -338,7 +341,11 @@ def evaluate(model, mtp, tok, heldout, device, max_new, depth, limit, batch=32):
             truth = json.loads(ex["assistant"])
             for f in CORE_FIELDS:
                 st["fields"] += 1
-                st["exact"] += int(same_value(get_field(pred, f), get_field(truth, f)))
+                ok = same_value(get_field(pred, f), get_field(truth, f))
+                st["exact"] += int(ok)
+                if not ok and len(mismatches) < 40:
+                    mismatches.append({"lang": ex["lang"], "field": f, "expected": get_field(truth, f),
+                                       "got": get_field(pred, f) if pred else text[:200]})
         # Lossless drafting accepts a draft iff it equals the main model's greedy token: count, for each
         # draft position d, how often drafts 1..d were all right (teacher-forced recursive drafts).
         seq = torch.tensor([prompt + out_ids + [eos]], device=device)
@@ -363,7 +370,7 @@ def evaluate(model, mtp, tok, heldout, device, max_new, depth, limit, batch=32):
             "acceptance": accepted[d] / max(1, drafted[d])} for d in range(depth)]
     model.train()
     mtp.train()
-    return {"kie_fields": fields, "mtp_acceptance": acc, "examples": len(exs)}
+    return {"kie_fields": fields, "mtp_acceptance": acc, "examples": len(exs), "mismatches": mismatches}
 
 
 def main():
