@@ -25,7 +25,7 @@ packages=(
   libpoppler-cpp-dev poppler-utils qpdf libxml2-dev libssl-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
   libzmq3-dev cppzmq-dev libsqlite3-dev libvalijson-dev libtomlplusplus-dev
-  libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite
+  libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite python3-jsonschema
   python3
 )
 
