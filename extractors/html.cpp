@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
