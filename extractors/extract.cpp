@@ -2,12 +2,14 @@
 // the XML itself or on the XML files embedded in a PDF.
 #include "extractors/extract.hpp"
 
+#include <libxml/parser.h>
 #include <openssl/evp.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 
 #include "extractors/einvoice/einvoice.hpp"
@@ -42,6 +44,9 @@ bool map_einvoice(Document& doc, std::string_view xml, const std::string& source
 }
 
 Expected<Document> run(std::string_view bytes, const std::string& source, const ExtractOptions& opts) {
+  // libxml2's one-time set-up is not thread-safe when it happens lazily inside parallel parses.
+  static std::once_flag xml_init;
+  std::call_once(xml_init, xmlInitParser);
   if (bytes.empty()) return tl::unexpected(ExtractError{source, "empty file"});
   if (bytes.size() > opts.max_file_bytes)
     return tl::unexpected(ExtractError{source, "file is " + std::to_string(bytes.size()) +

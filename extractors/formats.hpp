@@ -30,6 +30,10 @@ struct Decoded {
 /// for the decision rule). Errors: bytes that are none of these (e.g. binary data).
 Expected<Decoded> decode_text(std::string_view bytes, const std::string& source);
 
+/// For bytes that are not UTF-8: the most likely of "WINDOWS-1250", "ISO-8859-2", "WINDOWS-1252"
+/// (iconv names; the decision rule is documented in text.cpp).
+const char* guess_8bit_encoding(std::string_view bytes);
+
 /// True when `s` is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
 /// On false, *bad_offset (if given) is the byte offset of the first invalid sequence.
 bool valid_utf8(std::string_view s, std::size_t* bad_offset = nullptr);

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -297,10 +299,11 @@ Expected<Document> extract_html(std::string_view bytes, Document doc, const Extr
                       HTML_PARSE_NOWARNING | HTML_PARSE_COMPACT;
   std::unique_ptr<htmlParserCtxt, void (*)(htmlParserCtxtPtr)> ctxt(htmlNewParserCtxt(), htmlFreeParserCtxt);
   if (!ctxt) return tl::unexpected(ExtractError{doc.source, "out of memory creating the HTML parser"});
-  // Without a BOM or a declared charset libxml2 reads HTML as ISO-8859-1 (HTML 4); bytes that are
-  // valid UTF-8 are read as UTF-8 instead, as browsers do (WHATWG encoding sniffing).
+  // Without a BOM or a declared charset libxml2 reads HTML as ISO-8859-1 (HTML 4). Instead, as
+  // browsers sniff (WHATWG Encoding), bytes that are valid UTF-8 are read as UTF-8, and others in
+  // the most likely legacy code page (the same guess as for text files).
   const char* encoding = nullptr;
-  if (!declares_charset(bytes) && valid_utf8(bytes)) encoding = "UTF-8";
+  if (!declares_charset(bytes)) encoding = valid_utf8(bytes) ? "UTF-8" : guess_8bit_encoding(bytes);
   std::unique_ptr<xmlDoc, void (*)(xmlDoc*)> html(
       htmlCtxtReadMemory(ctxt.get(), bytes.data(), static_cast<int>(bytes.size()), doc.source.c_str(),
                          encoding, options),

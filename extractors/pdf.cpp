@@ -8,6 +8,7 @@
 #include <poppler-page.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <ctime>

@@ -120,7 +120,9 @@ std::array<std::string, 128> high_half(const char* enc) {
 //     Italian/Spanish/Nordic è à ò ù ñ ø å ã) and 1 for rarer ones. Ties go to windows-1252.
 //  3. ISO-8859-2 leaves 0x80-0x9F to C1 control codes, which text never uses; with none of those,
 //     bytes 0xA1-0xBF that are letters in ISO-8859-2 but not in windows-1250 (ą ś ź ...) choose it.
-const char* guess_8bit(std::string_view bytes) {
+}  // namespace
+
+const char* guess_8bit_encoding(std::string_view bytes) {
   static constexpr std::string_view kCentralStrong = "őűŐŰčřšžěůłąęśćńźżČŘŠŽĚŮŁĄĘŚĆŃŹŻ";
   static constexpr std::string_view kCentralWeak = "ŕĺľťďňăşţŔĹĽŤĎŇĂŞŢ";
   static constexpr std::string_view kWesternStrong = "èàòùìñøåæãÈÀÒÙÌÑØÅÆÃ";
@@ -162,6 +164,8 @@ const char* guess_8bit(std::string_view bytes) {
   return iso_only > 0 ? "ISO-8859-2" : "WINDOWS-1250";
 }
 
+namespace {
+
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
 }  // namespace
@@ -181,7 +185,7 @@ Expected<Decoded> decode_text(std::string_view bytes, const std::string& source)
   for (unsigned char c : bytes)
     if (c == 0)
       return tl::unexpected(ExtractError{source, "text contains NUL bytes and has no UTF-16 byte order mark (binary data?)"});
-  const char* enc = guess_8bit(bytes);
+  const char* enc = guess_8bit_encoding(bytes);
   auto r = iconv_to_utf8(bytes, enc, source);
   if (!r)
     return tl::unexpected(ExtractError{

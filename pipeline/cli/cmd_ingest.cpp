@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <filesystem>
+#include <future>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +34,7 @@ struct IngestArgs {
   std::string pdf_password;
   bool no_einvoice = false;
   std::uint64_t max_file_mb = 256;
+  std::size_t jobs = 1;
 };
 
 bool hidden(const fs::path& p) {
@@ -87,18 +92,56 @@ nlohmann::json document_record(const Document& doc) {
   return j;
 }
 
-class Writer {
- public:
-  explicit Writer(FILE* f) : f_(f) {}
-  bool write(const nlohmann::json& j) {
-    // Invalid UTF-8 cannot reach here from the extractors, but a file name can carry it.
-    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    return std::fwrite(line.data(), 1, line.size(), f_) == line.size();
-  }
+std::string dump_line(const nlohmann::json& j) {
+  // Invalid UTF-8 cannot come from the extractors, but a file name can carry it.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
- private:
-  FILE* f_;
+/// What one input produced: its output lines (serialised), and the error when it failed.
+struct Outcome {
+  std::string source;
+  std::vector<std::string> lines;
+  std::string error;  ///< empty when ok
 };
+
+Outcome process(const fs::path& path, const ExtractOptions& opts, const IngestArgs& args) {
+  Outcome o;
+  o.source = path.string();
+  auto bytes = read_file_bytes(path, opts);
+  if (!bytes) {
+    o.error = bytes.error().reason;
+    o.lines.push_back(dump_line({{"source", o.source}, {"status", "error"}, {"error", o.error}}));
+    return o;
+  }
+  auto doc = extract_bytes(*bytes, o.source, opts);
+  if (!doc) {
+    o.error = doc.error().reason;
+    o.lines.push_back(dump_line({{"source", o.source},
+                                 {"sha256", sha256_hex(*bytes)},
+                                 {"media_type", detect_media_type(*bytes, path)},
+                                 {"size", bytes->size()},
+                                 {"status", "error"},
+                                 {"error", o.error}}));
+    return o;
+  }
+  bytes->clear();
+  bytes->shrink_to_fit();
+  if (!args.chunks) {
+    o.lines.push_back(dump_line(document_record(*doc)));
+    return o;
+  }
+  const EstimateTokenCounter counter;
+  const ChunkOptions chunk_opts{args.chunk_tokens, args.chunk_overlap};
+  for (const Chunk& c : chunk_document(*doc, counter, chunk_opts))
+    o.lines.push_back(dump_line({{"source", o.source},
+                                 {"sha256", doc->sha256},
+                                 {"chunk", c.index},
+                                 {"first_page", c.first_page},
+                                 {"last_page", c.last_page},
+                                 {"tokens", c.tokens},
+                                 {"text", c.text}}));
+  return o;
+}
 
 int run_ingest(const IngestArgs& args) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(nullptr, std::fclose);
@@ -111,62 +154,40 @@ int run_ingest(const IngestArgs& args) {
     }
     out = file.get();
   }
-  Writer writer(out);
   ExtractOptions opts;
   opts.pdf_password = args.pdf_password;
   opts.map_einvoices = !args.no_einvoice;
   opts.max_file_bytes = args.max_file_mb << 20;
   // The records carry text, not line boxes: skip poppler's second text pass per PDF page.
   opts.pdf_line_bboxes = false;
-  EstimateTokenCounter counter;
-  ChunkOptions chunk_opts{args.chunk_tokens, args.chunk_overlap};
 
-  std::size_t ok = 0, failed = 0;
-  for (const fs::path& path : expand_inputs(args.paths)) {
-    const std::string source = path.string();
-    nlohmann::json failure;
-    auto bytes = read_file_bytes(path, opts);
-    if (!bytes) {
-      failure = {{"source", source}, {"status", "error"}, {"error", bytes.error().reason}};
+  // Up to `jobs` inputs are extracted at once; their records are written in input order, so the
+  // output does not depend on the number of jobs.
+  const std::vector<fs::path> inputs = expand_inputs(args.paths);
+  const std::size_t jobs = std::max<std::size_t>(1, args.jobs);
+  std::deque<std::future<Outcome>> window;
+  std::size_t next = 0, ok = 0, failed = 0;
+  auto launch = [&] {
+    window.push_back(std::async(std::launch::async, process, inputs[next], std::cref(opts), std::cref(args)));
+    ++next;
+  };
+  while (next < inputs.size() && window.size() < jobs) launch();
+  while (!window.empty()) {
+    Outcome o = window.front().get();
+    window.pop_front();
+    if (next < inputs.size()) launch();
+    if (o.error.empty()) {
+      ++ok;
     } else {
-      auto doc = extract_bytes(*bytes, source, opts);
-      if (!doc) {
-        failure = {{"source", source},
-                   {"sha256", sha256_hex(*bytes)},
-                   {"media_type", detect_media_type(*bytes, path)},
-                   {"size", bytes->size()},
-                   {"status", "error"},
-                   {"error", doc.error().reason}};
-      } else {
-        ++ok;
-        bytes->clear();
-        bytes->shrink_to_fit();
-        for (const std::string& w : doc->warnings) spdlog::debug("{}: {}", source, w);
-        bool written = true;
-        if (args.chunks) {
-          for (const Chunk& c : chunk_document(*doc, counter, chunk_opts))
-            written = written && writer.write({{"source", source},
-                                               {"sha256", doc->sha256},
-                                               {"chunk", c.index},
-                                               {"first_page", c.first_page},
-                                               {"last_page", c.last_page},
-                                               {"tokens", c.tokens},
-                                               {"text", c.text}});
-        } else {
-          written = writer.write(document_record(*doc));
-        }
-        if (!written) {
-          spdlog::error("cannot write the output: {}", std::strerror(errno));
-          return 1;
-        }
-        continue;
-      }
+      ++failed;
+      spdlog::warn("{}: {}", o.source, o.error);
     }
-    ++failed;
-    spdlog::warn("{}: {}", source, failure["error"].get<std::string>());
-    if (!writer.write(failure)) {
-      spdlog::error("cannot write the output: {}", std::strerror(errno));
-      return 1;
+    for (const std::string& line : o.lines) {
+      if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
+        spdlog::error("cannot write the output: {}", std::strerror(errno));
+        for (auto& f : window) f.wait();
+        return 1;
+      }
     }
   }
   if (std::fflush(out) != 0) {
@@ -196,6 +217,10 @@ void add_ingest_command(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(std::size_t{16}, std::size_t{1} << 24))
       ->capture_default_str();
   sub->add_option("--chunk-overlap", args->chunk_overlap, "Tokens repeated from the previous chunk")
+      ->capture_default_str();
+  args->jobs = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+  sub->add_option("-j,--jobs", args->jobs, "Documents extracted in parallel (output order is the input order)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
   sub->add_option("--pdf-password", args->pdf_password, "Password for encrypted PDFs");
   sub->add_flag("--no-einvoice", args->no_einvoice, "Do not map structured e-invoices to invoice JSON");

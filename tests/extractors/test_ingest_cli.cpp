@@ -120,3 +120,17 @@ TEST_F(IngestCli, UsageErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(IngestCliJobs, OutputDoesNotDependOnJobs) {
+  const std::string dir = "'" + (quarry::test::corpora() / "nav").string() + "'";
+  auto one = run("ingest -j 1 " + dir);
+  auto four = run("ingest -j 4 " + dir);
+  EXPECT_EQ(one.code, 0);
+  EXPECT_EQ(four.code, 0);
+  EXPECT_EQ(lines(one.out).size(), 70u);
+  EXPECT_EQ(one.out, four.out);
+}
+
+}  // namespace

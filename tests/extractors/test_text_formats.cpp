@@ -112,6 +112,21 @@ TEST(Html, VisibleTextBlocksAndTableRows) {
   EXPECT_NE(lines[6].block, lines[7].block);
 }
 
+TEST(Html, EncodingWithoutCharsetIsSniffed) {
+  const std::string body = "<html><body><p>" + kHungarian.substr(0, kHungarian.find('\n')) + "</p></body></html>";
+  for (const char* enc : {"UTF-8", "WINDOWS-1250"}) {
+    auto doc = quarry::extract_bytes(encode(body, enc), "t.html");
+    ASSERT_TRUE(doc) << doc.error().reason;
+    EXPECT_EQ(doc->text(), "Árvíztűrő tükörfúrógép") << enc;
+  }
+  // A declared charset wins.
+  const std::string declared = "<html><head><meta charset=\"iso-8859-2\"></head><body><p>" +
+                               encode("Zażółć gęślą jaźń", "ISO-8859-2") + "</p></body></html>";
+  auto doc = quarry::extract_bytes(declared, "t.html");
+  ASSERT_TRUE(doc) << doc.error().reason;
+  EXPECT_EQ(doc->text(), "Zażółć gęślą jaźń");
+}
+
 TEST(Xml, OneLinePerElementWithText) {
   auto doc = quarry::extract_bytes(
       "<?xml version=\"1.0\"?><inv xmlns=\"urn:x\"><id>  A-1 </id><party><name>Acme\n  Kft</name>"

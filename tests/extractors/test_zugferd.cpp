@@ -44,9 +44,37 @@ TEST(Zugferd, EmbeddedInvoiceXmlIsFound) {
     ASSERT_NE(parsed.root(), nullptr) << "attachment is not well-formed XML";
     const std::string root = quarry::test::local(parsed.root());
     EXPECT_TRUE(root == "CrossIndustryInvoice" || root == "CrossIndustryDocument") << root;
+    // The e-invoice hook maps the embedded CII (the mapper is tested in tests/einvoice).
+    EXPECT_TRUE(doc->einvoice.has_value());
+    EXPECT_EQ(doc->einvoice_format, "cii");
     ++with_xml;
   }
   EXPECT_EQ(with_xml, 11u);
+}
+
+TEST(Zugferd, EinvoiceMappingCanBeTurnedOff) {
+  quarry::ExtractOptions opts;
+  opts.map_einvoices = false;
+  auto doc = quarry::extract_file(quarry::test::corpora() / "zugferd" / "EN16931_Einfach.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  EXPECT_FALSE(doc->einvoice.has_value());
+  EXPECT_EQ(doc->attachments.size(), 1u);
+}
+
+TEST(Einvoice, XmlFilesAreMappedByTheirSyntax) {
+  const auto c = quarry::test::corpora();
+  const std::vector<std::pair<std::filesystem::path, std::string>> cases = {
+      {c / "nav" / "xml", "nav"}, {c / "en16931" / "cii", "cii"}, {c / "en16931" / "ubl", "ubl"}};
+  for (const auto& [dir, format] : cases) {
+    for (const auto& xml : quarry::test::files_in(dir)) {
+      SCOPED_TRACE(xml.string());
+      auto doc = quarry::extract_file(xml);
+      ASSERT_TRUE(doc) << doc.error().reason;
+      EXPECT_EQ(doc->media_type, "application/xml");
+      EXPECT_TRUE(doc->einvoice.has_value());
+      EXPECT_EQ(doc->einvoice_format, format);
+    }
+  }
 }
 
 TEST(Zugferd, InvoiceNumberOfTheXmlIsInTheText) {
