@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "engine/backend/cpu/ops.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/model/model.hpp"
+#include "engine/model/random_checkpoint.hpp"
 #include "fixtures.hpp"
 
 namespace quarry::engine {
@@ -131,6 +133,35 @@ TEST_P(Parity, MultiSequenceBatchEqualsEachAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3, Parity, ::testing::ValuesIn(testing::fixture_models()));
+
+}  // namespace
+}  // namespace quarry::engine
+
+namespace quarry::engine {
+namespace {
+
+/// The same random weights stored as f32, bf16 and f16 (write_random_checkpoint rounds to nearest even)
+/// give nearly the same logits: the f16 and bf16 paths read the stored dtype correctly.
+TEST(StoredDtypes, F16AndBf16CheckpointsAgreeWithF32) {
+  nlohmann::json cfg = nlohmann::json::parse(preset_config_json("tiny"));
+  cfg["vocab_size"] = 300;
+  cfg["initializer_range"] = 0.1;
+  std::map<DType, std::vector<float>> logits;
+  const std::vector<TokenId> prompt = {5, 17, 299, 42, 0, 8};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    auto dir = testing::scratch_dir(std::string("dtype_") + dtype_name(dt));
+    write_random_checkpoint(cfg.dump(), dir, dt, 99);
+    auto model = load_model(dir);
+    KvCache kv(model->kv_shape(), 64);
+    logits[dt] = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size(), nullptr);
+  }
+  const float d16 = max_abs_diff(logits[DType::f16].data(), logits[DType::f32]);
+  const float dbf = max_abs_diff(logits[DType::bf16].data(), logits[DType::f32]);
+  EXPECT_GT(d16, 0.f);   // really rounded
+  EXPECT_LT(d16, 5e-3f);  // f16 keeps 11 significant bits
+  EXPECT_GT(dbf, d16);    // bf16 keeps 8
+  EXPECT_LT(dbf, 5e-2f);
+}
 
 }  // namespace
 }  // namespace quarry::engine
