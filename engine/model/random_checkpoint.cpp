@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <numbers>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <utility>
@@ -160,8 +161,8 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
         if (!s.norm) {  // Box-Muller: two normals from two uniforms
           const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
           const double r = std::sqrt(-2.0 * std::log(u1)) * std_dev;
-          v0 = static_cast<float>(r * std::cos(2 * M_PI * u2));
-          v1 = static_cast<float>(r * std::sin(2 * M_PI * u2));
+          v0 = static_cast<float>(r * std::cos(2 * std::numbers::pi * u2));
+          v1 = static_cast<float>(r * std::sin(2 * std::numbers::pi * u2));
         }
         for (std::size_t k = 0; k < 2 && i + k < m; ++k) {
           const float v = k ? v1 : v0;
