@@ -73,6 +73,7 @@ struct GenerationResult {
   RequestStats stats;
 };
 
+/// Not thread-safe: one thread drives an Engine (the scheduler); its ThreadPool parallelises each op.
 class Engine {
  public:
   /// Loads the model in `dir` (see load_model). `tokenizer` may be null: then stop strings are not
