@@ -116,6 +116,13 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
                      " bytes but its dtype and shape " + shape_string(v.shape) + " need " +
                      std::to_string(v.numel() * dtype_size(v.dtype)));
     v.data = data_block + begin;
+    if (reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) != 0) {
+      // The reference writer pads the header so that data starts 8-byte aligned; other writers may not.
+      // Typed loads need alignment, so such a tensor is copied once into an aligned buffer.
+      owned_.push_back(std::make_unique<std::uint64_t[]>((v.n_bytes + 7) / 8));
+      std::memcpy(owned_.back().get(), v.data, v.n_bytes);
+      v.data = owned_.back().get();
+    }
     tensors_.emplace(name, std::move(v));
   }
 }

@@ -57,7 +57,8 @@ class SafetensorsFile {
   /// Maps and validates the file: header length within the file, JSON well-formed, every tensor with
   /// a supported dtype (F32, F16, BF16), offsets inside the data block and matching dtype x shape.
   /// Throws std::runtime_error naming the file and the tensor on any violation (truncated file,
-  /// bad header, unsupported dtype).
+  /// bad header, unsupported dtype). A tensor whose data is not aligned to its element size (a header
+  /// not padded to 8 bytes) is copied once into an aligned buffer; all others stay in the mapping.
   explicit SafetensorsFile(const std::filesystem::path& path);
 
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
@@ -66,6 +67,7 @@ class SafetensorsFile {
  private:
   MappedFile file_;
   std::map<std::string, TensorView> tensors_;
+  std::vector<std::unique_ptr<std::uint64_t[]>> owned_;  ///< aligned copies of misaligned tensors
 };
 
 /// All tensors of a model directory: `model.safetensors.index.json` (weight_map -> shard files) if

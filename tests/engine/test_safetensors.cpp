@@ -53,6 +53,22 @@ void expect_load_error(const fs::path& dir, const std::string& file_fragment, co
   }
 }
 
+TEST(Safetensors, UnpaddedHeaderLoadsTheSameWeights) {
+  // edit_header writes the header unpadded: with this length the data block starts misaligned.
+  auto dir = copy_fixture("tiny_gqa_tied_f32", "unpadded");
+  edit_header(dir / "model.safetensors", [](nlohmann::json& h) { h["__metadata__"]["x"] = "y"; });
+  std::string s = slurp(dir / "model.safetensors");
+  std::uint64_t n = 0;
+  std::memcpy(&n, s.data(), 8);
+  ASSERT_NE((8 + n) % 4, 0u) << "pick another metadata string so the data block is misaligned";
+  auto moved = TensorStore::open(dir);
+  auto orig = TensorStore::open(testing::fixture_dir("tiny_gqa_tied_f32"));
+  const auto& a = moved->get("model.layers.0.self_attn.q_proj.weight", {64, 64});
+  const auto& b = orig->get("model.layers.0.self_attn.q_proj.weight", {64, 64});
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data) % 4, 0u);
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0);
+}
+
 TEST(Safetensors, ShardedIndexMapsEveryTensor) {
   auto store = TensorStore::open(testing::fixture_dir("tiny_mha_untied_sharded_f32"));
   EXPECT_NE(store->origin().string().find("model.safetensors.index.json"), std::string::npos);
