@@ -1,23 +1,156 @@
-// `quarry generate` and `quarry tokenize`: placeholder until the engine core lands (issue: engine core).
-#include "pipeline/cli/commands.hpp"
-
+// `quarry generate` and `quarry tokenize`: the embedded engine from the command line.
+//
+// generate: stdout gets the generated text (then, with --print-token-ids, one line holding the
+// generated ids as a JSON array); --stats prints prefill/decode speed, TTFT and achieved GB/s to stderr.
+// Exit codes: 0 done; 1 usage error or a model / tokenizer / messages file that cannot be used.
 #include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/engine.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+#include "pipeline/cli/commands.hpp"
 
 namespace quarry::cli {
 
+namespace {
+
+namespace eng = quarry::engine;
+
+struct GenerateArgs {
+  std::string model, prompt, messages;
+  std::size_t max_tokens = 256;
+  float temperature = 0.f, top_p = 1.f, min_p = 0.f;
+  std::size_t top_k = 0;
+  std::optional<std::uint64_t> seed;
+  std::size_t threads = 0;
+  std::vector<std::string> stop;
+  bool print_token_ids = false, stats = false, thinking = false;
+};
+
+/// OpenAI-style [{"role": ..., "content": ...}, ...] from a JSON file.
+std::vector<eng::ChatMessage> read_messages(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open messages file");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(path + ": malformed JSON: " + e.what());
+  }
+  if (!j.is_array() || j.empty()) throw std::runtime_error(path + ": expected a non-empty JSON array of messages");
+  std::vector<eng::ChatMessage> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const auto& m = j[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      throw std::runtime_error(path + ": message " + std::to_string(i) + " needs string \"role\" and \"content\"");
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+std::string ids_json(const std::vector<eng::TokenId>& ids) { return nlohmann::json(ids).dump(); }
+
+int run_generate(const GenerateArgs& a) {
+  auto tok = eng::Tokenizer::from_dir(a.model);
+  std::string prompt_text = a.prompt;
+  if (!a.messages.empty()) prompt_text = tok->apply_chat_template(read_messages(a.messages), true, a.thinking);
+  eng::EngineOptions opt;
+  opt.n_threads = a.threads;
+  opt.log = [](std::string_view msg) { spdlog::debug("{}", msg); };
+  auto engine = eng::Engine::open(a.model, tok, opt);
+
+  eng::GenerationRequest req;
+  req.prompt = tok->encode(prompt_text);
+  if (req.prompt.empty()) throw std::runtime_error("the prompt encodes to no tokens");
+  req.max_tokens = a.max_tokens;
+  req.sampling.temperature = a.temperature;
+  req.sampling.top_p = a.top_p;
+  req.sampling.top_k = a.top_k;
+  req.sampling.min_p = a.min_p;
+  req.sampling.seed = a.seed;
+  req.stop = a.stop;
+  spdlog::debug("prompt: {} tokens", req.prompt.size());
+  const auto r = engine->generate(req);
+  std::cout << r.text << "\n";
+  if (a.print_token_ids) std::cout << ids_json(r.tokens) << "\n";
+  std::cout.flush();
+  if (a.stats) {
+    const auto& s = engine->stats();
+    std::fprintf(stderr,
+                 "prompt tokens %zu, generated %zu (finish: %s)\n"
+                 "prefill: %.1f tok/s, TTFT %.3f s\n"
+                 "decode: %.2f tok/s, achieved %.2f GB/s (%.1f MB read per step)\n",
+                 r.stats.prompt_tokens, r.stats.generated_tokens, eng::finish_reason_name(r.finish),
+                 r.stats.prefill_tok_s(), r.stats.ttft_s, s.decode_tok_s(), s.decode_gb_s(),
+                 s.decode_steps ? static_cast<double>(s.decode_bytes) / static_cast<double>(s.decode_steps) / 1e6 : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
 void add_generate_command(CLI::App& app, Context& ctx) {
-  auto* sub = app.add_subcommand("generate", "Generate text with the embedded engine (not built yet)");
-  sub->callback([&ctx] {
-    spdlog::error("generate: the engine core is not built yet");
-    ctx.exit_code = 1;
+  auto args = std::make_shared<GenerateArgs>();
+  auto* sub = app.add_subcommand("generate", "Generate text with the embedded engine");
+  sub->add_option("--model", args->model, "Model folder (config.json, safetensors, tokenizer.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  auto* prompt = sub->add_option("--prompt", args->prompt, "Raw prompt text (no chat template)");
+  auto* messages = sub->add_option("--messages", args->messages,
+                                   "JSON file with a list of {role, content} messages; the chat template is applied")
+                       ->check(CLI::ExistingFile);
+  prompt->excludes(messages);
+  sub->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  sub->add_option("--top-p", args->top_p, "Nucleus sampling mass (1: off)")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: off)");
+  sub->add_option("--min-p", args->min_p, "Drop tokens below min_p x the top probability (0: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option_function<std::uint64_t>("--seed", [args](const std::uint64_t& s) { args->seed = s; },
+                                          "Random seed of the sampler (same seed, same output)");
+  sub->add_option("--threads", args->threads, "Worker threads (0: all cores)")->capture_default_str();
+  sub->add_option("--stop", args->stop, "Stop string (repeatable); the text is cut before it");
+  sub->add_flag("--print-token-ids", args->print_token_ids, "Also print the generated ids as a JSON array line");
+  sub->add_flag("--stats", args->stats, "Print prefill/decode tok/s, TTFT and achieved GB/s to stderr");
+  sub->add_flag("--thinking", args->thinking, "With --messages: enable Qwen3 thinking (enable_thinking=true)");
+  sub->callback([args, prompt, messages, &ctx] {
+    if (prompt->count() == 0 && messages->count() == 0) {
+      spdlog::error("generate: give --prompt TEXT or --messages FILE");
+      ctx.exit_code = 1;
+      return;
+    }
+    try {
+      ctx.exit_code = run_generate(*args);
+    } catch (const std::exception& e) {
+      spdlog::error("generate: {}", e.what());
+      ctx.exit_code = 1;
+    }
   });
 }
 
 void add_tokenize_command(CLI::App& app, Context& ctx) {
-  auto* sub = app.add_subcommand("tokenize", "Print token ids of a text (not built yet)");
-  sub->callback([&ctx] {
-    spdlog::error("tokenize: the tokenizer is not built yet");
-    ctx.exit_code = 1;
+  auto model = std::make_shared<std::string>();
+  auto text = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("tokenize", "Print the token ids of a text as a JSON array (no special tokens added)");
+  sub->add_option("--model", *model, "Model folder holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("text", *text, "Text to tokenize")->required();
+  sub->callback([model, text, &ctx] {
+    try {
+      auto tok = eng::Tokenizer::from_dir(*model);
+      std::cout << ids_json(tok->encode(*text)) << std::endl;
+    } catch (const std::exception& e) {
+      spdlog::error("tokenize: {}", e.what());
+      ctx.exit_code = 1;
+    }
   });
 }
 

@@ -1,0 +1,203 @@
+#include "engine/backend/cpu/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/backend/cpu/thread_pool.hpp"
+
+namespace quarry::engine::cpu {
+
+namespace {
+
+inline float bf16_to_f32(std::uint16_t v) {
+  std::uint32_t u = static_cast<std::uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float f16_to_f32(std::uint16_t h) {
+  std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename F>
+void split(ThreadPool* pool, std::size_t n, F&& fn) {
+  if (pool && pool->size() > 1 && n > 1) pool->parallel_for(n, fn);
+  else if (n > 0) fn(std::size_t{0}, n);
+}
+
+}  // namespace
+
+float weight_value(const void* data, WeightType type, std::size_t i) {
+  switch (type) {
+    case WeightType::f32: return static_cast<const float*>(data)[i];
+    case WeightType::bf16: return bf16_to_f32(static_cast<const std::uint16_t*>(data)[i]);
+    case WeightType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(data)[i]);
+  }
+  return 0.f;
+}
+
+void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool) {
+  const std::size_t h = table.cols;
+  split(pool, n, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) {
+      const std::size_t row = static_cast<std::size_t>(tokens[t]) * h;
+      float* o = out + t * h;
+      if (table.type == WeightType::f32) {
+        std::memcpy(o, static_cast<const float*>(table.data) + row, h * sizeof(float));
+      } else {
+        for (std::size_t i = 0; i < h; ++i) o[i] = weight_value(table.data, table.type, row + i);
+      }
+    }
+  });
+}
+
+void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool* pool) {
+  gemm(x, m, w.cols, w.cols, w.data, w.type, w.rows, y, w.rows, pool);
+}
+
+void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* weight,
+              float eps, ThreadPool* pool) {
+  split(pool, rows, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * ld;
+      float* yr = y + r * ld;
+      double ss = 0.0;
+      for (std::size_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+      for (std::size_t i = 0; i < dim; ++i) yr[i] = weight[i] * (xr[i] * inv);
+    }
+  });
+}
+
+Rope::Rope(double theta, std::size_t rdim) : rotary_dim(rdim), inv_freq(rdim / 2) {
+  for (std::size_t i = 0; i < rdim / 2; ++i) {
+    // As HF: exponent computed in f32, then theta ** exponent, then reciprocal.
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rdim);
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(e)));
+  }
+}
+
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          const std::int32_t* positions, const Rope& r, ThreadPool* pool) {
+  const std::size_t half = r.rotary_dim / 2;
+  split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+    std::vector<float> cs(half), sn(half);
+    for (std::size_t t = t0; t < t1; ++t) {
+      const float pos = static_cast<float>(positions[t]);
+      for (std::size_t i = 0; i < half; ++i) {
+        const float angle = pos * r.inv_freq[i];  // f32 product, as HF's f32 matmul of one term
+        cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        sn[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+      for (std::size_t h = 0; h < n_heads; ++h) {
+        float* v = x + t * ld + h * head_dim;
+        for (std::size_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  });
+}
+
+void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_tokens, const std::int32_t* positions,
+              const std::int32_t* const* block_tables, const KvLayerView& kv, ThreadPool* pool) {
+  const std::size_t row = kv.n_kv_heads * kv.head_dim;
+  split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) {
+      const auto pos = static_cast<std::size_t>(positions[t]);
+      float* base = kv.blocks[block_tables[t][pos / kv.block_size]];
+      const std::size_t slot = (pos % kv.block_size) * row;
+      std::memcpy(base + kv.k_offset + slot, k + t * ld, row * sizeof(float));
+      std::memcpy(base + kv.v_offset + slot, v + t * ld, row * sizeof(float));
+    }
+  });
+}
+
+void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
+               std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
+               const KvLayerView& kv, float scale, ThreadPool* pool) {
+  const std::size_t hd = kv.head_dim, bs = kv.block_size, row = kv.n_kv_heads * hd;
+  const std::size_t group = n_heads / kv.n_kv_heads;
+  split(pool, n_tokens * n_heads, [&](std::size_t w0, std::size_t w1) {
+    std::vector<float> scores;
+    for (std::size_t w = w0; w < w1; ++w) {
+      const std::size_t t = w / n_heads, h = w % n_heads, kvh = h / group;
+      const std::size_t n_ctx = static_cast<std::size_t>(positions[t]) + 1;
+      const float* qv = q + t * ldq + h * hd;
+      const std::int32_t* table = block_tables[t];
+      scores.resize(n_ctx);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (std::size_t p = 0; p < n_ctx; ++p) {
+        const float* kp = kv.blocks[table[p / bs]] + kv.k_offset + (p % bs) * row + kvh * hd;
+        float s = 0.f;
+        for (std::size_t i = 0; i < hd; ++i) s += qv[i] * kp[i];
+        s *= scale;
+        scores[p] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0.f;
+      for (std::size_t p = 0; p < n_ctx; ++p) {
+        scores[p] = std::exp(scores[p] - mx);
+        sum += scores[p];
+      }
+      const float inv = 1.f / sum;
+      float* o = out + t * ldo + h * hd;
+      std::fill(o, o + hd, 0.f);
+      for (std::size_t p = 0; p < n_ctx; ++p) {
+        const float* vp = kv.blocks[table[p / bs]] + kv.v_offset + (p % bs) * row + kvh * hd;
+        const float a = scores[p] * inv;
+        for (std::size_t i = 0; i < hd; ++i) o[i] += a * vp[i];
+      }
+    }
+  });
+}
+
+void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+              std::size_t rows, std::size_t n, ThreadPool* pool) {
+  split(pool, rows, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t i = 0; i < n; ++i) {
+        const float g = gate[r * ldg + i];
+        out[r * ldo + i] = g / (1.f + std::exp(-g)) * up[r * ldu + i];
+      }
+  });
+}
+
+void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool) {
+  split(pool, n, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
+}
+
+std::int32_t argmax(const float* logits, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<std::int32_t>(best);
+}
+
+}  // namespace quarry::engine::cpu

@@ -1,0 +1,88 @@
+// CPU backend ops: the reference every other backend is checked against (llama.cpp test-backend-ops).
+// Activations are f32, row-major; weights are used in their stored dtype (f32, f16, bf16).
+// Every op splits its work over `pool` (nullptr: calling thread only).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend/cpu/gemm.hpp"
+
+namespace quarry::engine {
+class ThreadPool;
+}
+
+namespace quarry::engine::cpu {
+
+/// A weight matrix as stored in the checkpoint: row-major [rows, cols] (HF Linear: [out, in]).
+struct Weight {
+  const void* data = nullptr;
+  WeightType type = WeightType::f32;
+  std::size_t rows = 0, cols = 0;
+  std::size_t bytes() const { return rows * cols * (type == WeightType::f32 ? 4 : 2); }
+};
+
+/// Element i of a weight tensor as f32 (bf16/f16 widened exactly).
+float weight_value(const void* data, WeightType type, std::size_t i);
+
+/// out[t, :] = table[tokens[t], :].  table: [vocab, hidden] in its stored dtype; out: [n, hidden] f32.
+/// Token ids must be < table.rows (checked by the caller).
+void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool);
+
+/// y[m, w.rows] = x[m, w.cols] · w^T (torch.nn.Linear without bias) through cpu::gemm.
+void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool* pool);
+
+/// RMSNorm (Zhang & Sennrich 2019; HF Qwen3RMSNorm): y = x / sqrt(mean(x^2) + eps) * weight, per row of
+/// `dim` elements. Applies to `rows` rows at stride `ld` (in and out may alias). weight: [dim] f32.
+void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* weight,
+              float eps, ThreadPool* pool);
+
+/// Rotary position embedding tables (RoFormer, Su et al. 2021), HF "default" rope_type:
+/// inv_freq[i] = theta^(-2i / rotary_dim), i < rotary_dim / 2.
+struct Rope {
+  Rope(double theta, std::size_t rotary_dim);
+  std::size_t rotary_dim;
+  std::vector<float> inv_freq;
+};
+
+/// Applies RoPE in place with HF's rotate_half convention (the two halves of the rotary part are the
+/// pair, not interleaved): for i < r/2, (x[i], x[i+r/2]) rotated by angle pos * inv_freq[i]. Only the
+/// first rope.rotary_dim dims of each head rotate (partial rotary); the rest pass through.
+/// x: [n_tokens, n_heads * head_dim] at row stride ld; positions: [n_tokens].
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          const std::int32_t* positions, const Rope& rope, ThreadPool* pool);
+
+/// One layer of a paged KV cache as seen by attention: block b's keys for this layer start at
+/// blocks[b] + k_offset, values at blocks[b] + v_offset, each laid out [block_size, n_kv_heads, head_dim] f32.
+struct KvLayerView {
+  float* const* blocks = nullptr;
+  std::size_t k_offset = 0, v_offset = 0;
+  std::size_t block_size = 16, n_kv_heads = 0, head_dim = 0;
+};
+
+/// Writes k, v ([n_tokens, n_kv_heads * head_dim] f32, row stride ld) into the cache at each token's
+/// position through its sequence's block table (block_tables[t] points to that sequence's table).
+void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_tokens, const std::int32_t* positions,
+              const std::int32_t* const* block_tables, const KvLayerView& kv, ThreadPool* pool);
+
+/// Causal scaled-dot-product attention over the paged cache (vLLM PagedAttention, Kwon et al. 2023), GQA:
+/// query head h reads kv head h / (n_heads / n_kv_heads). Token t attends to positions 0..positions[t] of
+/// its own sequence, whose K/V must already be stored (kv_store first: a prefill chunk sees itself).
+/// q: [n_tokens, n_heads * head_dim] at stride ldq; out: same shape at stride ldo. Softmax in f32.
+void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
+               std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
+               const KvLayerView& kv, float scale, ThreadPool* pool);
+
+/// SwiGLU (Shazeer 2020): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x); rows of n elements,
+/// gate/up/out at row strides ldg/ldu/ldo.
+void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+              std::size_t rows, std::size_t n, ThreadPool* pool);
+
+/// x[i] += y[i] for i < n.
+void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool);
+
+/// Index of the largest logit (the first one on ties, as torch.argmax).
+std::int32_t argmax(const float* logits, std::size_t n);
+
+}  // namespace quarry::engine::cpu

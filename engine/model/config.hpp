@@ -1,0 +1,54 @@
+// Model hyper-parameters read from a Hugging Face config.json (transformers 4.x and 5.x layouts).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace quarry::engine {
+
+/// Storage dtype of a tensor in a checkpoint (safetensors names: F32, F16, BF16).
+enum class DType : std::uint8_t { f32, f16, bf16 };
+
+/// Bytes per element of `t`.
+std::size_t dtype_size(DType t);
+/// "f32", "f16", "bf16".
+const char* dtype_name(DType t);
+
+/// Decoder-only transformer hyper-parameters. Field names follow Hugging Face config keys.
+struct ModelConfig {
+  std::string architecture;      ///< architectures[0], e.g. "Qwen3ForCausalLM"
+  std::string model_type;        ///< e.g. "qwen3"
+  std::size_t vocab_size = 0;
+  std::size_t hidden_size = 0;
+  std::size_t intermediate_size = 0;
+  std::size_t num_hidden_layers = 0;
+  std::size_t num_attention_heads = 0;
+  std::size_t num_key_value_heads = 0;  ///< defaults to num_attention_heads (MHA)
+  std::size_t head_dim = 0;             ///< defaults to hidden_size / num_attention_heads
+  std::size_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;          ///< top-level (4.x) or rope_parameters.rope_theta (5.x)
+  std::string rope_type = "default";    ///< only "default" is supported so far
+  double partial_rotary_factor = 1.0;   ///< fraction of head_dim that RoPE rotates
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  std::string hidden_act = "silu";
+  std::string torch_dtype;              ///< "dtype" (5.x) or "torch_dtype" (4.x); informational
+  std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id as int or list (may be empty)
+  std::int64_t bos_token_id = -1;
+
+  /// Number of leading dimensions of each head that RoPE rotates (even).
+  std::size_t rotary_dim() const;
+};
+
+/// Parses config.json. Throws std::runtime_error naming `path` and the key on a missing file,
+/// malformed JSON, a missing required key or an inconsistent value (e.g. heads not divisible by
+/// kv heads, odd rotary dim, unsupported rope_type).
+ModelConfig load_model_config(const std::filesystem::path& path);
+
+/// Same, from JSON text; `origin` names the source in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
+
+}  // namespace quarry::engine

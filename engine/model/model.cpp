@@ -1,0 +1,22 @@
+#include "engine/model/model.hpp"
+
+#include <stdexcept>
+
+#include "engine/model/qwen3.hpp"
+#include "engine/model/safetensors.hpp"
+
+namespace quarry::engine {
+
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir) {
+  const auto config_path = dir / "config.json";
+  ModelConfig config = load_model_config(config_path);
+  const bool qwen3 = config.architecture == "Qwen3ForCausalLM" ||
+                     (config.architecture.empty() && config.model_type == "qwen3");
+  if (!qwen3)
+    throw std::runtime_error(config_path.string() + ": unsupported architecture \"" +
+                             (config.architecture.empty() ? config.model_type : config.architecture) +
+                             "\" (supported: Qwen3ForCausalLM)");
+  return make_qwen3(config, TensorStore::open(dir));
+}
+
+}  // namespace quarry::engine

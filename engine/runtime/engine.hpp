@@ -1,0 +1,113 @@
+// The engine's public API: load a model folder, run generation requests (batched together), read stats.
+//
+//   auto tok = Tokenizer::from_dir(dir);
+//   auto engine = Engine::open(dir, tok, {.n_threads = 4});
+//   GenerationRequest req;
+//   req.prompt = tok->encode(tok->apply_chat_template(messages));
+//   req.max_tokens = 256;
+//   GenerationResult r = engine->generate(req);   // r.tokens, r.text, r.finish, r.stats
+//
+// Several requests passed together run as one continuous batch: every forward call carries the decode
+// token of each running sequence plus prefill chunks of the others (up to max_batch_tokens).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model/model.hpp"
+#include "engine/runtime/sampler.hpp"
+#include "engine/runtime/stats.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+
+namespace quarry::engine {
+
+class ThreadPool;
+
+struct EngineOptions {
+  std::size_t n_threads = 0;            ///< worker threads incl. the caller; 0: all hardware threads
+  std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
+  std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
+  /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
+  std::function<void(std::string_view)> log = {};
+};
+
+/// Per-sequence constrained decoding (a grammar matcher): fills the token bitmask before each sample
+/// and sees each accepted token. Sees tokens, never the model.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  /// Writes the allowed set: ceil(vocab_size / 32) words, bit i of word w allows token 32 w + i.
+  virtual void fill_bitmask(std::span<std::uint32_t> bitmask) = 0;
+  /// The sampled token (always one the last bitmask allowed).
+  virtual void accept(TokenId token) = 0;
+  /// True when the constraint is complete (generation stops with FinishReason::constraint).
+  virtual bool is_terminated() const { return false; }
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;          ///< token ids, non-empty, each < vocab_size
+  std::size_t max_tokens = 256;         ///< generated tokens at most (the stop token counts)
+  SamplingParams sampling;
+  std::vector<std::string> stop;        ///< stop strings (matched on the decoded text; needs a tokenizer)
+  std::vector<TokenId> stop_token_ids;  ///< extra stop tokens besides the model's EOS ids
+  bool ignore_eos = false;              ///< do not stop at EOS ids (benchmarks)
+  std::shared_ptr<TokenConstraint> constraint;  ///< optional
+  /// Optional: called after each generated token with its id (streaming).
+  std::function<void(TokenId)> on_token;
+};
+
+enum class FinishReason { length, eos, stop_string, constraint };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationResult {
+  std::vector<TokenId> tokens;  ///< generated ids, including the EOS / stop token that ended it
+  std::string text;             ///< decoded text of the tokens (special tokens skipped), cut before a stop string
+  FinishReason finish = FinishReason::length;
+  RequestStats stats;
+};
+
+/// Not thread-safe: one thread drives an Engine (the scheduler); its ThreadPool parallelises each op.
+class Engine {
+ public:
+  /// Loads the model in `dir` (see load_model). `tokenizer` may be null: then stop strings are not
+  /// available and `text` stays empty. Throws std::runtime_error naming the file on load errors.
+  static std::unique_ptr<Engine> open(const std::filesystem::path& dir, std::shared_ptr<const Tokenizer> tokenizer,
+                                      const EngineOptions& options = {});
+  Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer, const EngineOptions& options,
+         std::vector<TokenId> eos_ids = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs one request to completion. Throws std::invalid_argument on an empty prompt, an id out of
+  /// the vocabulary, stop strings without a tokenizer; std::runtime_error if the KV cache cannot
+  /// hold the sequence.
+  GenerationResult generate(const GenerationRequest& request);
+
+  /// Runs all requests together as one continuous batch; results in request order.
+  std::vector<GenerationResult> generate(std::span<const GenerationRequest> requests);
+
+  const Model& model() const { return *model_; }
+  /// Token ids that end generation (config.json, generation_config.json and the tokenizer's).
+  const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
+  /// Totals since construction.
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  EngineOptions options_;
+  std::vector<TokenId> eos_ids_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  EngineStats stats_;
+};
+
+}  // namespace quarry::engine

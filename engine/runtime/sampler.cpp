@@ -1,0 +1,110 @@
+#include "engine/runtime/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+namespace quarry::engine {
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+inline std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+std::uint64_t seed_of(const SamplingParams& p) {
+  if (p.seed) return *p.seed;
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+}  // namespace
+
+Rng::Rng(std::uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+std::uint64_t Rng::next() {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(seed_of(p)) {
+  if (!(p.temperature >= 0.f)) throw std::invalid_argument("sampling: temperature must be >= 0");
+  if (!(p.top_p > 0.f && p.top_p <= 1.f)) throw std::invalid_argument("sampling: top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.f && p.min_p <= 1.f)) throw std::invalid_argument("sampling: min_p must be in [0, 1]");
+}
+
+TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {
+  const std::size_t V = logits.size();
+  if (params_.temperature == 0.f) {
+    TokenId best = -1;
+    for (std::size_t i = 0; i < V; ++i) {
+      const auto t = static_cast<TokenId>(i);
+      if (!bitmask_allows(bitmask, t)) continue;
+      if (best < 0 || logits[i] > logits[static_cast<std::size_t>(best)]) best = t;
+    }
+    return best;
+  }
+  cand_.clear();
+  const float inv_t = 1.f / params_.temperature;
+  for (std::size_t i = 0; i < V; ++i) {
+    const auto t = static_cast<TokenId>(i);
+    if (bitmask_allows(bitmask, t) && !std::isnan(logits[i])) cand_.emplace_back(logits[i] * inv_t, t);
+  }
+  if (cand_.empty()) return -1;
+  // Sort by logit descending, ties by token id (deterministic).
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::size_t keep = cand_.size();
+  if (params_.top_k > 0 && params_.top_k < keep) {
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(params_.top_k), cand_.end(), by_logit);
+    keep = params_.top_k;
+    cand_.resize(keep);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  // Softmax over the kept candidates (in double for a stable cumulative sum).
+  std::vector<double> prob(keep);
+  const double mx = cand_[0].first;
+  double sum = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first) - mx);
+  for (auto& p : prob) p /= sum;
+  if (params_.top_p < 1.f) {
+    double cum = 0.0;
+    std::size_t n = 0;
+    while (n < keep) {
+      cum += prob[n++];
+      if (cum >= params_.top_p) break;
+    }
+    keep = std::max<std::size_t>(n, 1);
+  }
+  if (params_.min_p > 0.f) {
+    const double floor = params_.min_p * prob[0];
+    std::size_t n = 1;
+    while (n < keep && prob[n] >= floor) ++n;
+    keep = n;
+  }
+  double total = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) total += prob[i];
+  double r = rng_.uniform() * total;
+  for (std::size_t i = 0; i < keep; ++i) {
+    r -= prob[i];
+    if (r < 0.0) return cand_[i].second;
+  }
+  return cand_[keep - 1].second;
+}
+
+}  // namespace quarry::engine

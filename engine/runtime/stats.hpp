@@ -1,0 +1,50 @@
+// Counters of the runtime, counted where the work happens (tokens, seconds, bytes moved).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace quarry::engine {
+
+/// Seconds since construction (steady clock).
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+/// One request's figures.
+struct RequestStats {
+  std::size_t prompt_tokens = 0;
+  std::size_t generated_tokens = 0;
+  double ttft_s = 0.0;    ///< from the start of generate() to the first sampled token
+  double decode_s = 0.0;  ///< from the first sampled token to the last
+  /// Decode speed: tokens after the first / decode_s (0 when fewer than two tokens).
+  double decode_tok_s() const {
+    return generated_tokens > 1 && decode_s > 0 ? static_cast<double>(generated_tokens - 1) / decode_s : 0.0;
+  }
+  /// Prefill speed: prompt tokens / TTFT.
+  double prefill_tok_s() const { return ttft_s > 0 ? static_cast<double>(prompt_tokens) / ttft_s : 0.0; }
+};
+
+/// Engine-wide totals over forward calls. A forward call that carries any prompt (prefill) token is a
+/// prefill step; one with only decode tokens is a decode step.
+struct EngineStats {
+  std::size_t prefill_tokens = 0, prefill_steps = 0;
+  double prefill_s = 0.0;
+  std::size_t decode_tokens = 0, decode_steps = 0;
+  double decode_s = 0.0;
+  /// Bytes decode steps read: weights once per step + the K/V of every context position attended.
+  std::uint64_t decode_bytes = 0;
+
+  double prefill_tok_s() const { return prefill_s > 0 ? static_cast<double>(prefill_tokens) / prefill_s : 0.0; }
+  double decode_tok_s() const { return decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0; }
+  /// Achieved memory bandwidth of decode (zeux/calm style): decode_bytes / decode_s, in GB/s (1e9 B/s).
+  double decode_gb_s() const { return decode_s > 0 ? static_cast<double>(decode_bytes) / decode_s / 1e9 : 0.0; }
+};
+
+}  // namespace quarry::engine

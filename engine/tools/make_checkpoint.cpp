@@ -1,0 +1,76 @@
+// quarry-make-checkpoint: writes a random-weight Qwen3 checkpoint (config.json + model.safetensors,
+// and the tokenizer files if given) for benchmarks and tests.
+//
+// Usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config config.json) --out DIR
+//                               [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]
+// Exit codes: 0 written; 1 usage or I/O error (message on stderr).
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "engine/model/random_checkpoint.hpp"
+
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  std::string preset, config_file, out, dtype = "bf16", tokenizer;
+  std::uint64_t seed = 0;
+  auto usage = [] {
+    std::cerr << "usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config FILE) --out DIR\n"
+                 "                              [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]\n";
+    return 1;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      usage();
+      return 0;
+    }
+    if (i + 1 >= argc) return usage();
+    const std::string v = argv[++i];
+    if (a == "--preset") preset = v;
+    else if (a == "--config") config_file = v;
+    else if (a == "--out") out = v;
+    else if (a == "--dtype") dtype = v;
+    else if (a == "--seed") seed = std::stoull(v);
+    else if (a == "--tokenizer") tokenizer = v;
+    else return usage();
+  }
+  if (out.empty() || preset.empty() == config_file.empty()) return usage();
+  try {
+    using quarry::engine::DType;
+    DType dt = dtype == "bf16" ? DType::bf16 : dtype == "f16" ? DType::f16 : dtype == "f32" ? DType::f32
+                                                                                            : throw std::invalid_argument("--dtype must be bf16, f16 or f32");
+    std::string cfg;
+    if (!preset.empty()) {
+      cfg = quarry::engine::preset_config_json(preset);
+    } else {
+      std::ifstream in(config_file);
+      if (!in) throw std::runtime_error(config_file + ": cannot open");
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      cfg = ss.str();
+    }
+    quarry::engine::write_random_checkpoint(cfg, out, dt, seed);
+    if (!tokenizer.empty()) {
+      const fs::path tj(tokenizer);
+      auto copy = [&](const fs::path& from, const fs::path& to) {
+        fs::remove(to);
+        fs::copy_file(from, to);
+        fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+      };
+      copy(tj, fs::path(out) / "tokenizer.json");
+      const auto tc = tj.parent_path() / "tokenizer_config.json";
+      if (fs::exists(tc)) copy(tc, fs::path(out) / "tokenizer_config.json");
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "quarry-make-checkpoint: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "wrote " << out << "\n";
+  return 0;
+}
