@@ -1,0 +1,211 @@
+// Unit tests of the grammar pieces: regex -> automaton (against std::regex ECMAScript as the
+// reference), integer / number range grammars, byte matcher rollback and jump-forward.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <regex>
+
+#include "engine/grammar/automaton.hpp"
+#include "engine/grammar/json_schema.hpp"
+#include "engine/grammar/matcher.hpp"
+
+namespace g = quarry::engine::grammar;
+using g::ordered_json;
+
+namespace {
+
+bool accepts(const g::SchemaCompileResult& r, const std::string& text) {
+  return g::check_instance(*r.grammar, ordered_json::parse(text), false);
+}
+
+}  // namespace
+
+// Regex search semantics against std::regex_search (ECMAScript grammar) on ASCII strings.
+TEST(Regex, MatchesStdRegexOnRandomStrings) {
+  const std::vector<std::string> patterns = {
+      "^[a-z]+$", "ab*c", "^(foo|bar)+$", "[0-9]{2,4}", "^a{3}$", "x?y", "^\\d+(\\.\\d+)?$", "^[^abc]*$",
+      "(a|b)c$", "^$", "colou?r", "^[A-Z]{2}[0-9]{2}[A-Z0-9]{2,5}$", "\\s", "^\\w+@\\w+\\.com$", "a.c",
+      "^(?:ab|cd){1,2}$", "[-a]", "[a\\-z]", "^\\x41\\u0042$", "b{2,}"};
+  std::mt19937 rng(7);
+  const std::string alphabet = "abcdxyzfoABCr019.@ \t-";
+  for (const auto& p : patterns) {
+    g::Dfa d = g::determinize(g::parse_regex(p));
+    std::regex ref(p, std::regex::ECMAScript);
+    for (int k = 0; k < 400; ++k) {
+      std::string s;
+      int len = static_cast<int>(rng() % 8);
+      for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
+      if (k % 5 == 0) {  // strings near the pattern's own literals
+        s.clear();
+        for (char c : p)
+          if (std::isalnum(static_cast<unsigned char>(c)) && rng() % 2) s += c;
+      }
+      EXPECT_EQ(g::dfa_matches(d, s), std::regex_search(s, ref)) << "pattern /" << p << "/ on \"" << s << "\"";
+    }
+  }
+}
+
+TEST(Regex, RejectsUnsupportedFeaturesClearly) {
+  for (std::string p : {"a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "(a)\\1", "\\bword", "\\p{L}"}) {
+    try {
+      g::parse_regex(p);
+      FAIL() << "accepted " << p;
+    } catch (const g::RegexError& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Regex, Utf8SequencesCoverExactly) {
+  std::mt19937 rng(1);
+  for (int k = 0; k < 200; ++k) {
+    std::uint32_t a = rng() % 0x110000, b = rng() % 0x110000;
+    if (a > b) std::swap(a, b);
+    auto seqs = g::utf8_sequences(a, b);
+    for (int t = 0; t < 50; ++t) {
+      std::uint32_t c = rng() % 0x110000;
+      if (c >= 0xD800 && c <= 0xDFFF) continue;
+      std::string enc;
+      g::utf8_append(enc, c);
+      bool in = false;
+      for (const auto& s : seqs) {
+        if (s.size() != enc.size()) continue;
+        bool ok = true;
+        for (std::size_t i = 0; i < s.size(); ++i)
+          ok = ok && static_cast<std::uint8_t>(enc[i]) >= s[i].first && static_cast<std::uint8_t>(enc[i]) <= s[i].second;
+        in = in || ok;
+      }
+      EXPECT_EQ(in, c >= a && c <= b && !(c >= 0xD800 && c <= 0xDFFF)) << a << " " << b << " " << c;
+    }
+  }
+}
+
+// Integer bounds: the digit-level grammar equals the arithmetic predicate.
+TEST(Schema, IntegerRangesAreExact) {
+  std::mt19937 rng(3);
+  const std::vector<std::pair<long long, long long>> ranges = {
+      {0, 0}, {-5, 5}, {1, 100}, {-1000, -37}, {17, 4219}, {99, 101}, {-1, 0}, {123456, 987654}};
+  for (auto [lo, hi] : ranges) {
+    ordered_json s = {{"type", "integer"}, {"minimum", lo}, {"maximum", hi}};
+    auto r = g::compile_json_schema(s);
+    for (long long v = lo - 30; v <= hi + 30; ++v) EXPECT_EQ(accepts(r, std::to_string(v)), v >= lo && v <= hi) << lo << ".." << hi << " " << v;
+    for (int k = 0; k < 300; ++k) {
+      long long v = static_cast<long long>(rng() % 2000000) - 1000000;
+      EXPECT_EQ(accepts(r, std::to_string(v)), v >= lo && v <= hi) << lo << ".." << hi << " " << v;
+    }
+  }
+  auto r = g::compile_json_schema(ordered_json{{"type", "integer"}, {"exclusiveMinimum", 10}});
+  EXPECT_FALSE(accepts(r, "10"));
+  EXPECT_TRUE(accepts(r, "11"));
+  EXPECT_TRUE(accepts(r, "123456789012"));
+  EXPECT_FALSE(accepts(r, "-11"));
+}
+
+TEST(Schema, NumberIntegerBoundsAreExact) {
+  auto r = g::compile_json_schema(ordered_json{{"type", "number"}, {"minimum", -2}, {"exclusiveMaximum", 3}});
+  for (const char* t : {"-2", "-2.0", "-1.999", "0", "2.999", "-0.5", "2"}) EXPECT_TRUE(accepts(r, t)) << t;
+  for (const char* t : {"-2.001", "3", "3.0", "3.5", "-3", "100"}) EXPECT_FALSE(accepts(r, t)) << t;
+  EXPECT_TRUE(r.post_validation.empty());
+  auto f = g::compile_json_schema(ordered_json{{"type", "number"}, {"maximum", 2.5}});
+  EXPECT_FALSE(f.post_validation.empty());  // fractional bound: documented as checked afterwards
+}
+
+TEST(Schema, PropertiesInSchemaOrderAndAnyOrderCheck) {
+  ordered_json s = ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+    "required":["b"],"additionalProperties":false})");
+  auto r = g::compile_json_schema(s);
+  EXPECT_TRUE(accepts(r, R"({"a":1,"b":"x"})"));
+  EXPECT_TRUE(accepts(r, R"({"b":"x"})"));
+  EXPECT_FALSE(accepts(r, R"({"a":1})"));
+  EXPECT_FALSE(accepts(r, R"({"b":"x","a":1})"));  // generation order is schema order
+  EXPECT_TRUE(g::check_instance(*r.grammar, ordered_json::parse(R"({"b":"x","a":1})"), true));
+  EXPECT_FALSE(accepts(r, R"({"a":1,"b":"x","c":2})"));
+}
+
+TEST(Schema, UnsupportedKeywordNamesPointer) {
+  ordered_json s = ordered_json::parse(R"({"properties":{"x":{"not":{"type":"string"}}}})");
+  try {
+    g::compile_json_schema(s);
+    FAIL();
+  } catch (const g::SchemaError& e) {
+    EXPECT_EQ(e.keyword, "not");
+    EXPECT_EQ(e.pointer, "/properties/x/not");
+  }
+  g::SchemaOptions lenient;
+  lenient.lenient = true;
+  auto r = g::compile_json_schema(s, lenient);
+  EXPECT_FALSE(r.warnings.empty());
+}
+
+TEST(Schema, RecursionThroughRef) {
+  ordered_json s = ordered_json::parse(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+    "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"],"additionalProperties":false}},
+    "$ref":"#/$defs/node"})");
+  auto r = g::compile_json_schema(s);
+  EXPECT_TRUE(accepts(r, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
+  EXPECT_FALSE(accepts(r, R"({"v":1,"kids":[{"v":"x"}]})"));
+  EXPECT_THROW(g::compile_json_schema(ordered_json::parse(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})")), g::SchemaError);
+}
+
+TEST(Schema, FormatsAndPatterns) {
+  auto r = g::compile_json_schema(ordered_json{{"type", "string"}, {"format", "date-time"}});
+  EXPECT_TRUE(accepts(r, R"("2024-02-29T12:30:00Z")"));
+  EXPECT_FALSE(accepts(r, R"("2024-13-29T12:30:00Z")"));
+  auto ip = g::compile_json_schema(ordered_json{{"type", "string"}, {"format", "ipv6"}});
+  for (const char* t : {"\"::1\"", "\"2001:db8::8a2e:370:7334\"", "\"::ffff:192.168.1.1\""}) EXPECT_TRUE(accepts(ip, t)) << t;
+  for (const char* t : {"\"1:2:3\"", "\"::g\"", "\"1::2::3\""}) EXPECT_FALSE(accepts(ip, t)) << t;
+  auto p = g::compile_json_schema(ordered_json{{"type", "string"}, {"pattern", "^[A-Z]{2}\"$"}, {"maxLength", 3}});
+  EXPECT_TRUE(accepts(p, R"("AB\"")"));  // the quote is escaped in JSON
+  EXPECT_FALSE(accepts(p, R"("ABC")"));
+  auto len = g::compile_json_schema(ordered_json{{"type", "string"}, {"minLength", 2}, {"maxLength", 3}});
+  EXPECT_TRUE(accepts(len, "\"\xc3\xa9\xc3\xa9\""));  // 2 code points, 4 bytes
+  EXPECT_FALSE(accepts(len, "\"\xc3\xa9\""));
+  EXPECT_TRUE(accepts(len, R"("a\nb")"));
+}
+
+// Byte matcher with a toy vocabulary: masks equal the brute-force check of every token, rollback
+// restores masks, jump-forward returns the forced bytes, EOS only at the end.
+TEST(Matcher, ToyVocabularyMasksRollbackJumpForward) {
+  std::vector<std::string> vocab = {"{", "}", "\"", "a", "\"a\"", ":", ",", "1", "12", "\"b\":", "true", "{\"", "<eos>", "<s>", "b"};
+  auto tok = std::make_shared<g::TokenizerInfo>(vocab, std::vector<g::TokenId>{12}, std::vector<g::TokenId>{13});
+  auto r = g::compile_json_schema(ordered_json::parse(
+      R"({"type":"object","properties":{"b":{"type":"integer","maximum":20}},"required":["b"],"additionalProperties":false})"));
+  auto cg = std::make_shared<g::CompiledGrammar>(r.grammar, tok, r);
+  g::GrammarMatcher m(cg);
+  std::vector<std::uint32_t> mask(tok->mask_words());
+  auto allowed = [&]() {
+    m.fill_bitmask(mask);
+    std::vector<int> ids;
+    for (int i = 0; i < static_cast<int>(vocab.size()); ++i)
+      if ((mask[i / 32] >> (i % 32)) & 1) ids.push_back(i);
+    return ids;
+  };
+  EXPECT_EQ(allowed(), (std::vector<int>{0, 11}));
+  EXPECT_EQ(m.jump_forward(), "{\"b\":");
+  ASSERT_TRUE(m.accept(11));  // {"
+  EXPECT_EQ(allowed(), (std::vector<int>{14}));
+  ASSERT_TRUE(m.accept(14));
+  ASSERT_TRUE(m.accept(2));
+  ASSERT_TRUE(m.accept(5));
+  EXPECT_EQ(allowed(), (std::vector<int>{7, 8}));
+  ASSERT_TRUE(m.accept(8));  // 12
+  EXPECT_EQ(allowed(), (std::vector<int>{1}));  // 120 > 20; "}" only
+  EXPECT_FALSE(m.accept(12));                  // EOS not yet
+  ASSERT_TRUE(m.accept(1));
+  EXPECT_EQ(allowed(), (std::vector<int>{12}));
+  ASSERT_TRUE(m.accept(12));
+  EXPECT_TRUE(m.is_terminated());
+  m.rollback(3);  // EOS, "}", "12"
+  EXPECT_FALSE(m.is_terminated());
+  EXPECT_EQ(allowed(), (std::vector<int>{7, 8}));
+  ASSERT_TRUE(m.accept(7));  // 1
+  EXPECT_EQ(allowed(), (std::vector<int>{1, 7}));  // "}" or "1" (11); "12" would make 112 > 20
+}
+
+TEST(Schema, DateFormatKnowsMonthLengthsAndLeapYears) {
+  auto r = g::compile_json_schema(ordered_json{{"type", "string"}, {"format", "date"}});
+  for (const char* t : {"2024-02-29", "2000-02-29", "2023-04-30", "2023-12-31", "1999-01-01"})
+    EXPECT_TRUE(accepts(r, std::string("\"") + t + "\"")) << t;
+  for (const char* t : {"2023-02-29", "1900-02-29", "2023-04-31", "2023-02-30", "2023-13-01", "2023-00-10"})
+    EXPECT_FALSE(accepts(r, std::string("\"") + t + "\"")) << t;
+}
