@@ -699,6 +699,7 @@ class Compiler {
   bool disjoint(const ordered_json& br, const std::string& ptr) {
     std::vector<std::set<std::string>> kinds;
     std::vector<std::optional<ordered_json>> values;
+    std::vector<ordered_json> branches;
     for (std::size_t i = 0; i < br.size(); ++i) {
       ordered_json s;
       try {
@@ -711,6 +712,7 @@ class Compiler {
       auto t = type_set(s, ptr);
       if (t.count("integer") && !t.count("number")) t.insert("number");  // integer overlaps number
       kinds.push_back(t);
+      branches.push_back(s);
       if (s.contains("const")) values.push_back(ordered_json::array({s["const"]}));
       else if (s.contains("enum")) values.push_back(s["enum"]);
       else values.push_back(std::nullopt);
@@ -721,13 +723,42 @@ class Compiler {
         for (const auto& t : kinds[i]) if (kinds[j].count(t)) types_overlap = true;
         if (!types_overlap) continue;
         if (values[i] && values[j]) {
-          for (const auto& x : *values[i])
-            if (std::find(values[j]->begin(), values[j]->end(), x) != values[j]->end()) return false;
-          continue;
+          if (values_disjoint(*values[i], *values[j])) continue;
+          return false;
         }
+        if (discriminated(branches[i], branches[j])) continue;
         return false;
       }
     return true;
+  }
+
+  static bool values_disjoint(const ordered_json& a, const ordered_json& b) {
+    for (const auto& x : a)
+      if (std::find(b.begin(), b.end(), x) != b.end()) return false;
+    return true;
+  }
+  static std::optional<ordered_json> literal_values(const ordered_json& s) {
+    if (!s.is_object()) return std::nullopt;
+    if (s.contains("const")) return ordered_json::array({s["const"]});
+    if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+    return std::nullopt;
+  }
+  // Object branches told apart by a property required in both whose const / enum values differ
+  // (a discriminator such as "type": {"const": "login"}).
+  static bool discriminated(const ordered_json& a, const ordered_json& b) {
+    if (!a.is_object() || !b.is_object()) return false;
+    for (const ordered_json* s : {&a, &b})
+      if (!s->contains("type") || (*s)["type"] != "object" || !s->contains("properties") || !s->contains("required"))
+        return false;
+    for (const auto& k : a["required"]) {
+      if (!k.is_string()) continue;
+      std::string name = k.get<std::string>();
+      if (std::find(b["required"].begin(), b["required"].end(), k) == b["required"].end()) continue;
+      if (!a["properties"].contains(name) || !b["properties"].contains(name)) continue;
+      auto va = literal_values(a["properties"][name]), vb = literal_values(b["properties"][name]);
+      if (va && vb && values_disjoint(*va, *vb)) return true;
+    }
+    return false;
   }
 
   struct Bounds {

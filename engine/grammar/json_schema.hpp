@@ -74,6 +74,12 @@ struct SchemaCompileResult {
 SchemaCompileResult compile_json_schema(const ordered_json& schema, const SchemaOptions& options = {});
 /// Parses then compiles; throws SchemaError("", "", "invalid JSON: ...") on a parse error.
 SchemaCompileResult compile_json_schema(std::string_view schema_text, const SchemaOptions& options = {});
+inline SchemaCompileResult compile_json_schema(const std::string& schema_text, const SchemaOptions& options = {}) {
+  return compile_json_schema(std::string_view(schema_text), options);
+}
+inline SchemaCompileResult compile_json_schema(const char* schema_text, const SchemaOptions& options = {}) {
+  return compile_json_schema(std::string_view(schema_text), options);
+}
 
 /// Compact serialisation as the grammar generates it: no whitespace, keys in the stored order,
 /// integral floats printed as integers (1.0 -> 1), strings escaped as nlohmann::json does

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "engine/tokenizer/tokenizer.hpp"
+
 namespace quarry::engine::grammar {
 
 // ---------------------------------------------------------------------------------------------
@@ -40,6 +42,17 @@ TokenizerInfo::TokenizerInfo(std::vector<std::string> token_bytes, std::vector<T
     while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
     lcp_[k] = static_cast<std::uint16_t>(std::min<std::size_t>(l, 65535));
   }
+}
+
+std::shared_ptr<const TokenizerInfo> TokenizerInfo::from_tokenizer(const Tokenizer& tok) {
+  std::vector<std::string> bytes(tok.vocab_size());
+  std::vector<TokenId> special;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    auto id = static_cast<TokenId>(i);
+    bytes[i] = tok.token_bytes(id);
+    if (tok.is_special(id)) special.push_back(id);
+  }
+  return std::make_shared<const TokenizerInfo>(std::move(bytes), tok.eos_ids(), std::move(special));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,6 +344,18 @@ void GrammarMatcher::fill_bitmask(std::span<std::uint32_t> mask) {
     return;
   }
   g_->fill_mask(parser_, history_.back(), mask.data());
+}
+
+void GrammarMatcher::fill_bitmask_uncached(std::span<std::uint32_t> mask) {
+  const TokenizerInfo& tok = g_->tokenizer();
+  std::size_t words = tok.mask_words();
+  if (mask.size() < words) throw std::invalid_argument("fill_bitmask_uncached: span too small");
+  std::fill(mask.begin(), mask.end(), 0u);
+  if (terminated_) {
+    for (TokenId e : tok.eos_ids()) set_bit(mask.data(), e);
+    return;
+  }
+  g_->fill_mask_walk(parser_, history_.back(), mask.data());
 }
 
 std::string GrammarMatcher::jump_forward() const {

@@ -25,6 +25,10 @@
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/json_schema.hpp"
 
+namespace quarry::engine {
+class Tokenizer;
+}
+
 namespace quarry::engine::grammar {
 
 using TokenId = std::int32_t;
@@ -37,6 +41,9 @@ class TokenizerInfo {
   /// special_ids (non-EOS control tokens such as <|im_start|>) are never allowed by a grammar.
   TokenizerInfo(std::vector<std::string> token_bytes, std::vector<TokenId> eos_ids,
                 std::vector<TokenId> special_ids = {});
+
+  /// From the engine tokenizer: token_bytes() of every id, its EOS ids, its special tokens excluded.
+  static std::shared_ptr<const TokenizerInfo> from_tokenizer(const Tokenizer& tok);
 
   std::size_t vocab_size() const { return tokens_.size(); }
   std::size_t mask_words() const { return (tokens_.size() + 31) / 32; }
@@ -145,6 +152,9 @@ class GrammarMatcher {
   /// are zeroed). After termination only the EOS ids are set. Throws std::invalid_argument if the
   /// span is too small.
   void fill_bitmask(std::span<std::uint32_t> mask);
+  /// Same result as fill_bitmask, computed by walking the whole vocabulary from the state without
+  /// any cache (the reference the caches are tested against; milliseconds per call).
+  void fill_bitmask_uncached(std::span<std::uint32_t> mask);
   /// The bytes forced next (empty if there is a choice or the value may end here).
   std::string jump_forward() const;
   std::size_t num_steps() const { return history_.size() - 1; }
