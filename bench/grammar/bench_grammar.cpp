@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   std::size_t max_tokens = 400;
   std::string out_prefix = "bench_grammar";
   std::vector<fs::path> schemas;
+  bool compile_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     else if (a == "--walks") walks = std::stoi(next());
     else if (a == "--max-tokens") max_tokens = std::stoul(next());
     else if (a == "--out") out_prefix = next();
+    else if (a == "--compile-only") compile_only = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_grammar [--tokenizer TOKENIZER_JSON] [--walks N] [--max-tokens N] [--out PREFIX] [SCHEMA...]\n";
       return 0;
@@ -83,6 +85,19 @@ int main(int argc, char** argv) {
     schemas.insert(schemas.end(), rest.begin(), rest.end());
   }
 
+  if (compile_only) {
+    for (const fs::path& sp : schemas) {
+      std::string text = read(sp);
+      std::vector<double> compile;
+      for (int k = 0; k < 51; ++k) {
+        auto t = Clock::now();
+        auto res = eg::compile_json_schema(text);
+        compile.push_back(ms_since(t));
+      }
+      std::printf("%s: compile p50 %.3f ms, min %.3f ms\n", sp.filename().string().c_str(), pct(compile, 50), pct(compile, 0));
+    }
+    return 0;
+  }
   auto t0 = Clock::now();
   auto tok = quarry::engine::Tokenizer::from_file(tokenizer);
   double load_ms = ms_since(t0);

@@ -144,20 +144,43 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
     }
     g.nodes = std::move(out);
   }
-  // 2. Co-reachability fixpoint: a node is live if it can reach the end of its rule.
+  // 2. Co-reachability (worklist over reverse edges): a node is live if it can reach the end of its
+  // rule; a rule is productive if its start is live; a call edge counts once its rule is productive
+  // and its return node is live.
   std::vector<char> live(n, 0), productive(g.rules.size(), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t k = n; k-- > 0;) {
-      if (live[k]) continue;
-      const GNode& nd = g.nodes[k];
-      bool l = nd.final;
-      for (const auto& e : nd.bytes) l = l || live[e.to];
-      for (const auto& c : nd.calls) l = l || (productive[c.rule] && live[c.ret]);
-      if (l) { live[k] = 1; changed = true; }
+  {
+    std::vector<std::vector<std::uint32_t>> rev(n), callers(g.rules.size());
+    std::vector<std::vector<std::uint32_t>> starts_of(n);
+    for (std::uint32_t k = 0; k < n; ++k) {
+      for (const auto& e : g.nodes[k].bytes) rev[e.to].push_back(k);
+      for (const auto& c : g.nodes[k].calls) {
+        rev[c.ret].push_back(k);
+        callers[c.rule].push_back(k);
+      }
     }
-    for (std::size_t r = 0; r < g.rules.size(); ++r)
-      if (!productive[r] && live[g.rules[r].start]) { productive[r] = 1; changed = true; }
+    for (std::uint32_t r = 0; r < g.rules.size(); ++r) starts_of[g.rules[r].start].push_back(r);
+    auto node_live = [&](std::uint32_t k) {
+      const GNode& nd = g.nodes[k];
+      if (nd.final) return true;
+      for (const auto& e : nd.bytes) if (live[e.to]) return true;
+      for (const auto& c : nd.calls) if (productive[c.rule] && live[c.ret]) return true;
+      return false;
+    };
+    std::vector<std::uint32_t> work;
+    for (std::uint32_t k = 0; k < n; ++k)
+      if (g.nodes[k].final) { live[k] = 1; work.push_back(k); }
+    while (!work.empty()) {
+      std::uint32_t k = work.back();
+      work.pop_back();
+      for (std::uint32_t r : starts_of[k]) {
+        if (productive[r]) continue;
+        productive[r] = 1;
+        for (std::uint32_t c : callers[r])
+          if (!live[c] && node_live(c)) { live[c] = 1; work.push_back(c); }
+      }
+      for (std::uint32_t p : rev[k])
+        if (!live[p] && node_live(p)) { live[p] = 1; work.push_back(p); }
+    }
   }
   if (!productive[root_rule]) throw GrammarError("the schema accepts no JSON value (unsatisfiable)");
   // 3. Prune dead edges; sort and merge byte edges; dedupe calls.
@@ -187,17 +210,35 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
   }
   // 4. Left recursion: a rule that reaches a call to itself without consuming a byte.
   std::vector<char> nullable(g.rules.size(), 0), nnull(n, 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (std::size_t k = n; k-- > 0;) {
-      if (nnull[k]) continue;
+  {
+    std::vector<std::vector<std::uint32_t>> rev(n), callers(g.rules.size()), starts_of(n);
+    for (std::uint32_t k = 0; k < n; ++k)
+      for (const auto& c : g.nodes[k].calls) {
+        rev[c.ret].push_back(k);
+        callers[c.rule].push_back(k);
+      }
+    for (std::uint32_t r = 0; r < g.rules.size(); ++r) starts_of[g.rules[r].start].push_back(r);
+    auto node_null = [&](std::uint32_t k) {
       const GNode& nd = g.nodes[k];
-      bool z = nd.final;
-      for (const auto& c : nd.calls) z = z || (nullable[c.rule] && nnull[c.ret]);
-      if (z) { nnull[k] = 1; changed = true; }
+      if (nd.final) return true;
+      for (const auto& c : nd.calls) if (nullable[c.rule] && nnull[c.ret]) return true;
+      return false;
+    };
+    std::vector<std::uint32_t> work;
+    for (std::uint32_t k = 0; k < n; ++k)
+      if (g.nodes[k].final) { nnull[k] = 1; work.push_back(k); }
+    while (!work.empty()) {
+      std::uint32_t k = work.back();
+      work.pop_back();
+      for (std::uint32_t r : starts_of[k]) {
+        if (nullable[r]) continue;
+        nullable[r] = 1;
+        for (std::uint32_t c : callers[r])
+          if (!nnull[c] && node_null(c)) { nnull[c] = 1; work.push_back(c); }
+      }
+      for (std::uint32_t p : rev[k])
+        if (!nnull[p] && node_null(p)) { nnull[p] = 1; work.push_back(p); }
     }
-    for (std::size_t r = 0; r < g.rules.size(); ++r)
-      if (!nullable[r] && nnull[g.rules[r].start]) { nullable[r] = 1; changed = true; }
   }
   std::vector<std::vector<std::uint32_t>> first_calls(g.rules.size());
   for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
@@ -297,6 +338,16 @@ bool Parser::advance(const ParseState& in, std::uint8_t b, ParseState& out) {
       if (e.lo > b) break;
       if (b <= e.hi) seeds_.push_back({e.to, t.stack});
     }
+  // Fast path (string bodies, literals): one thread landing on a node that neither calls nor ends a
+  // rule needs no closure.
+  if (seeds_.size() == 1) {
+    const GNode& nd = nodes[seeds_[0].node];
+    if (nd.calls.empty() && !nd.final) {
+      out.threads.assign(1, seeds_[0]);
+      out.can_end = false;
+      return true;  // live: a node with neither calls nor final has byte edges after pruning
+    }
+  }
   close(seeds_, out);
   return !out.dead();
 }

@@ -322,6 +322,29 @@ class Compiler {
           add_seq(seq);
         };
         std::uint32_t lo = e.lo, hi = e.hi;
+        if (json_escape && lo == 0 && hi >= 0x1F) {
+          // Every control character: \b \t \n \f \r or \u00xx (lowercase hex) as one compact
+          // branch instead of 32 separate escapes.
+          std::uint32_t bs = b_.node(), u0 = b_.node(), u1 = b_.node(), u2 = b_.node(), h0 = b_.node(), h1 = b_.node();
+          auto edge = [&](std::uint32_t from, std::uint8_t a, std::uint8_t z, std::uint32_t dst) {
+            Frag f = b_.bytes(a, z);
+            b_.eps(from, f.in);
+            b_.eps(f.out, dst);
+          };
+          edge(st[s], '\\', '\\', bs);
+          for (char c : std::string("btnfr")) edge(bs, static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(c), to);
+          edge(bs, 'u', 'u', u0);
+          edge(u0, '0', '0', u1);
+          edge(u1, '0', '0', u2);
+          edge(u2, '0', '0', h0);
+          edge(u2, '1', '1', h1);
+          edge(h0, '0', '7', to);  // 00-07
+          edge(h0, 'b', 'b', to);  // 0b
+          edge(h0, 'e', 'f', to);  // 0e-0f
+          edge(h1, '0', '9', to);  // 10-1f
+          edge(h1, 'a', 'f', to);
+          lo = 0x20;
+        }
         if (json_escape) {
           for (std::uint32_t c = lo; c <= std::min<std::uint32_t>(hi, 0x1F); ++c) {
             static const char* kShort[] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
@@ -874,11 +897,16 @@ class Compiler {
     if (s.contains("maxLength")) { mx = s["maxLength"].get<std::int64_t>(); trivial = false; }
     if (mx >= 0 && mx < mn) return dfa_literals({});
     Dfa d;
+    bool any = mn == 0 && mx < 0;  // no length bound: the first pattern / format stands alone
     try {
-      d = dfa_length(mn, mx);
+      if (!any) d = dfa_length(mn, mx);
     } catch (const RegexError& e) {
       throw SchemaError(ptr + "/maxLength", "maxLength", e.what());
     }
+    auto meet = [&](const Dfa& x) {
+      d = any ? x : dfa_intersect(d, x);
+      any = false;
+    };
     std::vector<std::string> patterns;
     if (s.contains("pattern")) patterns.push_back(s["pattern"].get<std::string>());
     if (s.contains("x-quarry-patterns"))
@@ -889,7 +917,7 @@ class Compiler {
       for (const auto& p : s["x-quarry-formats"]) formats.push_back(p.get<std::string>());
     try {
       for (const auto& p : patterns) {
-        d = dfa_intersect(d, regex_dfa(p, false, ptr + "/pattern"));
+        meet(regex_dfa(p, false, ptr + "/pattern"));
         trivial = false;
       }
       for (const auto& f : formats) {
@@ -898,12 +926,13 @@ class Compiler {
           warn(ptr + "/format", "format '" + f + "' is not enforced (annotation only)");
           continue;
         }
-        d = dfa_intersect(d, regex_dfa(it->second, true, ptr + "/format"));
+        meet(regex_dfa(it->second, true, ptr + "/format"));
         trivial = false;
       }
     } catch (const RegexError& e) {
       throw SchemaError(ptr + "/pattern", "pattern", e.what());
     }
+    if (any) d = dfa_any_string();
     return d;
   }
 
@@ -1083,8 +1112,9 @@ class Compiler {
     for (const auto& m : members) names.push_back(m.name);
     std::vector<Frag> extra;
     if (pat_dfas.size() > 4) throw SchemaError(ptr + "/patternProperties", "patternProperties", "more than 4 patternProperties are not supported");
-    Dfa not_names = dfa_complement(dfa_literals(names));
     std::size_t k = pat_dfas.size();
+    Dfa not_names;
+    if (k > 0 || addl != false) not_names = dfa_complement(dfa_literals(names));
     for (std::size_t mask = 0; mask < (1u << k); ++mask) {
       if (mask == 0 && addl == false) continue;
       Dfa keys = not_names;

@@ -120,10 +120,52 @@ struct CompiledGrammar::NodeCache {
   std::unordered_map<std::uint32_t, std::unique_ptr<NodeTable>> tables;
 };
 
+// A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
+// few are disallowed (string bodies), else the bitset.
+struct StoredMask {
+  enum Kind : std::uint8_t { kAllowedList, kDisallowedList, kBitset } kind = kBitset;
+  std::vector<std::uint32_t> data;
+
+  static StoredMask from(const std::uint32_t* mask, std::size_t words, std::size_t vocab) {
+    StoredMask m;
+    std::size_t ones = 0;
+    for (std::size_t w = 0; w < words; ++w) ones += static_cast<std::size_t>(__builtin_popcount(mask[w]));
+    std::size_t limit = words / 2;  // a list shorter than half the bitset
+    if (ones <= limit) {
+      m.kind = kAllowedList;
+      for (std::size_t w = 0; w < words; ++w)
+        for (std::uint32_t b = mask[w]; b; b &= b - 1) m.data.push_back(static_cast<std::uint32_t>(w * 32 + __builtin_ctz(b)));
+    } else if (vocab - ones <= limit) {
+      m.kind = kDisallowedList;
+      for (std::size_t i = 0; i < vocab; ++i)
+        if (!((mask[i >> 5] >> (i & 31)) & 1u)) m.data.push_back(static_cast<std::uint32_t>(i));
+    } else {
+      m.data.assign(mask, mask + words);
+    }
+    return m;
+  }
+  void restore(std::uint32_t* mask, std::size_t words, std::size_t vocab) const {
+    switch (kind) {
+      case kBitset: std::memcpy(mask, data.data(), words * sizeof(std::uint32_t)); break;
+      case kAllowedList:
+        std::memset(mask, 0, words * sizeof(std::uint32_t));
+        for (std::uint32_t i : data) mask[i >> 5] |= 1u << (i & 31);
+        break;
+      case kDisallowedList:
+        std::memset(mask, 0xFF, words * sizeof(std::uint32_t));
+        if (vocab % 32) mask[words - 1] = (1u << (vocab % 32)) - 1;
+        for (std::uint32_t i : data) mask[i >> 5] &= ~(1u << (i & 31));
+        break;
+    }
+  }
+  std::size_t bytes() const { return data.size() * sizeof(std::uint32_t) + 64; }
+};
+
 struct CompiledGrammar::StateCache {
-  static constexpr std::size_t kMaxEntries = 2048;
+  static constexpr std::size_t kMaxBytes = 64u << 20;  // cleared when it grows past 64 MiB
   mutable std::shared_mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<const std::vector<std::uint32_t>>> masks;
+  std::unordered_map<std::string, StoredMask> masks;
+  std::size_t bytes = 0;
 };
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
@@ -213,7 +255,7 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
     std::shared_lock lk(state_cache_->mu);
     auto it = state_cache_->masks.find(key);
     if (it != state_cache_->masks.end()) {
-      std::memcpy(mask, it->second->data(), words * sizeof(std::uint32_t));
+      it->second.restore(mask, words, tok.vocab_size());
       hits_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -252,9 +294,13 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
   }
   if (st.can_end)
     for (TokenId e : tok.eos_ids()) set_bit(mask, e);
-  auto stored = std::make_shared<const std::vector<std::uint32_t>>(mask, mask + words);
+  StoredMask stored = StoredMask::from(mask, words, tok.vocab_size());
   std::unique_lock lk(state_cache_->mu);
-  if (state_cache_->masks.size() >= StateCache::kMaxEntries) state_cache_->masks.clear();
+  if (state_cache_->bytes + stored.bytes() + key.size() > StateCache::kMaxBytes) {
+    state_cache_->masks.clear();
+    state_cache_->bytes = 0;
+  }
+  state_cache_->bytes += stored.bytes() + key.size();
   state_cache_->masks.emplace(std::move(key), std::move(stored));
 }
 

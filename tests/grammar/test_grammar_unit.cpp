@@ -209,3 +209,35 @@ TEST(Schema, DateFormatKnowsMonthLengthsAndLeapYears) {
   for (const char* t : {"2023-02-29", "1900-02-29", "2023-04-31", "2023-02-30", "2023-13-01", "2023-00-10"})
     EXPECT_FALSE(accepts(r, std::string("\"") + t + "\"")) << t;
 }
+
+TEST(Schema, PrefixItemsAndItemCounts) {
+  auto r = g::compile_json_schema(ordered_json::parse(
+      R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false,"minItems":1})"));
+  EXPECT_TRUE(accepts(r, R"([1])"));
+  EXPECT_TRUE(accepts(r, R"([1,"a"])"));
+  EXPECT_FALSE(accepts(r, R"([])"));
+  EXPECT_FALSE(accepts(r, R"([1,"a",2])"));
+  EXPECT_FALSE(accepts(r, R"(["a"])"));
+  auto c = g::compile_json_schema(ordered_json::parse(R"({"type":"array","items":{"type":"boolean"},"minItems":2,"maxItems":3})"));
+  EXPECT_FALSE(accepts(c, R"([true])"));
+  EXPECT_TRUE(accepts(c, R"([true,false])"));
+  EXPECT_TRUE(accepts(c, R"([true,false,true])"));
+  EXPECT_FALSE(accepts(c, R"([true,false,true,true])"));
+}
+
+TEST(Schema, WhitespaceOption) {
+  g::SchemaOptions o;
+  o.max_whitespace = 2;
+  auto r = g::compile_json_schema(ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"array"}}})"), o);
+  g::Parser p(*r.grammar);
+  g::ParseState st = p.initial(), tmp;
+  for (char c : std::string("{ \"a\" :\n[ 1 , 2 ] }")) {
+    ASSERT_TRUE(p.advance(st, static_cast<std::uint8_t>(c), tmp)) << c;
+    std::swap(st, tmp);
+  }
+  EXPECT_TRUE(st.can_end);
+  auto compact = g::compile_json_schema(ordered_json::parse(R"({"type":"object"})"));
+  g::Parser q(*compact.grammar);
+  g::ParseState s2 = q.initial();
+  EXPECT_FALSE(q.advance(s2, ' ', tmp));
+}
