@@ -32,6 +32,11 @@ TokenizerInfo::TokenizerInfo(std::vector<std::string> token_bytes, std::vector<T
   for (std::size_t i = 0; i < tokens_.size(); ++i)
     if (kind_[i] == kRegular) sorted_.push_back(static_cast<TokenId>(i));
   std::sort(sorted_.begin(), sorted_.end(), [&](TokenId a, TokenId b) { return tokens_[a] < tokens_[b]; });
+  sorted_off_.push_back(0);
+  for (TokenId id : sorted_) {
+    sorted_blob_ += tokens_[id];
+    sorted_off_.push_back(static_cast<std::uint32_t>(sorted_blob_.size()));
+  }
   lcp_.assign(sorted_.size(), 0);
   for (std::size_t k = 0; k < sorted_.size(); ++k) {
     const std::string& t = tokens_[sorted_[k]];
@@ -65,12 +70,13 @@ struct Walker {
   std::vector<ParseState> st;
   std::vector<char> exitf;
 
-  // ids: sorted by bytes. lcp(k): common prefix of ids[k-1], ids[k].
-  // cb(index k, accepted, exit_seen): exit_seen = the rule of the start node ended after >= 1 byte
-  // of the token and the token went on (only meaningful when the start state has an empty stack).
-  template <class Lcp, class Cb>
-  void run(Parser& p, const ParseState& start, const TokenizerInfo& tok, const TokenId* ids, std::size_t n,
-           Lcp&& lcp, Cb&& cb) {
+  // Walks tokens given by positions in TokenizerInfo's sorted order (pos(i), increasing), with
+  // lcp(i) = common prefix length of tokens i-1 and i of this list.
+  // cb(i, accepted, exit_seen): exit_seen = the rule of the start node ended after >= 1 byte of the
+  // token and the token went on (meaningful when the start state has an empty stack).
+  template <class Pos, class Lcp, class Cb>
+  void run(Parser& p, const ParseState& start, const TokenizerInfo& tok, std::size_t n, Pos&& pos, Lcp&& lcp,
+           Cb&& cb) {
     if (st.size() < tok.max_token_len() + 1) {
       st.resize(tok.max_token_len() + 1);
       exitf.resize(tok.max_token_len() + 1);
@@ -79,7 +85,7 @@ struct Walker {
     exitf[0] = 0;
     std::size_t valid = 0;
     for (std::size_t i = 0; i < n;) {
-      const std::string& t = tok.token(ids[i]);
+      std::string_view t = tok.sorted_token(pos(i));
       std::size_t d = std::min<std::size_t>(lcp(i), valid);
       bool ok = true;
       for (; d < t.size(); ++d) {
@@ -196,7 +202,7 @@ void CompiledGrammar::fill_mask_walk(Parser& parser, const ParseState& st, std::
   Walker w;
   const auto& ids = tok.sorted_ids();
   const auto& lcp = tok.lcp();
-  w.run(parser, st, tok, ids.data(), ids.size(), [&](std::size_t k) { return lcp[k]; },
+  w.run(parser, st, tok, ids.size(), [](std::size_t k) { return k; }, [&](std::size_t k) { return lcp[k]; },
         [&](std::size_t k, bool ok, bool) {
           if (ok) set_bit(mask, ids[k]);
         });
@@ -213,7 +219,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   Walker w;
   const auto& ids = tok.sorted_ids();
   const auto& lcp = tok.lcp();
-  w.run(local, start, tok, ids.data(), ids.size(), [&](std::size_t k) { return lcp[k]; },
+  w.run(local, start, tok, ids.size(), [](std::size_t k) { return k; }, [&](std::size_t k) { return lcp[k]; },
         [&](std::size_t k, bool ok, bool exit_seen) {
           if (ok) set_bit(t.accepted.data(), ids[k]);
           else if (exit_seen) t.uncertain.push_back(static_cast<std::uint32_t>(k));
@@ -275,21 +281,21 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
     std::sort(uncertain.begin(), uncertain.end());
     uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
     const auto& sorted = tok.sorted_ids();
-    std::vector<TokenId> ids;
-    ids.reserve(uncertain.size());
+    std::vector<std::uint32_t> pos;
+    pos.reserve(uncertain.size());
     for (std::uint32_t k : uncertain)
-      if (!get_bit(mask, sorted[k])) ids.push_back(sorted[k]);
-    std::vector<std::uint16_t> lcp(ids.size(), 0);
-    for (std::size_t k = 1; k < ids.size(); ++k) {
-      const std::string &a = tok.token(ids[k - 1]), &b = tok.token(ids[k]);
+      if (!get_bit(mask, sorted[k])) pos.push_back(k);
+    std::vector<std::uint16_t> lcp(pos.size(), 0);
+    for (std::size_t k = 1; k < pos.size(); ++k) {
+      std::string_view a = tok.sorted_token(pos[k - 1]), b = tok.sorted_token(pos[k]);
       std::size_t l = 0;
       while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
       lcp[k] = static_cast<std::uint16_t>(l);
     }
     Walker w;
-    w.run(parser, st, tok, ids.data(), ids.size(), [&](std::size_t k) { return lcp[k]; },
+    w.run(parser, st, tok, pos.size(), [&](std::size_t k) { return pos[k]; }, [&](std::size_t k) { return lcp[k]; },
           [&](std::size_t k, bool ok, bool) {
-            if (ok) set_bit(mask, ids[k]);
+            if (ok) set_bit(mask, sorted[pos[k]]);
           });
   }
   if (st.can_end)

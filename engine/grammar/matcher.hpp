@@ -55,6 +55,10 @@ class TokenizerInfo {
   /// lcp()[k] = common prefix length of sorted_ids()[k-1] and sorted_ids()[k] (lcp()[0] = 0).
   const std::vector<std::uint16_t>& lcp() const { return lcp_; }
   std::size_t max_token_len() const { return max_len_; }
+  /// Bytes of the k-th token in sorted order, contiguous in memory (the walk reads them in order).
+  std::string_view sorted_token(std::size_t k) const {
+    return {sorted_blob_.data() + sorted_off_[k], sorted_off_[k + 1] - sorted_off_[k]};
+  }
   bool is_regular(TokenId id) const { return id >= 0 && static_cast<std::size_t>(id) < kind_.size() && kind_[id] == kRegular; }
 
  private:
@@ -64,6 +68,8 @@ class TokenizerInfo {
   std::vector<std::uint8_t> kind_;
   std::vector<TokenId> sorted_;
   std::vector<std::uint16_t> lcp_;
+  std::string sorted_blob_;
+  std::vector<std::uint32_t> sorted_off_;
   std::size_t max_len_ = 0;
 };
 
