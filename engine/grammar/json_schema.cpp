@@ -213,6 +213,7 @@ class Compiler {
   std::optional<std::uint32_t> r_any_, r_string_, r_number_, r_any_obj_, r_any_arr_;
   std::map<std::string, Dfa> regex_cache_;
   int inline_depth_ = 0;
+  int depth_ = 0;
 
   bool legacy_ref() const { return draft_ == Draft::k4 || draft_ == Draft::k6 || draft_ == Draft::k7; }
 
@@ -652,9 +653,12 @@ class Compiler {
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     if (s == true) return memo_[key] = any_rule();
+    if (depth_ > 200) throw SchemaError(ptr, "", "schema nested too deeply (over 200 levels)");
     std::uint32_t r = b_.add_rule(ptr.empty() ? "#" : ptr);
     memo_[key] = r;
+    ++depth_;
     b_.set_body(r, body(s, ptr));
+    --depth_;
     return r;
   }
 

@@ -168,7 +168,7 @@ struct StoredMask {
 };
 
 struct CompiledGrammar::StateCache {
-  static constexpr std::size_t kMaxBytes = 64u << 20;  // cleared when it grows past 64 MiB
+  static constexpr std::size_t kMaxBytes = 256u << 20;  // cleared when it grows past 256 MiB
   mutable std::shared_mutex mu;
   std::unordered_map<std::string, StoredMask> masks;
   std::size_t bytes = 0;

@@ -241,3 +241,24 @@ TEST(Schema, WhitespaceOption) {
   g::ParseState s2 = q.initial();
   EXPECT_FALSE(q.advance(s2, ' ', tmp));
 }
+
+// Bad input: a clear SchemaError, never a crash.
+TEST(Schema, MalformedSchemasFailCleanly) {
+  const char* bad[] = {R"({"type":5})", R"({"minLength":"x"})", R"({"pattern":5})", R"({"properties":[]})",
+                       R"({"items":5})", R"({"$ref":"#/nowhere"})", R"({"pattern":"(a"})", R"({"enum":3})",
+                       R"({"type":"string","minLength":5,"maxLength":2,"x":1})", R"({"$ref":"http://example.com/s.json"})"};
+  for (const char* b : bad) {
+    try {
+      auto r = g::compile_json_schema(std::string_view(b));
+      // Compiling may succeed (e.g. an empty string range is unsatisfiable only in one branch).
+      (void)r;
+    } catch (const g::SchemaError& e) {
+      EXPECT_FALSE(std::string(e.what()).empty());
+    }
+  }
+  std::string deep;
+  for (int i = 0; i < 5000; ++i) deep += R"({"items":)";
+  deep += "true";
+  for (int i = 0; i < 5000; ++i) deep += "}";
+  EXPECT_THROW(g::compile_json_schema(std::string_view(deep)), g::SchemaError);
+}
