@@ -30,13 +30,13 @@ const std::set<std::string>& handled_keywords() {
       "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "uniqueItems", "x-quarry-patterns", "x-quarry-formats"};
+      "$ref", "uniqueItems", "multipleOf", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
   return k;
 }
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k{
       "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-      "propertyNames", "contains", "minContains", "maxContains", "multipleOf", "minProperties",
+      "propertyNames", "contains", "minContains", "maxContains", "minProperties",
       "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
       "$recursiveAnchor"};
   return k;
@@ -563,9 +563,9 @@ class Compiler {
           if (std::find(eb.begin(), eb.end(), x) != eb.end()) r.push_back(x);
         out.erase(k);
         out["enum"] = r;
-      } else if (k == "pattern" || k == "format") {
+      } else if (k == "pattern" || k == "format" || k == "multipleOf") {
         if (av != v) {
-          std::string lk = k == "pattern" ? "x-quarry-patterns" : "x-quarry-formats";
+          std::string lk = k == "pattern" ? "x-quarry-patterns" : k == "format" ? "x-quarry-formats" : "x-quarry-multipleOf";
           if (!out.contains(lk)) out[lk] = ordered_json::array();
           out[lk].push_back(v);
         }
@@ -817,7 +817,98 @@ class Compiler {
 
   static constexpr double kInt64Safe = 9.0e18;
 
-  Frag integer_frag(const Bounds& bd, const std::string& ptr) {
+  // Finishes a number grammar: the bound regex, intersected with the multipleOf automaton if any.
+  Frag numeric(const std::string& re, const Dfa* mult, const std::string& ptr) {
+    if (!mult) return regex_frag(re, ptr);
+    Dfa d = re.empty() ? *mult : dfa_intersect(regex_dfa(re, true, ptr), *mult);
+    return lower(d, false);
+  }
+
+  // Decimal numbers without exponent, -?(0|[1-9][0-9]*)(\.[0-9]+)?, whose value is a multiple of
+  // k = m * 10^-e: reading the digits keeps (digits read so far) mod m, the number of fraction
+  // digits j, and accepts when (value * 10^e) mod m == 0; past e fraction digits only zeros follow.
+  Dfa multiple_of_dfa(const ordered_json& kv, bool integer_only, const std::string& ptr) {
+    if (!kv.is_number() || kv.get<double>() <= 0)
+      throw SchemaError(ptr + "/multipleOf", "multipleOf", "multipleOf must be a positive number");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.15g", kv.get<double>());
+    std::string t = buf;
+    long long exp10 = 0;
+    if (auto epos = t.find_first_of("eE"); epos != std::string::npos) {
+      exp10 = std::stoll(t.substr(epos + 1));
+      t = t.substr(0, epos);
+    }
+    std::string digits;
+    long long e = 0;
+    bool frac = false;
+    for (char c : t) {
+      if (c == '.') { frac = true; continue; }
+      digits += c;
+      if (frac) ++e;
+    }
+    e -= exp10;
+    while (e > 0 && digits.size() > 1 && digits.back() == '0') { digits.pop_back(); --e; }
+    std::uint64_t m = std::stoull(digits);
+    while (e < 0) { m *= 10; ++e; }
+    if (m == 0 || m > 100000 || e > 12 || m * static_cast<std::uint64_t>(e + 3) > 200000)
+      throw SchemaError(ptr + "/multipleOf", "multipleOf", std::string("multipleOf ") + buf + " is too fine for the grammar");
+    const int M = static_cast<int>(m), E = static_cast<int>(e);
+    std::vector<std::uint64_t> pow10(E + 1, 1);
+    for (int j = 1; j <= E; ++j) pow10[j] = pow10[j - 1] * 10 % m;
+    // State ids: 0 start, 1 after '-', 2 zero, 3 + s (integer part), then point P(s), then F(s, j).
+    auto I = [&](int r) { return 3 + r; };
+    auto P = [&](int r) { return 3 + M + r; };
+    auto F = [&](int r, int j) { return 3 + 2 * M + (j - 1) * M + r; };
+    Dfa d;
+    std::size_t n = static_cast<std::size_t>(3 + 2 * M + E * M);
+    d.out.resize(n);
+    d.accepting.assign(n, 0);
+    auto edge = [&](int a, std::uint32_t lo, std::uint32_t hi, int b) { d.out[a].push_back({lo, hi, b}); };
+    edge(0, '-', '-', 1);
+    for (int a : {0, 1}) {
+      edge(a, '0', '0', 2);
+      for (int dg = 1; dg <= 9; ++dg) edge(a, '0' + dg, '0' + dg, I(dg % M));
+    }
+    d.accepting[2] = 1;
+    if (!integer_only) edge(2, '.', '.', P(0));
+    for (int r = 0; r < M; ++r) {
+      d.accepting[I(r)] = (r * pow10[E]) % m == 0;
+      if (!integer_only) edge(I(r), '.', '.', P(r));
+      for (int dg = 0; dg <= 9; ++dg) edge(I(r), '0' + dg, '0' + dg, I((r * 10 + dg) % M));
+      if (integer_only) continue;
+      if (E == 0) {
+        edge(P(r), '0', '0', I(r) + 0);  // only zeros after the point when k is an integer
+        continue;
+      }
+      for (int dg = 0; dg <= 9; ++dg) edge(P(r), '0' + dg, '0' + dg, F((r * 10 + dg) % M, 1));
+      for (int j = 1; j <= E; ++j) {
+        d.accepting[F(r, j)] = (r * pow10[E - j]) % m == 0;
+        if (j < E)
+          for (int dg = 0; dg <= 9; ++dg) edge(F(r, j), '0' + dg, '0' + dg, F((r * 10 + dg) % M, j + 1));
+        else
+          edge(F(r, j), '0', '0', F(r, j));
+      }
+    }
+    if (E == 0 && !integer_only) {
+      // "I.0...0": after the point, zeros keep the integer state but a point may not repeat; use a
+      // separate zero-run state per residue.
+      std::size_t base = d.out.size();
+      d.out.resize(base + static_cast<std::size_t>(M));
+      d.accepting.resize(base + static_cast<std::size_t>(M), 0);
+      for (int r = 0; r < M; ++r) {
+        d.out[P(r)].clear();
+        int z = static_cast<int>(base) + r;
+        edge(P(r), '0', '0', z);
+        edge(z, '0', '0', z);
+        d.accepting[z] = r == 0;
+      }
+    }
+    for (auto& edges : d.out)
+      std::sort(edges.begin(), edges.end(), [](const Dfa::Edge& a, const Dfa::Edge& b) { return a.lo < b.lo; });
+    return minimize(d);
+  }
+
+  Frag integer_frag(const Bounds& bd, const std::string& ptr, const Dfa* mult = nullptr) {
     std::optional<long long> lo, hi;
     if (bd.lo) {
       if (std::fabs(*bd.lo) > kInt64Safe) warn(ptr, "integer bound beyond int64 not enforced");
@@ -842,11 +933,11 @@ class Compiler {
     std::string re;
     for (std::size_t i = 0; i < alts.size(); ++i) re += (i ? "|" : "") + alts[i];
     if (re.empty()) return b_.never();
-    return regex_frag(re, ptr);
+    return numeric(re, mult, ptr);
   }
 
-  Frag number_frag(const Bounds& bd0, const std::string& ptr) {
-    if (!bd0.lo && !bd0.hi) return b_.call(number_rule());
+  Frag number_frag(const Bounds& bd0, const std::string& ptr, const Dfa* mult = nullptr) {
+    if (!bd0.lo && !bd0.hi) return mult ? lower(*mult, false) : b_.call(number_rule());
     Bounds bd = bd0;
     auto widen = [&](std::optional<double>& v, bool& ex, bool up) {
       if (!v) return;
@@ -865,7 +956,7 @@ class Compiler {
     };
     widen(bd.lo, bd.lo_ex, false);
     widen(bd.hi, bd.hi_ex, true);
-    if (!bd.lo && !bd.hi) return b_.call(number_rule());
+    if (!bd.lo && !bd.hi) return mult ? lower(*mult, false) : b_.call(number_rule());
     std::optional<long long> lo, hi;
     if (bd.lo) lo = static_cast<long long>(*bd.lo);
     if (bd.hi) hi = static_cast<long long>(*bd.hi);
@@ -891,7 +982,7 @@ class Compiler {
     if (alts.empty()) return b_.never();
     std::string re;
     for (std::size_t i = 0; i < alts.size(); ++i) re += (i ? "|" : "") + alts[i];
-    return regex_frag(re, ptr);
+    return numeric(re, mult, ptr);
   }
 
   Dfa string_dfa(const ordered_json& s, const std::string& ptr, bool& trivial) {
@@ -954,6 +1045,10 @@ class Compiler {
       double x = v.get<double>();
       if (bd.lo && (x < *bd.lo || (bd.lo_ex && x == *bd.lo))) return false;
       if (bd.hi && (x > *bd.hi || (bd.hi_ex && x == *bd.hi))) return false;
+      if (s.contains("multipleOf") && s["multipleOf"].is_number() && s["multipleOf"].get<double>() > 0) {
+        double q = x / s["multipleOf"].get<double>();
+        if (std::fabs(q - std::round(q)) > 1e-9) return false;
+      }
     }
     if (t == "array") {
       if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>()) return false;
@@ -996,8 +1091,18 @@ class Compiler {
     std::vector<Frag> alts;
     if (types.count("null")) alts.push_back(b_.literal("null"));
     if (types.count("boolean")) alts.push_back(b_.alt({b_.literal("true"), b_.literal("false")}));
-    if (types.count("number")) alts.push_back(number_frag(bounds(s, ptr), ptr));
-    else if (types.count("integer")) alts.push_back(integer_frag(bounds(s, ptr), ptr));
+    if (types.count("number") || types.count("integer")) {
+      std::optional<Dfa> mult;
+      if (s.contains("multipleOf")) {
+        mult = multiple_of_dfa(s["multipleOf"], !types.count("number"), ptr);
+        if (s.contains("x-quarry-multipleOf"))
+          for (const auto& k : s["x-quarry-multipleOf"])
+            mult = dfa_intersect(*mult, multiple_of_dfa(k, !types.count("number"), ptr));
+      }
+      const Dfa* mp = mult ? &*mult : nullptr;
+      if (types.count("number")) alts.push_back(number_frag(bounds(s, ptr), ptr, mp));
+      else alts.push_back(integer_frag(bounds(s, ptr), ptr, mp));
+    }
     if (types.count("string")) {
       bool trivial;
       Dfa d = string_dfa(s, ptr, trivial);

@@ -4,7 +4,7 @@
 // properties, required, additionalProperties (true / false / schema), patternProperties, items,
 // prefixItems, additionalItems (<= 2019-09), minItems, maxItems, minLength, maxLength, pattern,
 // format (date, time, date-time, email, uri, uuid, ipv4, ipv6), minimum, maximum, exclusiveMinimum,
-// exclusiveMaximum (draft 4 booleans too), anyOf, oneOf, allOf, $ref / $defs / definitions (JSON
+// exclusiveMaximum (draft 4 booleans too), multipleOf (exact: decimal digits automaton), anyOf, oneOf, allOf, $ref / $defs / definitions (JSON
 // pointers, `$id` / `$anchor` names inside the document; recursion), boolean schemas.
 //
 // Semantics and limits (documented, see also engine/grammar/README.md):
@@ -12,6 +12,7 @@
 //   optional ones may be skipped), then any additional / pattern properties. Instances whose keys are
 //   in another order are judged with `check_instance(..., any_key_order=true)`, which searches for a
 //   key order the grammar accepts.
+// - multipleOf: numbers with it are generated without exponent (exactly the multiples).
 // - Integers: exact digit-level grammars for bounds within int64. Numbers: exact for integer-valued
 //   bounds (generated without exponent); fractional bounds are widened to the enclosing integers and
 //   listed in `post_validation` (enforced by validation afterwards).
@@ -21,7 +22,7 @@
 // - Duplicate keys among additional properties are not prevented; keys are compared as written
 //   (escapes like \u0061 are not normalised).
 // Unsupported keywords (not, if/then/else, dependencies, dependentRequired, dependentSchemas,
-// propertyNames, contains, min/maxContains, multipleOf, min/maxProperties, uniqueItems: true,
+// propertyNames, contains, min/maxContains, min/maxProperties, uniqueItems: true,
 // unevaluated*, $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its
 // JSON pointer; with `lenient` they are ignored with a warning.
 #pragma once

@@ -262,3 +262,39 @@ TEST(Schema, MalformedSchemasFailCleanly) {
   for (int i = 0; i < 5000; ++i) deep += "}";
   EXPECT_THROW(g::compile_json_schema(std::string_view(deep)), g::SchemaError);
 }
+
+// multipleOf: the digit automaton equals exact decimal arithmetic (values as scaled integers).
+TEST(Schema, MultipleOfIsExact) {
+  struct Case { const char* k; long long m; int e; };  // k = m * 10^-e
+  for (Case c : {Case{"0.01", 1, 2}, Case{"3", 3, 0}, Case{"2.5", 25, 1}, Case{"0.3", 3, 1}, Case{"7", 7, 0}}) {
+    auto r = g::compile_json_schema(ordered_json::parse(std::string(R"({"type":"number","multipleOf":)") + c.k + "}"));
+    auto ri = g::compile_json_schema(ordered_json::parse(std::string(R"({"type":"integer","multipleOf":)") + c.k + ",\"minimum\":-50}"));
+    std::mt19937 rng(9);
+    for (int t = 0; t < 400; ++t) {
+      long long ip = static_cast<long long>(rng() % 200) - 100;
+      int fd = static_cast<int>(rng() % 4);  // fraction digits
+      long long fv = fd ? static_cast<long long>(rng() % static_cast<unsigned>(std::pow(10, fd))) : 0;
+      std::string text = std::to_string(ip);
+      if (fd) {
+        std::string f = std::to_string(fv);
+        text += "." + std::string(static_cast<std::size_t>(fd) - f.size(), '0') + f;
+      }
+      // value * 10^(fd + e) as an integer, compared with m * 10^fd.
+      long long scaled = std::llabs(ip);
+      for (int k = 0; k < fd; ++k) scaled *= 10;
+      scaled += fv;  // |value| * 10^fd
+      bool neg = ip < 0 || text[0] == '-';
+      (void)neg;
+      long long num = scaled;
+      for (int k = 0; k < c.e; ++k) num *= 10;           // |value| * 10^(fd+e)
+      long long den = c.m;
+      for (int k = 0; k < fd; ++k) den *= 10;            // k * 10^(fd+e)
+      bool want = num % den == 0;
+      if (text == "-0" || text.rfind("-0.", 0) == 0) continue;  // "-0..." : sign of zero, skip
+      EXPECT_EQ(accepts(r, text), want) << c.k << " " << text;
+      if (fd == 0 && ip >= -50) {
+        EXPECT_EQ(accepts(ri, text), want) << "integer " << c.k << " " << text;
+      }
+    }
+  }
+}
