@@ -2,6 +2,7 @@
 #include "engine/grammar/json_schema.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -119,23 +120,6 @@ std::string uint_range(std::uint64_t lo, std::optional<std::uint64_t> hi) {
 const char* kFracAny = "(?:\\.[0-9]+)?";
 const char* kFracZero = "(?:\\.0+)?";
 const char* kFracNonzero = "\\.[0-9]*[1-9][0-9]*";
-
-// Regex of non-negative decimals x (no exponent) with L (<) x (<) H; H empty = unbounded.
-std::string nonneg_decimal(std::uint64_t L, bool lex, std::optional<std::uint64_t> H, bool hex) {
-  std::vector<std::string> alts;
-  if (H && *H < L) return "";
-  if (H && *H == L) {
-    if (!lex && !hex) alts.push_back(std::to_string(L) + kFracZero);
-  } else {
-    alts.push_back(std::to_string(L) + (lex ? kFracNonzero : kFracAny));
-    if (!H || L + 1 <= *H - 1) alts.push_back(uint_range(L + 1, H ? std::optional<std::uint64_t>(*H - 1) : std::nullopt) + kFracAny);
-    if (H && !hex) alts.push_back(std::to_string(*H) + kFracZero);
-  }
-  if (alts.empty()) return "";
-  std::string o = "(?:";
-  for (std::size_t i = 0; i < alts.size(); ++i) o += (i ? "|" : "") + alts[i];
-  return o + ")";
-}
 
 const std::map<std::string, std::string>& format_regexes() {
   static const std::map<std::string, std::string> f = [] {
@@ -936,54 +920,140 @@ class Compiler {
     return numeric(re, mult, ptr);
   }
 
-  Frag number_frag(const Bounds& bd0, const std::string& ptr, const Dfa* mult = nullptr) {
-    if (!bd0.lo && !bd0.hi) return mult ? lower(*mult, false) : b_.call(number_rule());
-    Bounds bd = bd0;
-    auto widen = [&](std::optional<double>& v, bool& ex, bool up) {
+  // A bound as a decimal: sign, integer digits (no leading zeros), fraction digits (no trailing
+  // zeros). Shortest round-trip form of the double (the number as written in the schema).
+  struct Decimal {
+    bool neg = false;
+    std::string ip = "0", fp;
+  };
+  static std::optional<Decimal> to_decimal(double v) {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    if (ec != std::errc()) return std::nullopt;
+    std::string t(buf, end);
+    Decimal d;
+    if (!t.empty() && t[0] == '-') { d.neg = true; t = t.substr(1); }
+    long long ex = 0;
+    if (auto e = t.find_first_of("eE"); e != std::string::npos) {
+      ex = std::stoll(t.substr(e + 1));
+      t = t.substr(0, e);
+    }
+    std::string digits;
+    long long point = -1;
+    for (char c : t) {
+      if (c == '.') point = static_cast<long long>(digits.size());
+      else digits += c;
+    }
+    if (point < 0) point = static_cast<long long>(digits.size());
+    point += ex;
+    if (point > 18 || point < -30) return std::nullopt;
+    while (point <= 0) { digits.insert(digits.begin(), '0'); ++point; }
+    while (static_cast<long long>(digits.size()) < point) digits += '0';
+    d.ip = digits.substr(0, static_cast<std::size_t>(point));
+    d.fp = digits.substr(static_cast<std::size_t>(point));
+    while (d.ip.size() > 1 && d.ip[0] == '0') d.ip.erase(0, 1);
+    while (!d.fp.empty() && d.fp.back() == '0') d.fp.pop_back();
+    if (d.ip == "0" && d.fp.empty()) d.neg = false;
+    return d;
+  }
+  static std::string alts_re(const std::vector<std::string>& alts) {
+    if (alts.empty()) return "";
+    std::string o = "(?:";
+    for (std::size_t i = 0; i < alts.size(); ++i) o += (i ? "|" : "") + alts[i];
+    return o + ")";
+  }
+  // Non-empty fraction digit strings F with 0.F >= 0.B (> if excl); B without trailing zeros.
+  static std::string ge_frac(const std::string& b, bool excl) {
+    std::vector<std::string> alts;
+    char c = b[0];
+    if (c < '9') alts.push_back(std::string("[") + static_cast<char>(c + 1) + "-9][0-9]*");
+    if (b.size() > 1) alts.push_back(std::string(1, c) + ge_frac(b.substr(1), excl));
+    else alts.push_back(std::string(1, c) + (excl ? "[0-9]*[1-9][0-9]*" : "[0-9]*"));
+    return alts_re(alts);
+  }
+  // Non-empty fraction digit strings F with 0.F <= 0.D (< if excl); D without trailing zeros.
+  static std::string le_frac(const std::string& d, bool excl) {
+    std::vector<std::string> alts;
+    char c = d[0];
+    if (c > '0') alts.push_back(std::string("[0-") + static_cast<char>(c - 1) + "][0-9]*");
+    if (d.size() > 1) {
+      // F may stop after c: the rest of D is > 0 (no trailing zeros), so F < D.
+      std::string r = le_frac(d.substr(1), excl);
+      alts.push_back(std::string(1, c) + (r.empty() ? std::string() : r + "?"));
+    } else if (!excl) {
+      alts.push_back(std::string(1, c) + "0*");
+    }
+    return alts_re(alts);
+  }
+  // Non-negative decimals (no exponent) >= A.B (> if excl).
+  static std::string mag_ge(const Decimal& x, bool excl) {
+    std::uint64_t a = std::stoull(x.ip);
+    std::vector<std::string> alts{uint_range(a + 1, std::nullopt) + kFracAny};
+    if (x.fp.empty()) alts.push_back(x.ip + (excl ? kFracNonzero : kFracAny));
+    else alts.push_back(x.ip + "\\." + ge_frac(x.fp, excl));
+    return alts_re(alts);
+  }
+  // Non-negative decimals (no exponent) <= C.D (< if excl); "" if none.
+  static std::string mag_le(const Decimal& x, bool excl) {
+    std::uint64_t c = std::stoull(x.ip);
+    std::vector<std::string> alts;
+    if (c > 0) alts.push_back(uint_range(0, c - 1) + kFracAny);
+    if (x.fp.empty()) {
+      if (!excl) alts.push_back(x.ip + kFracZero);
+    } else {
+      std::string f = le_frac(x.fp, excl);
+      alts.push_back(x.ip + (f.empty() ? std::string() : "(?:\\." + f + ")?"));
+    }
+    return alts_re(alts);
+  }
+
+  // Numbers with bounds: exact for every bound that is a decimal within 18 integer digits (the
+  // schema's number as written), by digit-level automata for x >= L and x <= H, intersected.
+  // Bounded numbers are generated without exponent.
+  Frag number_frag(const Bounds& bd, const std::string& ptr, const Dfa* mult = nullptr) {
+    static const std::string kNonneg = "(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?";
+    static const std::string kPos = "(?:[1-9][0-9]*(?:\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)";
+    std::vector<std::string> res;
+    auto bound = [&](const std::optional<double>& v, bool excl, bool lower_bound) {
       if (!v) return;
-      if (std::fabs(*v) > kInt64Safe) {
-        warn(ptr, "number bound beyond int64 not enforced by the grammar");
-        post_.push_back((ptr.empty() ? "(root)" : ptr) + ": number bound " + std::to_string(*v) + " checked afterwards");
-        v.reset();
+      auto d = to_decimal(*v);
+      if (!d) {
+        warn(ptr, "number bound " + ordered_json(*v).dump() + " too large for the grammar; checked afterwards");
+        post_.push_back((ptr.empty() ? "(root)" : ptr) + ": number bound " + ordered_json(*v).dump() +
+                        " not enforced by the grammar; checked by validation afterwards");
         return;
       }
-      if (std::floor(*v) != *v) {
-        post_.push_back((ptr.empty() ? "(root)" : ptr) + ": fractional number bound " + ordered_json(*v).dump() +
-                        " widened to an integer bound in the grammar; checked by validation afterwards");
-        *v = up ? std::ceil(*v) : std::floor(*v);
-        ex = false;
+      std::string r;
+      if (lower_bound) {
+        if (!d->neg) r = mag_ge(*d, excl);
+        else {
+          std::string m = mag_le(*d, excl);
+          r = kNonneg + (m.empty() ? "" : "|-" + m);
+        }
+      } else {
+        if (!d->neg) {
+          std::string m = mag_le(*d, excl);
+          r = (m.empty() ? "" : m + "|") + "-" + kPos;
+        } else {
+          r = "-" + mag_ge(*d, excl);
+        }
       }
+      res.push_back(r);
     };
-    widen(bd.lo, bd.lo_ex, false);
-    widen(bd.hi, bd.hi_ex, true);
-    if (!bd.lo && !bd.hi) return mult ? lower(*mult, false) : b_.call(number_rule());
-    std::optional<long long> lo, hi;
-    if (bd.lo) lo = static_cast<long long>(*bd.lo);
-    if (bd.hi) hi = static_cast<long long>(*bd.hi);
-    std::vector<std::string> alts;
-    // x >= 0
-    if (!(hi && (*hi < 0 || (*hi == 0 && bd.hi_ex)))) {
-      std::uint64_t L = lo && *lo >= 0 ? static_cast<std::uint64_t>(*lo) : 0;
-      bool lex = lo && *lo >= 0 && bd.lo_ex;
-      std::optional<std::uint64_t> H;
-      if (hi) H = static_cast<std::uint64_t>(*hi);
-      std::string r = nonneg_decimal(L, lex, H, hi ? bd.hi_ex : false);
-      if (!r.empty()) alts.push_back(r);
+    bound(bd.lo, bd.lo_ex, true);
+    bound(bd.hi, bd.hi_ex, false);
+    if (res.empty()) return mult ? lower(*mult, false) : b_.call(number_rule());
+    try {
+      Dfa d = regex_dfa(res[0], true, ptr);
+      for (std::size_t i = 1; i < res.size(); ++i) d = dfa_intersect(d, regex_dfa(res[i], true, ptr));
+      if (mult) d = dfa_intersect(d, *mult);
+      if (dfa_is_empty(d)) return b_.never();
+      return lower(d, false);
+    } catch (const RegexError& e) {
+      throw SchemaError(ptr, "minimum", e.what());
     }
-    // x < 0: m = -x > 0
-    if (!(lo && *lo >= 0)) {
-      std::uint64_t mL = hi && *hi < 0 ? static_cast<std::uint64_t>(-*hi) : 0;
-      bool mlex = hi && *hi < 0 ? bd.hi_ex : true;
-      std::optional<std::uint64_t> mH;
-      if (lo) mH = static_cast<std::uint64_t>(-*lo);
-      std::string r = nonneg_decimal(mL, mlex, mH, lo ? bd.lo_ex : false);
-      if (!r.empty()) alts.push_back("-" + r);
-    }
-    if (alts.empty()) return b_.never();
-    std::string re;
-    for (std::size_t i = 0; i < alts.size(); ++i) re += (i ? "|" : "") + alts[i];
-    return numeric(re, mult, ptr);
   }
+
 
   Dfa string_dfa(const ordered_json& s, const std::string& ptr, bool& trivial) {
     trivial = true;

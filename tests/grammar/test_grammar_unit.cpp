@@ -106,8 +106,43 @@ TEST(Schema, NumberIntegerBoundsAreExact) {
   for (const char* t : {"-2", "-2.0", "-1.999", "0", "2.999", "-0.5", "2"}) EXPECT_TRUE(accepts(r, t)) << t;
   for (const char* t : {"-2.001", "3", "3.0", "3.5", "-3", "100"}) EXPECT_FALSE(accepts(r, t)) << t;
   EXPECT_TRUE(r.post_validation.empty());
-  auto f = g::compile_json_schema(ordered_json{{"type", "number"}, {"maximum", 2.5}});
-  EXPECT_FALSE(f.post_validation.empty());  // fractional bound: documented as checked afterwards
+}
+
+// Decimal bounds: the digit automata equal exact comparison (values and bounds as integers scaled
+// by 10^4).
+TEST(Schema, NumberDecimalBoundsAreExact) {
+  struct B { const char* lo; const char* hi; bool lo_ex, hi_ex; };
+  std::mt19937 rng(21);
+  for (B b : {B{"2.5", nullptr, false, false}, B{"-1.25", "0.05", true, false}, B{"0.1", "0.35", false, true},
+              B{nullptr, "-0.5", false, true}, B{"-3", "-2.75", false, false}, B{"0", "0.001", true, false}}) {
+    ordered_json s{{"type", "number"}};
+    auto scaled = [](const std::string& t) {  // decimal text -> value * 10^4
+      bool neg = t[0] == '-';
+      std::string u = neg ? t.substr(1) : t;
+      auto dot = u.find('.');
+      std::string ip = u.substr(0, dot), fp = dot == std::string::npos ? "" : u.substr(dot + 1);
+      fp.resize(4, '0');
+      long long v = std::stoll(ip) * 10000 + std::stoll(fp);
+      return neg ? -v : v;
+    };
+    if (b.lo) s[b.lo_ex ? "exclusiveMinimum" : "minimum"] = ordered_json::parse(b.lo);
+    if (b.hi) s[b.hi_ex ? "exclusiveMaximum" : "maximum"] = ordered_json::parse(b.hi);
+    auto r = g::compile_json_schema(s);
+    EXPECT_TRUE(r.post_validation.empty());
+    for (int t = 0; t < 600; ++t) {
+      long long ip = static_cast<long long>(rng() % 9) - 4;
+      int fd = static_cast<int>(rng() % 5);
+      std::string text = (ip < 0 ? "-" : "") + std::to_string(std::llabs(ip));
+      if (ip == 0 && rng() % 2) text = "-0";
+      for (int k = 0; k < fd; ++k) text += (k == 0 ? "." : "") + std::to_string(rng() % 10);
+      long long v = scaled(text);
+      bool want = true;
+      if (b.lo) want = want && (b.lo_ex ? v > scaled(b.lo) : v >= scaled(b.lo));
+      if (b.hi) want = want && (b.hi_ex ? v < scaled(b.hi) : v <= scaled(b.hi));
+      if (text.rfind("-0", 0) == 0 && v == 0) continue;  // "-0": sign of zero, not compared
+      EXPECT_EQ(accepts(r, text), want) << s.dump() << " " << text;
+    }
+  }
 }
 
 TEST(Schema, PropertiesInSchemaOrderAndAnyOrderCheck) {
