@@ -13,9 +13,9 @@
 //   in another order are judged with `check_instance(..., any_key_order=true)`, which searches for a
 //   key order the grammar accepts.
 // - multipleOf: numbers with it are generated without exponent (exactly the multiples).
-// - Integers: exact digit-level grammars for bounds within int64. Numbers: exact for integer-valued
-//   bounds (generated without exponent); fractional bounds are widened to the enclosing integers and
-//   listed in `post_validation` (enforced by validation afterwards).
+// - Integers: exact digit-level grammars for bounds within int64. Numbers: exact for decimal bounds
+//   with up to 18 integer digits (digit automata for x >= L and x <= H; bounded numbers are generated
+//   without exponent); larger bounds are listed in `post_validation` (checked afterwards).
 // - oneOf: exact when the branches are provably disjoint (disjoint type sets or disjoint enum / const
 //   values); otherwise compiled as anyOf and listed in `post_validation`.
 // - enum / const values are checked against the sibling type / length / bound / pattern keywords.
