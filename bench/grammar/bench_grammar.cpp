@@ -20,9 +20,12 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "quarry/version.hpp"
 
 #include "engine/grammar/matcher.hpp"
 #include "engine/grammar/random_walk.hpp"
@@ -106,7 +109,10 @@ int main(int argc, char** argv) {
   double vocab_ms = ms_since(t0);
 
   nlohmann::json report;
-  report["tokenizer"] = tokenizer;
+  report["tokenizer"] = fs::path(tokenizer).parent_path().filename().string();
+  report["quarry_version"] = QUARRY_VERSION;
+  report["compiler"] = __VERSION__;
+  report["hardware_threads"] = std::thread::hardware_concurrency();
   report["vocab_size"] = info->vocab_size();
   report["tokenizer_load_ms"] = load_ms;
   report["vocab_preprocess_ms"] = vocab_ms;
