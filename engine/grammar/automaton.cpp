@@ -28,8 +28,7 @@ CpSet cp_normalize(CpSet s) {
   std::sort(split.begin(), split.end());
   CpSet out;
   for (auto r : split) {
-    if (!out.empty() && r.first <= out.back().second + 1 &&
-        !(out.back().second == 0xD7FF && r.first == 0xE000 && false)) {
+    if (!out.empty() && r.first <= out.back().second + 1) {
       out.back().second = std::max(out.back().second, r.second);
     } else {
       out.push_back(r);
@@ -399,10 +398,7 @@ class RegexParser {
     ++i_;  // '['
     bool negate = take('^');
     CpSet acc;
-    bool first = true;
-    while (!eof() && (peek() != ']' || false)) {
-      (void)first;
-      first = false;
+    while (!eof() && peek() != ']') {
       CpSet a;
       bool a_single = false;
       std::uint32_t a_cp = 0;

@@ -244,7 +244,6 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
   for (std::uint32_t r = 0; r < g.rules.size(); ++r) {
     if (!productive[r]) continue;
     std::vector<std::uint32_t> st{g.rules[r].start};
-    std::vector<char> vis;
     std::unordered_map<std::uint32_t, char> seen{{g.rules[r].start, 1}};
     while (!st.empty()) {
       std::uint32_t s = st.back();

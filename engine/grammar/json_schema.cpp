@@ -472,10 +472,7 @@ class Compiler {
       std::string tp;
       const ordered_json& t = resolve(s["$ref"].get<std::string>(), ptr, tp);
       out.erase("$ref");
-      if (legacy_ref()) {
-        out = ordered_json::object();  // siblings of $ref are ignored before 2019-09
-        // keep $defs/definitions-free copy of target
-      }
+      if (legacy_ref()) out = ordered_json::object();  // siblings of $ref are ignored before 2019-09
       ordered_json inl = inline_top(t, tp);
       out = merge(out, inl, ptr);
     }
