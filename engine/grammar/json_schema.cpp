@@ -31,14 +31,13 @@ const std::set<std::string>& handled_keywords() {
       "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "uniqueItems", "multipleOf", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
+      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
   return k;
 }
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k{
       "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-      "propertyNames", "contains", "minContains", "maxContains", "minProperties",
-      "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+      "propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
       "$recursiveAnchor"};
   return k;
 }
@@ -530,9 +529,9 @@ class Compiler {
       } else if (k == "required") {
         for (const auto& x : v)
           if (std::find(out[k].begin(), out[k].end(), x) == out[k].end()) out[k].push_back(x);
-      } else if (k == "minLength" || k == "minItems" || k == "minimum") {
+      } else if (k == "minLength" || k == "minItems" || k == "minimum" || k == "minProperties") {
         out[k] = num(av) >= num(v) ? av : v;
-      } else if (k == "maxLength" || k == "maxItems" || k == "maximum") {
+      } else if (k == "maxLength" || k == "maxItems" || k == "maximum" || k == "maxProperties") {
         out[k] = num(av) <= num(v) ? av : v;
       } else if ((k == "exclusiveMinimum" || k == "exclusiveMaximum") && av.is_number() && v.is_number()) {
         out[k] = (k == "exclusiveMinimum") == (num(av) >= num(v)) ? av : v;
@@ -1121,6 +1120,8 @@ class Compiler {
       if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>()) return false;
       if (s.contains("maxItems") && v.size() > s["maxItems"].get<std::size_t>()) return false;
     }
+    if (t == "object" && s.contains("minProperties") && v.size() < s["minProperties"].get<std::size_t>()) return false;
+    if (t == "object" && s.contains("maxProperties") && v.size() > s["maxProperties"].get<std::size_t>()) return false;
     if (t == "object" && s.contains("required"))
       for (const auto& k : s["required"])
         if (!v.contains(k.get<std::string>())) return false;
@@ -1266,27 +1267,51 @@ class Compiler {
       ordered_json sch = matched ? with_patterns(r, true) : addl;
       members.push_back({r, sch, ptr + "/required", true});
     }
+    // Member counting for minProperties / maxProperties: node N[i][c] = after the declared members
+    // before i, with c members written (c saturates at K when there is no maximum; c == 0 means no
+    // comma before the next member). Without the keywords K = 1 (the plain "first member or not").
+    std::size_t min_p = s.contains("minProperties") ? s["minProperties"].get<std::size_t>() : 0;
+    std::optional<std::size_t> max_p;
+    if (s.contains("maxProperties")) max_p = s["maxProperties"].get<std::size_t>();
+    if (max_p && *max_p < min_p) return b_.never();
+    std::size_t K = max_p ? *max_p : std::max<std::size_t>(min_p, 1);
+    if (K > 1000) throw SchemaError(ptr + "/maxProperties", "maxProperties", "property counts over 1000 are not supported");
+    bool saturate = !max_p;
     Frag open = lit("{");
     std::size_t n = members.size();
-    std::vector<std::uint32_t> A(n + 1), B(n + 1);
-    for (std::size_t i = 0; i <= n; ++i) { A[i] = b_.node(); B[i] = b_.node(); }
-    b_.eps(open.out, A[0]);
-    for (std::size_t i = 0; i < n; ++i) {
-      Frag m = b_.seq({key_frag(members[i].name), lit(":"), b_.call(rule_for(members[i].schema, members[i].ptr))});
-      Frag comma = lit(",");
-      b_.eps(A[i], m.in);
-      b_.eps(B[i], comma.in);
-      b_.eps(comma.out, m.in);
-      b_.eps(m.out, B[i + 1]);
-      if (!members[i].required) {
-        b_.eps(A[i], A[i + 1]);
-        b_.eps(B[i], B[i + 1]);
+    std::vector<std::vector<std::uint32_t>> N(n + 1, std::vector<std::uint32_t>(K + 1));
+    for (auto& row : N)
+      for (auto& x : row) x = b_.node();
+    b_.eps(open.out, N[0][0]);
+    // Connects `make()` (a member) from count t-1 to t, and the saturated loop at K.
+    auto connect = [&](std::size_t i_from, std::size_t i_to, const std::function<Frag()>& make) {
+      for (std::size_t t = 1; t <= K; ++t) {
+        Frag m = make();
+        if (t == 1) {
+          b_.eps(N[i_from][0], m.in);
+        } else {
+          Frag comma = lit(",");
+          b_.eps(N[i_from][t - 1], comma.in);
+          b_.eps(comma.out, m.in);
+        }
+        if (t == K && saturate) {
+          Frag comma = lit(",");
+          b_.eps(N[i_from][K], comma.in);
+          b_.eps(comma.out, m.in);
+        }
+        b_.eps(m.out, N[i_to][t]);
       }
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t value_rule = rule_for(members[i].schema, members[i].ptr);
+      connect(i, i + 1, [&] { return b_.seq({key_frag(members[i].name), lit(":"), b_.call(value_rule)}); });
+      if (!members[i].required)
+        for (std::size_t c = 0; c <= K; ++c) b_.eps(N[i][c], N[i + 1][c]);
     }
     // Additional and pattern members after the declared ones.
     std::vector<std::string> names;
     for (const auto& m : members) names.push_back(m.name);
-    std::vector<Frag> extra;
+    std::vector<std::pair<Dfa, std::uint32_t>> extra;  // key language, value rule
     if (pat_dfas.size() > 4) throw SchemaError(ptr + "/patternProperties", "patternProperties", "more than 4 patternProperties are not supported");
     std::size_t k = pat_dfas.size();
     Dfa not_names;
@@ -1306,18 +1331,18 @@ class Compiler {
       if (mask == 0) sch = addl;
       if (sch == false || dfa_is_empty(keys)) continue;
       std::string sp = mask == 0 ? ptr + "/additionalProperties" : ptr + "/patternProperties";
-      extra.push_back(b_.seq({b_.literal("\""), lower(keys, true), b_.literal("\""), lit(":"), b_.call(rule_for(sch, sp))}));
+      extra.push_back({std::move(keys), rule_for(sch, sp)});
     }
     Frag close = lit("}");
-    b_.eps(A[n], close.in);
-    b_.eps(B[n], close.in);
+    for (std::size_t c = min_p; c <= K; ++c) b_.eps(N[n][c], close.in);
     if (!extra.empty()) {
-      Frag e = extra.size() == 1 ? extra[0] : b_.alt(extra);
-      Frag comma = lit(",");
-      b_.eps(A[n], e.in);
-      b_.eps(B[n], comma.in);
-      b_.eps(comma.out, e.in);
-      b_.eps(e.out, B[n]);
+      auto make = [&] {
+        std::vector<Frag> alts;
+        for (const auto& [keys, rule] : extra)
+          alts.push_back(b_.seq({b_.literal("\""), lower(keys, true), b_.literal("\""), lit(":"), b_.call(rule)}));
+        return alts.size() == 1 ? alts[0] : b_.alt(alts);
+      };
+      connect(n, n, make);
     }
     return {open.in, close.out};
   }
