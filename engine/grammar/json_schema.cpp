@@ -31,13 +31,13 @@ const std::set<std::string>& handled_keywords() {
       "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
+      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
   return k;
 }
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k{
       "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-      "propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+      "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
       "$recursiveAnchor"};
   return k;
 }
@@ -1232,6 +1232,28 @@ class Compiler {
     return {open.in, close.out};
   }
 
+  // The keys a propertyNames schema admits (keys are strings: type, enum / const, length,
+  // pattern and format apply; other keywords have no effect on strings).
+  Dfa property_names_dfa(const ordered_json& pn, const std::string& ptr) {
+    if (pn.is_boolean()) return pn.get<bool>() ? dfa_any_string() : dfa_literals({});
+    ordered_json s = inline_top(pn, ptr);
+    if (s.is_boolean()) return s.get<bool>() ? dfa_any_string() : dfa_literals({});
+    check_keywords(s, ptr);
+    if (s.contains("anyOf") || s.contains("oneOf"))
+      throw SchemaError(ptr, "propertyNames", "anyOf / oneOf inside propertyNames is not supported");
+    if (!type_set(s, ptr).count("string")) return dfa_literals({});
+    bool trivial;
+    Dfa d = string_dfa(s, ptr, trivial);
+    if (s.contains("enum") || s.contains("const")) {
+      ordered_json vals = s.contains("const") ? ordered_json::array({s["const"]}) : s["enum"];
+      std::vector<std::string> words;
+      for (const auto& v : vals)
+        if (v.is_string()) words.push_back(v.get<std::string>());
+      d = dfa_intersect(d, dfa_literals(words));
+    }
+    return d;
+  }
+
   Frag key_frag(const std::string& name) { return b_.literal(dump_compact(ordered_json(name))); }
 
   Frag object_frag(const ordered_json& s, const std::string& ptr) {
@@ -1277,6 +1299,17 @@ class Compiler {
     std::size_t K = max_p ? *max_p : std::max<std::size_t>(min_p, 1);
     if (K > 1000) throw SchemaError(ptr + "/maxProperties", "maxProperties", "property counts over 1000 are not supported");
     bool saturate = !max_p;
+    // propertyNames: a string automaton every key must match.
+    std::optional<Dfa> key_dfa;
+    if (s.contains("propertyNames")) {
+      key_dfa = property_names_dfa(s["propertyNames"], ptr + "/propertyNames");
+      std::vector<Member> kept;
+      for (auto& m : members) {
+        if (dfa_matches(*key_dfa, m.name)) kept.push_back(std::move(m));
+        else if (m.required) return b_.never();
+      }
+      members = std::move(kept);
+    }
     Frag open = lit("{");
     std::size_t n = members.size();
     std::vector<std::vector<std::uint32_t>> N(n + 1, std::vector<std::uint32_t>(K + 1));
@@ -1329,6 +1362,7 @@ class Compiler {
         }
       }
       if (mask == 0) sch = addl;
+      if (key_dfa) keys = dfa_intersect(keys, *key_dfa);
       if (sch == false || dfa_is_empty(keys)) continue;
       std::string sp = mask == 0 ? ptr + "/additionalProperties" : ptr + "/patternProperties";
       extra.push_back({std::move(keys), rule_for(sch, sp)});

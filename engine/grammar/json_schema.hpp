@@ -2,7 +2,7 @@
 //
 // Supported (drafts 2020-12, 2019-09, 07, 06, 04): type (incl. arrays of types), enum, const,
 // properties, required, additionalProperties (true / false / schema), patternProperties,
-// minProperties / maxProperties (member counting), items,
+// minProperties / maxProperties (member counting), propertyNames (string constraints on keys), items,
 // prefixItems, additionalItems (<= 2019-09), minItems, maxItems, minLength, maxLength, pattern,
 // format (date, time, date-time, email, uri, uuid, ipv4, ipv6), minimum, maximum, exclusiveMinimum,
 // exclusiveMaximum (draft 4 booleans too), multipleOf (exact: decimal digits automaton), anyOf, oneOf, allOf, $ref / $defs / definitions (JSON
@@ -23,7 +23,7 @@
 // - Duplicate keys among additional properties are not prevented; keys are compared as written
 //   (escapes like \u0061 are not normalised).
 // Unsupported keywords (not, if/then/else, dependencies, dependentRequired, dependentSchemas,
-// propertyNames, contains, min/maxContains, uniqueItems: true,
+// contains, min/maxContains, uniqueItems: true,
 // unevaluated*, $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its
 // JSON pointer; with `lenient` they are ignored with a warning.
 #pragma once
