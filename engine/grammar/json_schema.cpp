@@ -31,12 +31,12 @@ const std::set<std::string>& handled_keywords() {
       "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
+      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "not", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
   return k;
 }
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k{
-      "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+      "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
       "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
       "$recursiveAnchor"};
   return k;
@@ -1130,6 +1130,33 @@ class Compiler {
 
   Frag flat(const ordered_json& s, const std::string& ptr) {
     std::set<std::string> types = type_set(s, ptr);
+    // `not`: supported when its schema is a boolean, {} or a type restriction (type sets are
+    // complemented); anything else is an unsupported-keyword error (ignored when lenient).
+    bool non_integer_numbers = false;
+    if (s.contains("not")) {
+      std::string np = ptr + "/not";
+      ordered_json ns = inline_top(s["not"], np);
+      bool only_type = ns.is_object();
+      if (ns.is_object())
+        for (auto it = ns.begin(); it != ns.end(); ++it)
+          if (it.key() != "type" && !annotation_keywords().count(it.key())) only_type = false;
+      if (ns == true || (only_type && !ns.contains("type"))) return b_.never();
+      if (ns == false) {
+      } else if (only_type) {
+        std::set<std::string> ex = type_set(ns, np);
+        bool ex_int_only = ex.count("integer") && !ex.count("number");
+        for (const auto& t : ex) types.erase(t);
+        if (ex_int_only && type_set(s, ptr).count("number")) {
+          types.insert("number");  // numbers stay, integers go: numbers with a non-zero fraction
+          non_integer_numbers = true;
+        }
+        if (types.empty()) return b_.never();
+      } else if (!opt_.lenient) {
+        throw SchemaError(np, "not", "unsupported keyword 'not' (only boolean, {} or type-only schemas; use lenient mode to ignore it)");
+      } else {
+        warn(np, "'not' with this schema ignored (lenient)");
+      }
+    }
     if (s.contains("enum") || s.contains("const")) {
       ordered_json vals = s.contains("const") ? ordered_json::array({s["const"]}) : s["enum"];
       if (s.contains("const") && s.contains("enum")) {
@@ -1168,6 +1195,12 @@ class Compiler {
             mult = dfa_intersect(*mult, multiple_of_dfa(k, !types.count("number"), ptr));
       }
       const Dfa* mp = mult ? &*mult : nullptr;
+      std::optional<Dfa> frac_only;
+      if (non_integer_numbers) {
+        frac_only = regex_dfa("-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*", true, ptr);
+        if (mp) frac_only = dfa_intersect(*frac_only, *mp);
+        mp = &*frac_only;
+      }
       if (types.count("number")) alts.push_back(number_frag(bounds(s, ptr), ptr, mp));
       else alts.push_back(integer_frag(bounds(s, ptr), ptr, mp));
     }

@@ -22,7 +22,9 @@
 // - enum / const values are checked against the sibling type / length / bound / pattern keywords.
 // - Duplicate keys among additional properties are not prevented; keys are compared as written
 //   (escapes like \u0061 are not normalised).
-// Unsupported keywords (not, if/then/else, dependencies, dependentRequired, dependentSchemas,
+// `not` is supported when its schema is a boolean, {} or type-only (the type set is complemented;
+// "not integer" numbers are those with a non-zero fraction digit, no exponent).
+// Unsupported keywords (not with other schemas, if/then/else, dependencies, dependentRequired, dependentSchemas,
 // contains, min/maxContains, uniqueItems: true,
 // unevaluated*, $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its
 // JSON pointer; with `lenient` they are ignored with a warning.

@@ -158,13 +158,13 @@ TEST(Schema, PropertiesInSchemaOrderAndAnyOrderCheck) {
 }
 
 TEST(Schema, UnsupportedKeywordNamesPointer) {
-  ordered_json s = ordered_json::parse(R"({"properties":{"x":{"not":{"type":"string"}}}})");
+  ordered_json s = ordered_json::parse(R"({"properties":{"x":{"if":{"type":"string"}}}})");
   try {
     g::compile_json_schema(s);
     FAIL();
   } catch (const g::SchemaError& e) {
-    EXPECT_EQ(e.keyword, "not");
-    EXPECT_EQ(e.pointer, "/properties/x/not");
+    EXPECT_EQ(e.keyword, "if");
+    EXPECT_EQ(e.pointer, "/properties/x/if");
   }
   g::SchemaOptions lenient;
   lenient.lenient = true;
@@ -332,4 +332,14 @@ TEST(Schema, MultipleOfIsExact) {
       }
     }
   }
+}
+
+TEST(Schema, NotWithTypes) {
+  auto r = g::compile_json_schema(ordered_json::parse(R"({"not":{"type":["string","object"]}})"));
+  for (const char* t : {"1", "1.5", "null", "true", "[1]"}) EXPECT_TRUE(accepts(r, t)) << t;
+  for (const char* t : {"\"a\"", "{}"}) EXPECT_FALSE(accepts(r, t)) << t;
+  auto ni = g::compile_json_schema(ordered_json::parse(R"({"type":"number","not":{"type":"integer"}})"));
+  for (const char* t : {"1.5", "-0.01", "3.10"}) EXPECT_TRUE(accepts(ni, t)) << t;
+  for (const char* t : {"1", "2.0", "-7", "0"}) EXPECT_FALSE(accepts(ni, t)) << t;
+  EXPECT_THROW(g::compile_json_schema(ordered_json::parse(R"({"not":{"minimum":3}})")), g::SchemaError);
 }
