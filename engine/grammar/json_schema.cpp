@@ -154,6 +154,17 @@ const std::map<std::string, std::string>& format_regexes() {
   return f;
 }
 
+// Automata of the supported formats: built once per process on first use (thread-safe static
+// initialisation), immutable afterwards.
+const std::map<std::string, Dfa>& format_dfas() {
+  static const std::map<std::string, Dfa> m = [] {
+    std::map<std::string, Dfa> out;
+    for (const auto& [name, re] : format_regexes()) out.emplace(name, determinize(parse_regex(re, true)));
+    return out;
+  }();
+  return m;
+}
+
 class Compiler {
  public:
   Compiler(const ordered_json& root, const SchemaOptions& opt) : root_(root), opt_(opt) {
@@ -1087,7 +1098,7 @@ class Compiler {
           warn(ptr + "/format", "format '" + f + "' is not enforced (annotation only)");
           continue;
         }
-        meet(regex_dfa(it->second, true, ptr + "/format"));
+        meet(format_dfas().at(f));
         trivial = false;
       }
     } catch (const RegexError& e) {
