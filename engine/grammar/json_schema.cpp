@@ -105,11 +105,20 @@ std::string uint_range(std::uint64_t lo, std::optional<std::uint64_t> hi) {
   std::size_t dlo = slo.size();
   std::size_t dhi = hi ? std::to_string(*hi).size() : dlo;
   for (std::size_t d = dlo; d <= dhi; ++d) {
-    std::string a = d == dlo ? slo : "1" + std::string(d - 1, '0');
+    std::string a = slo;
+    if (d != dlo) {  // 10^(d-1)
+      a.assign(d, '0');
+      a[0] = '1';
+    }
     std::string b = (hi && d == dhi) ? std::to_string(*hi) : std::string(d, '9');
     if (a.size() == b.size() && a <= b) alts.push_back(digits_range(a, b));
   }
-  if (!hi) alts.push_back("[1-9][0-9]{" + std::to_string(dlo) + ",}");
+  if (!hi) {
+    std::string longer = "[1-9][0-9]{";  // (built stepwise: GCC 12 -Wrestrict false positive on "lit" + string&&)
+    longer += std::to_string(dlo);
+    longer += ",}";
+    alts.push_back(std::move(longer));
+  }
   if (alts.empty()) return "";
   std::string o = "(?:";
   for (std::size_t i = 0; i < alts.size(); ++i) o += (i ? "|" : "") + alts[i];
@@ -1507,7 +1516,9 @@ struct KeyOrderSearch {
       if (used[i]) continue;
       if (--budget < 0) return false;
       ParseState s2 = st;
-      std::string head = (done ? "," : "") + ordered_json(keys[i]).dump() + ":";
+      std::string head = done ? "," : "";
+      head += ordered_json(keys[i]).dump();
+      head += ':';
       if (!feed(p, s2, head)) continue;
       if (!value(s2, v[keys[i]])) continue;
       used[i] = 1;
