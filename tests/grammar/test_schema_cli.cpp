@@ -1,0 +1,66 @@
+// `quarry schema` subcommands: exit codes and output.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out;
+};
+
+Run run(const std::string& args) {
+  std::string cmd = std::string(QUARRY_BINARY_DIR) + "/quarry " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "quarry_schema_cli";
+  std::filesystem::create_directories(dir);
+  auto p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+}  // namespace
+
+TEST(SchemaCli, CompilePrintsStatisticsOrError) {
+  std::string s = write("s.json", R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  auto r = run("schema compile " + s);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nodes:"), std::string::npos) << r.out;
+  std::string bad = write("bad.json", R"({"properties":{"x":{"if":{"type":"null"}}}})");
+  r = run("schema compile " + bad);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("/properties/x/if"), std::string::npos) << r.out;
+  r = run("schema compile " + bad + " --lenient");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST(SchemaCli, CheckInstanceKeepsKeyOrder) {
+  std::string s = write("o.json", R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"additionalProperties":false})");
+  std::string in_order = write("i1.json", R"({"a": 1, "b": "x"})");
+  std::string swapped = write("i2.json", R"({"b": "x", "a": 1})");
+  std::string wrong = write("i3.json", R"({"a": "1"})");
+  auto r = run("schema check-instance --schema " + s + " --instance " + in_order);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("accepted"), std::string::npos);
+  r = run("schema check-instance --schema " + s + " --instance " + swapped);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.out.find("rejected"), std::string::npos);
+  r = run("schema check-instance --schema " + s + " --instance " + swapped + " --any-key-order");
+  EXPECT_EQ(r.code, 0);
+  r = run("schema check-instance --schema " + s + " --instance " + wrong);
+  EXPECT_EQ(r.code, 3);
+}
