@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Field-level evaluation of invoice extraction by a model, run through quarry itself.
+
+For each document: `quarry ingest` gives the text the pipeline sees, the model's prompts
+(MODEL/prompts.json, the ones it was trained with) make the chat messages, `quarry generate` (greedy)
+writes the JSON, and the core fields are compared with the truth:
+
+  invoice_number, issue_date, currency, seller.name, seller.tax_id, buyer.name,
+  totals.net, totals.vat, totals.gross          (numbers equal within 0.005)
+
+Sets:
+  samples   samples/invoices with samples/expected (all formats, the model path)
+  heldout   fresh documents from the generator with the held-out seed namespace of
+            tools/train/build_corpus.py (never trained on; needs tools/setup-tools.sh for PDFs)
+  nav       ../shared/corpora/nav/pdf/{hu,en,de}: real NAV invoices; truth = the matching InvoiceData
+            XML mapped by quarry's e-invoice mapper
+
+Usage: tools/eval/eval_kie.py --set samples [--model DIR] [--limit N] [--out report.json]
+Prints a Markdown table; --out writes the JSON report (per language: documents, parsed, fields, exact,
+exact_match; plus every mismatch).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORE_FIELDS = ["invoice_number", "issue_date", "currency", "seller.name", "seller.tax_id", "buyer.name",
+               "totals.net", "totals.vat", "totals.gross"]
+
+
+def get_field(obj, dotted):
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
+def same_value(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(float(a) - float(b)) < 0.005
+    return a == b
+
+
+def ingest(quarry, paths):
+    res = subprocess.run([quarry, "--log-level", "error", "ingest"] + list(paths), capture_output=True, text=True)
+    out = {}
+    for line in res.stdout.splitlines():
+        rec = json.loads(line)
+        out[rec["source"]] = rec
+    return out
+
+
+def generate(quarry, model, prompts, text, threads, max_tokens):
+    messages = [{"role": "system", "content": prompts["kie"]["system"]},
+                {"role": "user", "content": prompts["kie"]["user"].format(document=text)}]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+        json.dump(messages, f, ensure_ascii=False)
+        path = f.name
+    try:
+        res = subprocess.run([quarry, "--log-level", "error", "generate", "--model", model, "--messages", path,
+                              "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", str(threads)],
+                             capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if res.returncode != 0:
+        raise SystemExit("quarry generate failed: " + res.stderr)
+    return res.stdout.strip()
+
+
+def items_samples(limit):
+    manifest = json.load(open(os.path.join(ROOT, "samples", "manifest.json"), encoding="utf-8"))
+    for m in manifest[:limit]:
+        truth = json.load(open(os.path.join(ROOT, "samples", m["expected"]), encoding="utf-8"))
+        yield m["language"], os.path.join(ROOT, "samples", m["file"]), truth
+
+
+def items_heldout(limit, workdir):
+    sys.path.insert(0, os.path.join(ROOT, "tools", "samples"))
+    import random
+    import invoicegen
+    rng = random.Random("quarry-eval/heldout")
+    for i in range(limit):
+        lang = rng.choice(invoicegen.LANGUAGES)
+        fmt = rng.choice(["pdf", "pdf", "html", "txt", "xml"])
+        try:
+            s = invoicegen.generate("heldout/eval-%d" % i, lang, fmt)
+        except ValueError:
+            continue
+        path = os.path.join(workdir, "heldout-%04d.%s" % (i, s.extension))
+        with open(path, "wb") as f:
+            f.write(s.data)
+        yield lang, path, s.expected
+
+
+def items_nav(quarry, limit, shared):
+    nav = os.path.join(shared, "corpora", "nav")
+    truths = {os.path.splitext(os.path.basename(k))[0]: v.get("einvoice")
+              for k, v in ingest(quarry, [os.path.join(nav, "xml")]).items()}
+    n = 0
+    for lang in ("hu", "en", "de"):
+        folder = os.path.join(nav, "pdf", lang)
+        for name in sorted(os.listdir(folder)):
+            truth = truths.get(os.path.splitext(name)[0])
+            if truth is None or n >= limit:
+                continue
+            n += 1
+            yield lang, os.path.join(folder, name), truth
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", choices=["samples", "heldout", "nav"], required=True)
+    ap.add_argument("--quarry", default=os.path.join(ROOT, "build", "quarry"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "quarry-extract-11m"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--limit", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--max-tokens", type=int, default=2048)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    prompts = json.load(open(os.path.join(a.model, "prompts.json"), encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as work:
+        if a.set == "samples":
+            items = list(items_samples(a.limit))
+        elif a.set == "heldout":
+            items = list(items_heldout(a.limit, work))
+        else:
+            items = list(items_nav(a.quarry, a.limit, a.shared))
+        docs = ingest(a.quarry, [p for _, p, _ in items])
+        per_lang, mismatches = {}, []
+        for lang, path, truth in items:
+            st = per_lang.setdefault(lang, {"documents": 0, "parsed": 0, "fields": 0, "exact": 0})
+            st["documents"] += 1
+            rec = docs.get(path)
+            pred = {}
+            if rec and rec.get("status") == "ok":
+                out = generate(a.quarry, a.model, prompts, rec["text"], a.threads, a.max_tokens)
+                try:
+                    pred = json.loads(out)
+                    st["parsed"] += 1
+                except json.JSONDecodeError:
+                    pred = {}
+            for f in CORE_FIELDS:
+                st["fields"] += 1
+                ok = same_value(get_field(pred, f), get_field(truth, f))
+                st["exact"] += int(ok)
+                if not ok:
+                    mismatches.append({"document": os.path.relpath(path, ROOT) if a.set != "heldout" else
+                                       os.path.basename(path), "field": f, "expected": get_field(truth, f),
+                                       "got": get_field(pred, f)})
+    for st in per_lang.values():
+        st["exact_match"] = st["exact"] / max(1, st["fields"])
+    total = {k: sum(st[k] for st in per_lang.values()) for k in ("documents", "parsed", "fields", "exact")}
+    total["exact_match"] = total["exact"] / max(1, total["fields"])
+    report = {"set": a.set, "model": os.path.basename(os.path.normpath(a.model)), "fields": CORE_FIELDS,
+              "per_language": per_lang, "total": total, "mismatches": mismatches}
+    print("| set | language | documents | parsed | field exact match |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for lang, st in sorted(per_lang.items()) + [("all", total)]:
+        print("| %s | %s | %d | %d | %.1f%% (%d/%d) |" % (a.set, lang, st["documents"], st["parsed"],
+                                                         100 * st["exact_match"], st["exact"], st["fields"]))
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
