@@ -373,6 +373,32 @@ def evaluate(model, mtp, tok, heldout, device, max_new, depth, limit, batch=32):
     return {"kie_fields": fields, "mtp_acceptance": acc, "examples": len(exs), "mismatches": mismatches}
 
 
+def load_exported(model_dir, device):
+    """The exported checkpoint through transformers, plus its MTP module from model-mtp.safetensors."""
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+    from transformers import Qwen3ForCausalLM
+    model = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    mtp = MTPModule(model.config).to(device)
+    sd = {k[4:]: v.float() for k, v in load_file(str(Path(model_dir) / "model-mtp.safetensors")).items()}
+    mtp.load_state_dict(sd)
+    return model, mtp, Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+
+
+def eval_only(args):
+    model, mtp, tok = load_exported(args.eval_only, "cuda")
+    heldout = [e for path in args.corpus for e in load_corpus(path) if e["split"] == "heldout"]
+    depth = int(model.config.to_dict().get("mtp_trained_depths", args.mtp_depth))
+    ev = {"heldout": evaluate(model, mtp, tok, heldout, "cuda", max_new=1024, depth=depth, limit=args.eval_limit)}
+    for spec in args.extra_eval:
+        name, path = spec.split("=", 1)
+        ev[name] = evaluate(model, mtp, tok, load_corpus(path), "cuda", max_new=1024, depth=depth, limit=1000)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "eval.json").write_text(json.dumps(ev, indent=1) + "\n")
+    print(json.dumps({k: {"kie_fields": v["kie_fields"], "mtp_acceptance": v["mtp_acceptance"]}
+                      for k, v in ev.items()}, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, action="append", help="corpus file (repeatable)")
@@ -400,7 +426,11 @@ def main():
     ap.add_argument("--extra-eval", action="append", default=[],
                     help="NAME=FILE: another corpus-format file evaluated like the held-out split "
                          "(e.g. real documents; never trained on)")
+    ap.add_argument("--eval-only", metavar="MODEL_DIR",
+                    help="evaluate an exported model (held-out split of --corpus, and --extra-eval) and exit")
     args = ap.parse_args()
+    if args.eval_only:
+        return eval_only(args)
 
     t_start = time.time()
     random.seed(args.seed)
