@@ -73,8 +73,10 @@ def generate(quarry, model, prompts, text, threads, max_tokens):
     return res.stdout.strip()
 
 
-def items_samples(limit):
+def items_samples(limit, names):
     manifest = json.load(open(os.path.join(ROOT, "samples", "manifest.json"), encoding="utf-8"))
+    if names:
+        manifest = [m for m in manifest if m["name"] in names]
     for m in manifest[:limit]:
         truth = json.load(open(os.path.join(ROOT, "samples", m["expected"]), encoding="utf-8"))
         yield m["language"], os.path.join(ROOT, "samples", m["file"]), truth
@@ -123,11 +125,14 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--out")
+    ap.add_argument("--names", help="samples set: only these sample names (comma-separated)")
+    ap.add_argument("--min-exact", type=float,
+                    help="exit 1 when the overall field exact match is below this fraction (for tests)")
     a = ap.parse_args()
     prompts = json.load(open(os.path.join(a.model, "prompts.json"), encoding="utf-8"))
     with tempfile.TemporaryDirectory() as work:
         if a.set == "samples":
-            items = list(items_samples(a.limit))
+            items = list(items_samples(a.limit, a.names.split(",") if a.names else None))
         elif a.set == "heldout":
             items = list(items_heldout(a.limit, work))
         else:
@@ -169,7 +174,11 @@ def main():
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump(report, f, ensure_ascii=False, indent=1)
             f.write("\n")
+    if a.min_exact is not None and (total["exact_match"] < a.min_exact or total["documents"] == 0):
+        print("field exact match %.3f is below %.3f" % (total["exact_match"], a.min_exact), file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
