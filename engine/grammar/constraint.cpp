@@ -4,9 +4,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/tokenizer/tokenizer.hpp"
+
 namespace quarry::engine::grammar {
 
-GrammarConstraint::GrammarConstraint(std::shared_ptr<const CompiledGrammar> g) : matcher_(std::move(g)) {
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const CompiledGrammar> g,
+                                     std::shared_ptr<const Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)), matcher_(std::move(g)) {
   cache_.resize(mask_words());
 }
 
@@ -46,6 +50,23 @@ bool GrammarConstraint::is_terminated() const {
     }
   }
   return true;
+}
+
+}  // namespace quarry::engine::grammar
+
+namespace quarry::engine::grammar {
+
+std::vector<TokenId> GrammarConstraint::take_forced_tokens() {
+  std::vector<TokenId> out;
+  if (!tokenizer_ || matcher_.is_terminated()) return out;
+  const std::string forced = matcher_.jump_forward();
+  if (forced.empty()) return out;
+  for (TokenId id : tokenizer_->encode(forced)) {
+    if (!matcher_.accept(id)) break;
+    cache_valid_ = false;
+    out.push_back(id);
+  }
+  return out;
 }
 
 }  // namespace quarry::engine::grammar

@@ -10,7 +10,10 @@
 // compact whitespace) -- the engine then stops without spending a forward step on the EOS token. If
 // EOS is sampled where the grammar may end, the matcher terminates too.
 //
-// Jump-forward (forced continuations) is not applied by the engine yet; see engine/grammar/README.md.
+// Jump-forward (GenerationRequest::jump_forward): take_forced_tokens() encodes the bytes the grammar
+// forces next (GrammarMatcher::jump_forward, cut at a complete UTF-8 character) with the tokenizer --
+// only the forced text, never re-tokenizing what came before -- and accepts the tokens; the engine
+// feeds them to the model like prompt tokens (the policy of engine/grammar/README.md, as SGLang).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,9 @@ namespace quarry::engine::grammar {
 /// TokenConstraint over a compiled grammar. One per sequence (not thread-safe).
 class GrammarConstraint final : public TokenConstraint {
  public:
-  explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> g);
+  /// `tokenizer` (optional) is needed for take_forced_tokens(); its ids must be the grammar's.
+  explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> g,
+                             std::shared_ptr<const Tokenizer> tokenizer = nullptr);
 
   /// Writes the allowed tokens (GrammarMatcher::fill_bitmask). `bitmask` must hold at least
   /// mask_words() words (throws std::invalid_argument otherwise); extra words are zeroed.
@@ -35,6 +40,9 @@ class GrammarConstraint final : public TokenConstraint {
   void accept(TokenId token) override;
   /// True after EOS was accepted, or when the value is complete and only EOS could follow.
   bool is_terminated() const override;
+  /// The tokens of the forced text, accepted (stops at the first token the grammar rejects, e.g. a
+  /// special token the tokenizer matched in the text). Empty without a tokenizer or a forced text.
+  std::vector<TokenId> take_forced_tokens() override;
 
   const GrammarMatcher& matcher() const { return matcher_; }
   std::size_t mask_words() const { return matcher_.compiled().tokenizer().mask_words(); }
@@ -43,6 +51,7 @@ class GrammarConstraint final : public TokenConstraint {
   /// Computes the next bitmask into cache_ unless it is current.
   void ensure_mask() const;
 
+  std::shared_ptr<const Tokenizer> tokenizer_;
   mutable GrammarMatcher matcher_;
   mutable std::vector<std::uint32_t> cache_;
   mutable bool cache_valid_ = false;

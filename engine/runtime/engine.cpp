@@ -112,7 +112,8 @@ std::shared_ptr<TokenConstraint> Engine::json_schema_constraint(std::string_view
   grammar::SchemaOptions opt;
   opt.lenient = lenient;
   try {
-    return std::make_shared<grammar::GrammarConstraint>(grammar_compiler_->compile_json_schema(schema_text, opt));
+    return std::make_shared<grammar::GrammarConstraint>(grammar_compiler_->compile_json_schema(schema_text, opt),
+                                                        tokenizer_);
   } catch (const grammar::SchemaError& e) {
     throw std::invalid_argument(std::string("generate: JSON Schema: ") + e.what());
   }
@@ -173,15 +174,22 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
     std::size_t budget = options_.max_batch_tokens, n_prefill = 0;
     std::uint64_t kv_read = 0;
     // Decode tokens first (one per running sequence), then prefill chunks with what budget is left.
+    // A sequence's uncached output tokens: the last sampled one, plus any forced by jump-forward.
     for (auto& s : seqs) {
       if (s.done || s.n_prefilled < s.req->prompt.size() || budget == 0) continue;
-      if (!kv_->reserve(s.seq, s.n_cached + 1))
+      const std::size_t total = s.req->prompt.size() + s.result.tokens.size();
+      const std::size_t n = std::min(total - s.n_cached, budget);
+      if (!kv_->reserve(s.seq, s.n_cached + n))
         throw std::runtime_error("generate: KV cache full (max_kv_tokens " + std::to_string(options_.max_kv_tokens) + ")");
-      batch.add(s.result.tokens.back(), static_cast<std::int32_t>(s.n_cached), s.seq, true);
-      row_owner.push_back(&s);
-      kv_read += (s.n_cached + 1) * kv_token_bytes;
-      ++s.n_cached;
-      --budget;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t p = s.n_cached + i;
+        const bool last = p + 1 == total;
+        batch.add(s.result.tokens[p - s.req->prompt.size()], static_cast<std::int32_t>(p), s.seq, last);
+        if (last) row_owner.push_back(&s);
+        kv_read += (p + 1) * kv_token_bytes;
+      }
+      s.n_cached += n;
+      budget -= n;
     }
     for (auto& s : seqs) {
       const std::size_t left = s.req->prompt.size() - s.n_prefilled;
@@ -267,6 +275,18 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
         continue;
       }
       if (longest > 0 && s.result.text.size() >= longest) s.stop_scan_from = s.result.text.size() - longest + 1;
+      if (s.constraint && s.req->jump_forward && s.result.tokens.size() < s.req->max_tokens) {
+        auto forced = s.constraint->take_forced_tokens();
+        forced.resize(std::min(forced.size(), s.req->max_tokens - s.result.tokens.size()));
+        for (TokenId f : forced) {
+          s.result.tokens.push_back(f);
+          if (s.req->on_token) s.req->on_token(f);
+          if (tokenizer_ && !tokenizer_->is_special(f) && static_cast<std::size_t>(f) < tokenizer_->vocab_size())
+            s.result.text += tokenizer_->token_bytes(f);
+        }
+        s.result.stats.forced_tokens += forced.size();
+        stats_.forced_tokens += forced.size();
+      }
       if (s.constraint && s.constraint->is_terminated()) {
         finish(s, FinishReason::constraint);
         continue;

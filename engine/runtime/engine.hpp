@@ -53,6 +53,10 @@ class TokenConstraint {
   virtual void accept(TokenId token) = 0;
   /// True when the constraint is complete (generation stops with FinishReason::constraint).
   virtual bool is_terminated() const { return false; }
+  /// Jump-forward: tokens the constraint forces next (the only continuation it allows), already
+  /// accepted by it. The engine appends them to the output without sampling and feeds them to the
+  /// model like prompt tokens in the next forward call. Default: none.
+  virtual std::vector<TokenId> take_forced_tokens() { return {}; }
 };
 
 struct GenerationRequest {
@@ -69,6 +73,10 @@ struct GenerationRequest {
   /// the compiler's message -- never silently unconstrained. Compiled grammars are cached per engine.
   std::string json_schema;
   bool json_schema_lenient = false;  ///< ignore unsupported schema keywords (with a warning) instead of failing
+  /// Jump-forward (with a constraint): text the grammar forces is tokenized and appended without
+  /// sampling (RequestStats::forced_tokens). Faster, but the tokens then differ from the model's own
+  /// choices, so off by default (greedy output stays the argmax over the allowed tokens).
+  bool jump_forward = false;
   /// Optional: called after each generated token with its id (streaming).
   std::function<void(TokenId)> on_token;
 };
