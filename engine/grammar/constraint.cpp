@@ -61,7 +61,11 @@ std::vector<TokenId> GrammarConstraint::take_forced_tokens() {
   if (!tokenizer_ || matcher_.is_terminated()) return out;
   const std::string forced = matcher_.jump_forward();
   if (forced.empty()) return out;
-  for (TokenId id : tokenizer_->encode(forced)) {
+  // The last token of the forced text stays with the model: the bytes after the forced text may merge
+  // with it into a longer token (`":` + `"` -> `":"`), which forcing it would rule out.
+  auto ids = tokenizer_->encode(forced);
+  if (!ids.empty()) ids.pop_back();
+  for (TokenId id : ids) {
     if (!matcher_.accept(id)) break;
     cache_valid_ = false;
     out.push_back(id);

@@ -12,7 +12,8 @@
 //
 // Jump-forward (GenerationRequest::jump_forward): take_forced_tokens() encodes the bytes the grammar
 // forces next (GrammarMatcher::jump_forward, cut at a complete UTF-8 character) with the tokenizer --
-// only the forced text, never re-tokenizing what came before -- and accepts the tokens; the engine
+// only the forced text, never re-tokenizing what came before -- and accepts all its tokens but the last
+// (which could merge with the bytes after the forced text into a longer token); the engine
 // feeds them to the model like prompt tokens (the policy of engine/grammar/README.md, as SGLang).
 #pragma once
 
@@ -40,7 +41,7 @@ class GrammarConstraint final : public TokenConstraint {
   void accept(TokenId token) override;
   /// True after EOS was accepted, or when the value is complete and only EOS could follow.
   bool is_terminated() const override;
-  /// The tokens of the forced text, accepted (stops at the first token the grammar rejects, e.g. a
+  /// The tokens of the forced text but its last one, accepted (stops at the first token the grammar rejects, e.g. a
   /// special token the tokenizer matched in the text). Empty without a tokenizer or a forced text.
   std::vector<TokenId> take_forced_tokens() override;
 
