@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
@@ -91,7 +92,7 @@ const char* kPayment = R"({"type":"object","properties":{
 
 struct Models {
   std::shared_ptr<const eng::Tokenizer> tok;
-  std::unique_ptr<eng::Engine> trained, random;
+  std::unique_ptr<eng::Engine> trained;
   std::vector<eng::TokenId> invoice_prompt;
 };
 
@@ -108,11 +109,6 @@ Models& models() {
     if (!fs::is_directory(default_model())) throw std::runtime_error(default_model().string() + ": missing");
     m.tok = eng::Tokenizer::from_dir(default_model());
     m.trained = eng::Engine::open(default_model(), m.tok, options());
-    // Same shapes and vocabulary, random weights (N(0, 0.02^2)): the grammar alone keeps it valid.
-    const auto dir = fs::path(QUARRY_BINARY_DIR) / "test_scratch" / "constrain_random_model";
-    fs::create_directories(dir);
-    eng::write_random_checkpoint(read_file(default_model() / "config.json"), dir, eng::DType::f32, 7);
-    m.random = std::make_unique<eng::Engine>(eng::load_model(dir), m.tok, options(), m.trained->eos_ids());
     const auto prompts = nlohmann::json::parse(read_file(default_model() / "prompts.json"));
     const std::string doc = read_file(kSource / "samples/invoices/en-txt-1.txt");
     m.invoice_prompt = m.tok->encode(m.tok->apply_chat_template(
@@ -120,6 +116,24 @@ Models& models() {
     return m;
   }();
   return m;
+}
+
+/// Same shapes and vocabulary as the default model, random weights (N(0, 0.02^2)): the grammar alone
+/// keeps its output valid. Built on first use.
+eng::Engine& random_engine() {
+  static std::unique_ptr<eng::Engine> e = [] {
+    auto& m = models();
+    std::unique_ptr<eng::Engine> random;
+    // One folder per process (ctest runs each test as its own process, possibly in parallel).
+    const auto dir = fs::path(QUARRY_BINARY_DIR) / "test_scratch" / ("constrain_random_model_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    eng::write_random_checkpoint(read_file(default_model() / "config.json"), dir, eng::DType::f32, 7);
+    random = std::make_unique<eng::Engine>(eng::load_model(dir), m.tok, options(), m.trained->eos_ids());
+    std::error_code ec;
+    fs::remove_all(dir, ec);  // loaded (or mapped: the mapping outlives the names)
+    return random;
+  }();
+  return *e;
 }
 
 eng::GenerationRequest request(const std::vector<eng::TokenId>& prompt, const std::string& schema, float temperature,
@@ -162,7 +176,7 @@ TEST(ConstrainedGeneration, RandomModelSmallSchemasAlwaysValid) {
   const auto prompt = m.tok->encode("Write a JSON value:");
   for (const char* schema : {kPerson, kColours, kPayment}) {
     SCOPED_TRACE(schema);
-    expect_valid_runs(*m.random, prompt, schema, 400);
+    expect_valid_runs(random_engine(), prompt, schema, 400);
   }
 }
 
@@ -185,7 +199,7 @@ TEST(ConstrainedGeneration, JumpForwardOutputsStayValid) {
   std::size_t forced = 0;
   for (const char* schema : {kPerson, kPayment}) {
     SCOPED_TRACE(schema);
-    forced += expect_valid_runs(*m.random, prompt, schema, 400, true);
+    forced += expect_valid_runs(random_engine(), prompt, schema, 400, true);
   }
   forced += expect_valid_runs(*m.trained, m.invoice_prompt, kPerson, 400, true, 2);
   // Property names are forced text: jump-forward must have appended some tokens.
