@@ -58,6 +58,12 @@ class TimedConstraint final : public eng::TokenConstraint {
     seconds += now_s() - t;
     return r;
   }
+  std::vector<eng::TokenId> take_forced_tokens() override {
+    const double t = now_s();
+    auto r = inner_->take_forced_tokens();
+    seconds += now_s() - t;
+    return r;
+  }
   mutable double seconds = 0.0;
 
  private:
