@@ -9,4 +9,6 @@ std::filesystem::path project_root() {
   return QUARRY_SOURCE_DIR;
 }
 
+std::filesystem::path default_model_dir() { return project_root() / "models" / "quarry-extract-11m"; }
+
 }  // namespace quarry

@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "engine/backend/cpu/thread_pool.hpp"
+#include "engine/grammar/constraint.hpp"
+#include "engine/grammar/matcher.hpp"
 
 namespace quarry::engine {
 
@@ -44,6 +46,7 @@ struct Sequence {
   std::size_t n_prefilled = 0;  // prompt tokens already in the KV cache
   std::size_t n_cached = 0;     // all tokens in the KV cache
   Sampler sampler;
+  std::shared_ptr<TokenConstraint> constraint;  // the request's, or one built from its json_schema
   bool done = false;
   double t_first = -1.0;
   std::size_t stop_scan_from = 0;
@@ -81,6 +84,41 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
 
 Engine::~Engine() = default;
 
+std::shared_ptr<const grammar::TokenizerInfo> Engine::grammar_vocabulary() {
+  if (grammar_vocab_) return grammar_vocab_;
+  if (!tokenizer_) throw std::invalid_argument("generate: a JSON Schema constraint needs a tokenizer");
+  const std::size_t n = tokenizer_->vocab_size();
+  std::vector<std::string> bytes(n);
+  std::vector<grammar::TokenId> special, eos;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto id = static_cast<TokenId>(i);
+    bytes[i] = tokenizer_->token_bytes(id);
+    if (tokenizer_->is_special(id)) special.push_back(id);
+  }
+  // The engine's EOS ids (config.json, generation_config.json, tokenizer): the grammar allows them
+  // exactly where the value may end.
+  for (TokenId id : eos_ids_)
+    if (id >= 0 && static_cast<std::size_t>(id) < n) eos.push_back(id);
+  grammar_vocab_ = std::make_shared<const grammar::TokenizerInfo>(std::move(bytes), std::move(eos), std::move(special));
+  return grammar_vocab_;
+}
+
+std::shared_ptr<TokenConstraint> Engine::json_schema_constraint(std::string_view schema_text, bool lenient) {
+  auto vocab = grammar_vocabulary();
+  if (vocab->vocab_size() > model_->config().vocab_size)
+    throw std::invalid_argument("generate: tokenizer vocabulary (" + std::to_string(vocab->vocab_size()) +
+                                ") larger than the model's (" + std::to_string(model_->config().vocab_size) + ")");
+  if (!grammar_compiler_) grammar_compiler_ = std::make_unique<grammar::GrammarCompiler>(vocab);
+  grammar::SchemaOptions opt;
+  opt.lenient = lenient;
+  try {
+    return std::make_shared<grammar::GrammarConstraint>(grammar_compiler_->compile_json_schema(schema_text, opt),
+                                                        tokenizer_);
+  } catch (const grammar::SchemaError& e) {
+    throw std::invalid_argument(std::string("generate: JSON Schema: ") + e.what());
+  }
+}
+
 GenerationResult Engine::generate(const GenerationRequest& request) {
   return std::move(generate(std::span<const GenerationRequest>(&request, 1))[0]);
 }
@@ -99,6 +137,9 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
                                     std::to_string(V) + ")");
     if (!r.stop.empty() && !tokenizer_) throw std::invalid_argument("generate: stop strings need a tokenizer");
     seqs.emplace_back(r);
+    seqs.back().constraint = r.constraint;
+    if (!r.constraint && !r.json_schema.empty())
+      seqs.back().constraint = json_schema_constraint(r.json_schema, r.json_schema_lenient);
   }
   for (auto& s : seqs) {
     s.seq = kv_->create_sequence();
@@ -133,15 +174,22 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
     std::size_t budget = options_.max_batch_tokens, n_prefill = 0;
     std::uint64_t kv_read = 0;
     // Decode tokens first (one per running sequence), then prefill chunks with what budget is left.
+    // A sequence's uncached output tokens: the last sampled one, plus any forced by jump-forward.
     for (auto& s : seqs) {
       if (s.done || s.n_prefilled < s.req->prompt.size() || budget == 0) continue;
-      if (!kv_->reserve(s.seq, s.n_cached + 1))
+      const std::size_t total = s.req->prompt.size() + s.result.tokens.size();
+      const std::size_t n = std::min(total - s.n_cached, budget);
+      if (!kv_->reserve(s.seq, s.n_cached + n))
         throw std::runtime_error("generate: KV cache full (max_kv_tokens " + std::to_string(options_.max_kv_tokens) + ")");
-      batch.add(s.result.tokens.back(), static_cast<std::int32_t>(s.n_cached), s.seq, true);
-      row_owner.push_back(&s);
-      kv_read += (s.n_cached + 1) * kv_token_bytes;
-      ++s.n_cached;
-      --budget;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t p = s.n_cached + i;
+        const bool last = p + 1 == total;
+        batch.add(s.result.tokens[p - s.req->prompt.size()], static_cast<std::int32_t>(p), s.seq, last);
+        if (last) row_owner.push_back(&s);
+        kv_read += (p + 1) * kv_token_bytes;
+      }
+      s.n_cached += n;
+      budget -= n;
     }
     for (auto& s : seqs) {
       const std::size_t left = s.req->prompt.size() - s.n_prefilled;
@@ -183,9 +231,9 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
     for (std::size_t r = 0; r < row_owner.size(); ++r) {
       Sequence& s = *row_owner[r];
       std::span<const std::uint32_t> allowed;
-      if (s.req->constraint) {
+      if (s.constraint) {
         std::fill(mask.begin(), mask.end(), 0u);
-        s.req->constraint->fill_bitmask(mask);
+        s.constraint->fill_bitmask(mask);
         allowed = mask;
       }
       const TokenId tok = s.sampler.sample(std::span<const float>(logits.data() + r * V, V), allowed);
@@ -198,7 +246,7 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
         continue;
       }
       s.result.tokens.push_back(tok);
-      if (s.req->constraint) s.req->constraint->accept(tok);
+      if (s.constraint) s.constraint->accept(tok);
       if (s.req->on_token) s.req->on_token(tok);
       const bool is_eos = !s.req->ignore_eos && std::binary_search(eos_ids_.begin(), eos_ids_.end(), tok);
       const bool is_stop_id = std::find(s.req->stop_token_ids.begin(), s.req->stop_token_ids.end(), tok) !=
@@ -227,7 +275,19 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
         continue;
       }
       if (longest > 0 && s.result.text.size() >= longest) s.stop_scan_from = s.result.text.size() - longest + 1;
-      if (s.req->constraint && s.req->constraint->is_terminated()) {
+      if (s.constraint && s.req->jump_forward && s.result.tokens.size() < s.req->max_tokens) {
+        auto forced = s.constraint->take_forced_tokens();
+        forced.resize(std::min(forced.size(), s.req->max_tokens - s.result.tokens.size()));
+        for (TokenId f : forced) {
+          s.result.tokens.push_back(f);
+          if (s.req->on_token) s.req->on_token(f);
+          if (tokenizer_ && !tokenizer_->is_special(f) && static_cast<std::size_t>(f) < tokenizer_->vocab_size())
+            s.result.text += tokenizer_->token_bytes(f);
+        }
+        s.result.stats.forced_tokens += forced.size();
+        stats_.forced_tokens += forced.size();
+      }
+      if (s.constraint && s.constraint->is_terminated()) {
         finish(s, FinishReason::constraint);
         continue;
       }

@@ -29,6 +29,10 @@
 namespace quarry::engine {
 
 class ThreadPool;
+namespace grammar {
+class GrammarCompiler;
+class TokenizerInfo;
+}  // namespace grammar
 
 struct EngineOptions {
   std::size_t n_threads = 0;            ///< worker threads incl. the caller; 0: all hardware threads
@@ -49,6 +53,10 @@ class TokenConstraint {
   virtual void accept(TokenId token) = 0;
   /// True when the constraint is complete (generation stops with FinishReason::constraint).
   virtual bool is_terminated() const { return false; }
+  /// Jump-forward: tokens the constraint forces next (the only continuation it allows), already
+  /// accepted by it. The engine appends them to the output without sampling and feeds them to the
+  /// model like prompt tokens in the next forward call. Default: none.
+  virtual std::vector<TokenId> take_forced_tokens() { return {}; }
 };
 
 struct GenerationRequest {
@@ -59,6 +67,16 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;  ///< extra stop tokens besides the model's EOS ids
   bool ignore_eos = false;              ///< do not stop at EOS ids (benchmarks)
   std::shared_ptr<TokenConstraint> constraint;  ///< optional
+  /// Optional JSON Schema text (used when `constraint` is null): the output is constrained to JSON
+  /// valid for it (compact, properties in schema order; engine/grammar/json_schema.hpp). Needs a
+  /// tokenizer. A schema the compiler rejects fails generate() with std::invalid_argument carrying
+  /// the compiler's message -- never silently unconstrained. Compiled grammars are cached per engine.
+  std::string json_schema;
+  bool json_schema_lenient = false;  ///< ignore unsupported schema keywords (with a warning) instead of failing
+  /// Jump-forward (with a constraint): text the grammar forces is tokenized and appended without
+  /// sampling (RequestStats::forced_tokens). Faster, but the tokens then differ from the model's own
+  /// choices, so off by default (greedy output stays the argmax over the allowed tokens).
+  bool jump_forward = false;
   /// Optional: called after each generated token with its id (streaming).
   std::function<void(TokenId)> on_token;
 };
@@ -99,6 +117,12 @@ class Engine {
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
   /// Totals since construction.
   const EngineStats& stats() const { return stats_; }
+  /// The grammar vocabulary of this engine (the tokenizer's byte strings; EOS = eos_ids()), built on
+  /// first use. Throws std::invalid_argument without a tokenizer.
+  std::shared_ptr<const grammar::TokenizerInfo> grammar_vocabulary();
+  /// A fresh constraint for `schema_text` (compiled once per schema text and options, then cached).
+  /// Throws std::invalid_argument with the compiler's message if the schema cannot be compiled.
+  std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
 
  private:
   std::unique_ptr<Model> model_;
@@ -108,6 +132,8 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> kv_;
   EngineStats stats_;
+  std::shared_ptr<const grammar::TokenizerInfo> grammar_vocab_;
+  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
 };
 
 }  // namespace quarry::engine

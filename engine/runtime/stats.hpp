@@ -21,6 +21,7 @@ class Stopwatch {
 struct RequestStats {
   std::size_t prompt_tokens = 0;
   std::size_t generated_tokens = 0;
+  std::size_t forced_tokens = 0;  ///< of generated_tokens: appended by jump-forward, not sampled
   double ttft_s = 0.0;    ///< from the start of generate() to the first sampled token
   double decode_s = 0.0;  ///< from the first sampled token to the last
   /// Decode speed: tokens after the first / decode_s (0 when fewer than two tokens).
@@ -37,6 +38,7 @@ struct EngineStats {
   std::size_t prefill_tokens = 0, prefill_steps = 0;
   double prefill_s = 0.0;
   std::size_t decode_tokens = 0, decode_steps = 0;
+  std::size_t forced_tokens = 0;  ///< output tokens appended by jump-forward (not sampled)
   double decode_s = 0.0;
   /// Bytes decode steps read: weights once per step + the K/V of every context position attended.
   std::uint64_t decode_bytes = 0;

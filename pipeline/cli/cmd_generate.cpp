@@ -1,10 +1,15 @@
 // `quarry generate` and `quarry tokenize`: the embedded engine from the command line.
 //
-// generate: stdout gets the generated text (then, with --print-token-ids, one line holding the
+// generate: --model defaults to models/quarry-extract-11m under the project root ($QUARRY_HOME).
+// --json-schema FILE constrains the output to JSON valid for the schema (a schema the compiler
+// rejects is an error, exit 1; --lenient ignores unsupported keywords with a warning; --jump-forward
+// appends forced text without sampling).
+// stdout gets the generated text (then, with --print-token-ids, one line holding the
 // generated ids as a JSON array); --stats prints prefill/decode speed, TTFT and achieved GB/s to stderr.
 // Exit codes: 0 done; 1 usage error or a model / tokenizer / messages file that cannot be used.
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/constraint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 #include "pipeline/cli/commands.hpp"
+#include "pipeline/paths.hpp"
 
 namespace quarry::cli {
 
@@ -23,7 +30,8 @@ namespace {
 namespace eng = quarry::engine;
 
 struct GenerateArgs {
-  std::string model, prompt, messages;
+  std::string model, prompt, messages, json_schema;
+  bool lenient = false, jump_forward = false;
   std::size_t max_tokens = 256;
   float temperature = 0.f, top_p = 1.f, min_p = 0.f;
   std::size_t top_k = 0;
@@ -55,9 +63,26 @@ std::vector<eng::ChatMessage> read_messages(const std::string& path) {
   return out;
 }
 
+/// The --model argument, or the default model folder; errors name the folder.
+std::string model_dir_or_default(const std::string& model) {
+  if (!model.empty()) return model;
+  const auto dir = quarry::default_model_dir();
+  if (!std::filesystem::is_directory(dir))
+    throw std::runtime_error(dir.string() + ": default model folder not found (give --model DIR or set QUARRY_HOME)");
+  return dir.string();
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open file");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string ids_json(const std::vector<eng::TokenId>& ids) { return nlohmann::json(ids).dump(); }
 
-int run_generate(const GenerateArgs& a) {
+int run_generate(const GenerateArgs& args) {
+  GenerateArgs a = args;
+  a.model = model_dir_or_default(a.model);
   auto tok = eng::Tokenizer::from_dir(a.model);
   std::string prompt_text = a.prompt;
   if (!a.messages.empty()) prompt_text = tok->apply_chat_template(read_messages(a.messages), true, a.thinking);
@@ -76,18 +101,33 @@ int run_generate(const GenerateArgs& a) {
   req.sampling.min_p = a.min_p;
   req.sampling.seed = a.seed;
   req.stop = a.stop;
+  if (!a.json_schema.empty()) {
+    try {
+      req.constraint = engine->json_schema_constraint(read_text_file(a.json_schema), a.lenient);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(a.json_schema + ": " + e.what());
+    }
+    if (const auto* g = dynamic_cast<const eng::grammar::GrammarConstraint*>(req.constraint.get())) {
+      for (const auto& w : g->matcher().compiled().meta().warnings) spdlog::warn("{}: {}", a.json_schema, w);
+      for (const auto& w : g->matcher().compiled().meta().post_validation)
+        spdlog::warn("{}: not enforced by the grammar: {}", a.json_schema, w);
+    }
+    req.jump_forward = a.jump_forward;
+  }
   spdlog::debug("prompt: {} tokens", req.prompt.size());
   const auto r = engine->generate(req);
+  if (!a.json_schema.empty() && r.finish == eng::FinishReason::length)
+    spdlog::warn("generate: --max-tokens reached before the JSON value was complete");
   std::cout << r.text << "\n";
   if (a.print_token_ids) std::cout << ids_json(r.tokens) << "\n";
   std::cout.flush();
   if (a.stats) {
     const auto& s = engine->stats();
     std::fprintf(stderr,
-                 "prompt tokens %zu, generated %zu (finish: %s)\n"
+                 "prompt tokens %zu, generated %zu (forced by the grammar: %zu; finish: %s)\n"
                  "prefill: %.1f tok/s, TTFT %.3f s\n"
                  "decode: %.2f tok/s, achieved %.2f GB/s (%.1f MB read per step)\n",
-                 r.stats.prompt_tokens, r.stats.generated_tokens, eng::finish_reason_name(r.finish),
+                 r.stats.prompt_tokens, r.stats.generated_tokens, r.stats.forced_tokens, eng::finish_reason_name(r.finish),
                  r.stats.prefill_tok_s(), r.stats.ttft_s, s.decode_tok_s(), s.decode_gb_s(),
                  s.decode_steps ? static_cast<double>(s.decode_bytes) / static_cast<double>(s.decode_steps) / 1e6 : 0.0);
   }
@@ -99,8 +139,8 @@ int run_generate(const GenerateArgs& a) {
 void add_generate_command(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<GenerateArgs>();
   auto* sub = app.add_subcommand("generate", "Generate text with the embedded engine");
-  sub->add_option("--model", args->model, "Model folder (config.json, safetensors, tokenizer.json)")
-      ->required()
+  sub->add_option("--model", args->model,
+                  "Model folder (config.json, safetensors, tokenizer.json); default: models/quarry-extract-11m")
       ->check(CLI::ExistingDirectory);
   auto* prompt = sub->add_option("--prompt", args->prompt, "Raw prompt text (no chat template)");
   auto* messages = sub->add_option("--messages", args->messages,
@@ -119,6 +159,12 @@ void add_generate_command(CLI::App& app, Context& ctx) {
                                           "Random seed of the sampler (same seed, same output)");
   sub->add_option("--threads", args->threads, "Worker threads (0: all cores)")->capture_default_str();
   sub->add_option("--stop", args->stop, "Stop string (repeatable); the text is cut before it");
+  sub->add_option("--json-schema", args->json_schema, "Constrain the output to JSON valid for this JSON Schema file")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--lenient", args->lenient, "With --json-schema: ignore unsupported keywords (warning) instead of failing");
+  sub->add_flag("--jump-forward", args->jump_forward,
+                "With --json-schema: append the text the grammar forces without sampling it (faster; the "
+                "tokens then differ from the model's own split)");
   sub->add_flag("--print-token-ids", args->print_token_ids, "Also print the generated ids as a JSON array line");
   sub->add_flag("--stats", args->stats, "Print prefill/decode tok/s, TTFT and achieved GB/s to stderr");
   sub->add_flag("--thinking", args->thinking, "With --messages: enable Qwen3 thinking (enable_thinking=true)");
@@ -141,11 +187,12 @@ void add_tokenize_command(CLI::App& app, Context& ctx) {
   auto model = std::make_shared<std::string>();
   auto text = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("tokenize", "Print the token ids of a text as a JSON array (no special tokens added)");
-  sub->add_option("--model", *model, "Model folder holding tokenizer.json")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("--model", *model, "Model folder holding tokenizer.json; default: models/quarry-extract-11m")
+      ->check(CLI::ExistingDirectory);
   sub->add_option("text", *text, "Text to tokenize")->required();
   sub->callback([model, text, &ctx] {
     try {
-      auto tok = eng::Tokenizer::from_dir(*model);
+      auto tok = eng::Tokenizer::from_dir(model_dir_or_default(*model));
       std::cout << ids_json(tok->encode(*text)) << std::endl;
     } catch (const std::exception& e) {
       spdlog::error("tokenize: {}", e.what());
