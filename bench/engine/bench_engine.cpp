@@ -1,7 +1,7 @@
 // bench_engine: decode tok/s and achieved GB/s at batch 1, prefill tok/s, for a random-weight checkpoint
 // of a published Qwen3 shape (written at bench time into --work, not committed), next to what this
 // machine can do, measured in the same run:
-//   * memory bandwidth: multi-threaded sequential read of a 1 GiB buffer, 5 runs before and 5 after the
+//   * memory bandwidth: multi-threaded streaming read (bench/common/stream_read.hpp) of a 1 GiB buffer, 5 runs before and 5 after the
 //     engine runs, best run (STREAM convention) used for the roofline, median reported;
 //   * GEMM FLOP/s: cpu::gemm on a square problem (f32 activations x stored-dtype weights), median of 3.
 // Decode is reported as a fraction of the bandwidth roofline (bytes of weights + KV read per token /
@@ -13,6 +13,7 @@
 // Writes OUT/bench_engine.json and OUT/bench_engine.md (OUT defaults to the current folder).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/common/stream_read.hpp"
+#include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/gemm.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/model/random_checkpoint.hpp"
@@ -58,28 +61,27 @@ std::string git_commit() {
   return s;
 }
 
-/// GB/s of a multi-threaded sequential read of `bytes` (each thread sums its slice as 64-bit words with
-/// eight independent accumulators, so the loop is bound by loads, not by an add chain).
+/// GB/s of a multi-threaded streaming read of `bytes`: each thread reads its slice with the probe of
+/// bench/common/stream_read.hpp (the same ceiling bench_kernels reports), so that decode, which reads
+/// each weight once per step, is compared with the best read rate this machine shows.
 std::vector<double> measure_bandwidth(ThreadPool& pool, std::size_t bytes) {
-  const std::size_t n = bytes / sizeof(std::uint64_t);
-  std::unique_ptr<std::uint64_t[]> buf(new std::uint64_t[n]);
-  pool.parallel_for(n, [&](std::size_t a, std::size_t b) {  // first touch by the reading thread
-    for (std::size_t i = a; i < b; ++i) buf[i] = i;
+  bytes = bytes / 4096 * 4096;
+  std::unique_ptr<std::uint8_t, decltype(&std::free)> buf(static_cast<std::uint8_t*>(std::aligned_alloc(64, bytes)),
+                                                           &std::free);
+  const auto feat = cpu::detect_cpu_features();
+  const std::size_t blocks = bytes / 256;
+  pool.parallel_for(blocks, [&](std::size_t a, std::size_t b) {  // first touch by the reading thread
+    std::memset(buf.get() + a * 256, static_cast<int>(a & 0xff), (b - a) * 256);
   });
   std::vector<double> runs;
   std::vector<std::uint64_t> sums(pool.size());
   for (int r = 0; r < 5; ++r) {
     const Stopwatch sw;
     pool.run([&](std::size_t t, std::size_t nt) {
-      const std::size_t a = n * t / nt, b = n * (t + 1) / nt;
-      std::uint64_t acc[8] = {};
-      std::size_t i = a;
-      for (; i + 8 <= b; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += buf[i + k];
-      for (; i < b; ++i) acc[0] += buf[i];
-      sums[t] = std::accumulate(acc, acc + 8, std::uint64_t{0});
+      const std::size_t a = blocks * t / nt, b = blocks * (t + 1) / nt;
+      sums[t] = quarry::bench::stream_read(feat, buf.get() + a * 256, (b - a) * 256);
     });
-    runs.push_back(static_cast<double>(n * sizeof(std::uint64_t)) / sw.seconds() / 1e9);
+    runs.push_back(static_cast<double>(bytes) / sw.seconds() / 1e9);
   }
   if (std::accumulate(sums.begin(), sums.end(), std::uint64_t{0}) == 1) std::cerr << " ";  // keep the sums alive
   return runs;
