@@ -3,7 +3,7 @@
 
 For each document: `quarry ingest` gives the text the pipeline sees, the model's prompts
 (MODEL/prompts.json, the ones it was trained with) make the chat messages, `quarry generate` (greedy)
-writes the JSON, and the core fields are compared with the truth:
+writes the JSON (constrained by schemas/invoice.schema.json unless --unconstrained), and the core fields are compared with the truth:
 
   invoice_number, issue_date, currency, seller.name, seller.tax_id, buyer.name,
   totals.net, totals.vat, totals.gross          (numbers equal within 0.005)
@@ -56,7 +56,7 @@ def ingest(quarry, paths):
     return out
 
 
-def generate(quarry, model, prompts, text, threads, max_tokens):
+def generate(quarry, model, prompts, text, threads, max_tokens, schema):
     messages = [{"role": "system", "content": prompts["kie"]["system"]},
                 {"role": "user", "content": prompts["kie"]["user"].format(document=text)}]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
@@ -64,7 +64,8 @@ def generate(quarry, model, prompts, text, threads, max_tokens):
         path = f.name
     try:
         res = subprocess.run([quarry, "--log-level", "error", "generate", "--model", model, "--messages", path,
-                              "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", str(threads)],
+                              "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", str(threads)]
+                             + (["--json-schema", schema] if schema else []),
                              capture_output=True, text=True)
     finally:
         os.unlink(path)
@@ -125,6 +126,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--out")
+    ap.add_argument("--schema", default=os.path.join(ROOT, "schemas", "invoice.schema.json"),
+                    help="JSON Schema that constrains decoding (quarry generate --json-schema)")
+    ap.add_argument("--unconstrained", action="store_true", help="plain greedy decoding, no grammar")
     ap.add_argument("--names", help="samples set: only these sample names (comma-separated)")
     ap.add_argument("--min-exact", type=float,
                     help="exit 1 when the overall field exact match is below this fraction (for tests)")
@@ -145,7 +149,8 @@ def main():
             rec = docs.get(path)
             pred = {}
             if rec and rec.get("status") == "ok":
-                out = generate(a.quarry, a.model, prompts, rec["text"], a.threads, a.max_tokens)
+                out = generate(a.quarry, a.model, prompts, rec["text"], a.threads, a.max_tokens,
+                               None if a.unconstrained else a.schema)
                 try:
                     pred = json.loads(out)
                     st["parsed"] += 1
@@ -164,6 +169,7 @@ def main():
     total = {k: sum(st[k] for st in per_lang.values()) for k in ("documents", "parsed", "fields", "exact")}
     total["exact_match"] = total["exact"] / max(1, total["fields"])
     report = {"set": a.set, "model": os.path.basename(os.path.normpath(a.model)), "fields": CORE_FIELDS,
+              "constrained": not a.unconstrained,
               "per_language": per_lang, "total": total, "mismatches": mismatches}
     print("| set | language | documents | parsed | field exact match |")
     print("| --- | --- | ---: | ---: | ---: |")
