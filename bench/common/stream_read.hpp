@@ -2,15 +2,7 @@
 // decode (which reads every weight once per step) is reported.
 #pragma once
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include "engine/backend/cpu/intrinsics.hpp"
 
 #include <cstdint>
 #include <cstring>

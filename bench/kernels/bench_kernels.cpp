@@ -11,16 +11,7 @@
 // machine's load may drift between reps). Writes JSON and a Markdown table.
 //
 // usage: bench_kernels [--out DIR] [--threads 1,2] [--reps N] [--quick]
-// GCC 12 reports its own _mm512_undefined_* placeholders as uninitialized (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include "engine/backend/cpu/intrinsics.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/run_command.hpp"
 #include "pipeline/chunk.hpp"
 
 namespace fs = std::filesystem;
@@ -426,13 +427,9 @@ TEST(Chunk, RealPdfTextFromCorpora) {
   int docs = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".pdf") continue;
-    std::string cmd = "pdftotext -layout '" + e.path().string() + "' - 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string text;
-    std::array<char, 4096> buf{};
-    while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) text.append(buf.data(), n);
-    pclose(p);
+    const auto pdf = quarry::test_support::pdftotext_layout(e.path());
+    ASSERT_EQ(pdf.code, 0) << e.path();
+    const std::string& text = pdf.out;
     Document doc;
     quarry::Page page;
     std::size_t b = 0;

@@ -6,24 +6,14 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "tests/common/run_command.hpp"
 #include "quarry/version.hpp"
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;
-};
+using Run = quarry::test_support::CommandResult;
 
-Run run(const std::string& args) {
-  std::string cmd = std::string(QUARRY_BINARY_DIR) + "/quarry " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Run run(const std::string& args) { return quarry::test_support::run_quarry(args, true); }
 
 }  // namespace
 

@@ -19,27 +19,20 @@
 #include <valijson/schema_parser.hpp>
 #include <valijson/validator.hpp>
 
+#include "tests/common/run_command.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kSource = QUARRY_SOURCE_DIR;
 
-struct Run {
-  int code;
-  std::string out;
-};
+using Run = quarry::test_support::CommandResult;
 
 /// Runs the quarry program from the source root (stdout; stderr too if asked).
 Run run(const std::string& args, bool with_stderr = false) {
-  const std::string cmd = "cd '" + kSource.string() + "' && " + std::string(QUARRY_BINARY_DIR) + "/quarry " + args +
-                          (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return quarry::test_support::run_command("cd '" + kSource.string() + "' && " + std::string(QUARRY_BINARY_DIR) +
+                                           "/quarry " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 std::string read_file(const fs::path& p) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/run_command.hpp"
 #include "engine/model/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
@@ -17,19 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int code;
-  std::string out;
-};
+using Run = quarry::test_support::CommandResult;
 
 Run run(const std::string& args, bool with_stderr = false) {
-  std::string cmd = std::string(QUARRY_BINARY_DIR) + "/quarry " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return quarry::test_support::run_quarry(args, with_stderr);
 }
 
 std::vector<std::string> lines(const std::string& s) {

@@ -11,26 +11,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/common/run_command.hpp"
 #include "tests/extractors/corpus.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int code;
-  std::string out;
-};
+using Run = quarry::test_support::CommandResult;
 
-Run run(const std::string& args) {
-  const std::string cmd = std::string(QUARRY_BINARY_DIR) + "/quarry " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Run run(const std::string& args) { return quarry::test_support::run_quarry(args, false); }
 
 std::vector<nlohmann::json> lines(const std::string& out) {
   std::vector<nlohmann::json> v;

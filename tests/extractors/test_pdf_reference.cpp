@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "tests/common/run_command.hpp"
 #include "extractors/extract.hpp"
 #include "tests/extractors/corpus.hpp"
 
@@ -26,16 +27,7 @@ std::vector<std::string> nonblank_lines(const std::string& text) {
   return out;
 }
 
-std::string pdftotext(const std::filesystem::path& pdf) {
-  const std::string cmd = "pdftotext -layout '" + pdf.string() + "' - 2>/dev/null";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 65536> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  pclose(p);
-  return out;
-}
+std::string pdftotext(const std::filesystem::path& pdf) { return quarry::test_support::pdftotext_layout(pdf).out; }
 
 TEST(PdfReference, TextEqualsPdftotextLayout) {
   if (std::system("pdftotext -v >/dev/null 2>&1") != 0) GTEST_SKIP() << "pdftotext (poppler-utils) not installed";

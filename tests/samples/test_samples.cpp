@@ -26,6 +26,7 @@
 // The invoice schema's validator (valijson) arrives with schemas/validate.hpp; until it is in the
 // tree, the schema test below is not compiled.
 #if __has_include("schemas/validate.hpp")
+#include "tests/common/run_command.hpp"
 #include "schemas/validate.hpp"
 #define QUARRY_HAVE_SCHEMA_VALIDATOR 1
 #endif
@@ -47,18 +48,7 @@ std::string read_file(const fs::path& p) {
 
 bool have_pdftotext() { return std::system("pdftotext -v > /dev/null 2>&1") == 0; }
 
-std::string pdftotext(const fs::path& pdf, int page = 0) {
-  std::string cmd = "pdftotext -layout -enc UTF-8 ";
-  if (page > 0) cmd += "-f " + std::to_string(page) + " -l " + std::to_string(page) + " ";
-  cmd += "'" + pdf.string() + "' - 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {};
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  pclose(p);
-  return out;
-}
+std::string pdftotext(const fs::path& pdf, int page = 0) { return quarry::test_support::pdftotext_layout(pdf, page).out; }
 
 // Decodes the character references that appear in our HTML and XML (named basics and numeric).
 std::string decode_entities(const std::string& s) {

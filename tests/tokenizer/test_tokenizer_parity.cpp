@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/run_command.hpp"
 #include "engine/tokenizer/unicode.hpp"
 #include "tests/tokenizer/fixture.hpp"
 
@@ -80,16 +81,9 @@ TEST(TokenizerParity, CorpusFiles) {
 }
 
 std::string run_pdftotext(const std::filesystem::path& pdf, bool& ok) {
-  ok = false;
-  const std::string cmd = "pdftotext -layout '" + pdf.string() + "' - 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {};
-  std::string out;
-  char buf[65536];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ok = pclose(p) == 0;
-  return out;
+  auto r = quarry::test_support::pdftotext_layout(pdf);
+  ok = r.code == 0;
+  return r.out;
 }
 
 TEST(TokenizerParity, PdfTexts) {

@@ -26,25 +26,10 @@ import subprocess
 import sys
 import tempfile
 
+from kie_fields import CORE_FIELDS, get_field, same_value
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CORE_FIELDS = ["invoice_number", "issue_date", "currency", "seller.name", "seller.tax_id", "buyer.name",
-               "totals.net", "totals.vat", "totals.gross"]
-
-
-def get_field(obj, dotted):
-    for part in dotted.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return None
-        obj = obj[part]
-    return obj
-
-
-def same_value(a, b):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return abs(float(a) - float(b)) < 0.005
-    return a == b
 
 
 def ingest(quarry, paths):

@@ -34,6 +34,7 @@ import math
 import os
 import random
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -282,22 +283,8 @@ def export(model, mtp, cfg, tok_dir: Path, out: Path, args, tokens_seen):
         "do_sample": False}, indent=2) + "\n")
 
 
-CORE_FIELDS = ["invoice_number", "issue_date", "currency", "seller.name", "seller.tax_id", "buyer.name",
-               "totals.net", "totals.vat", "totals.gross"]
-
-
-def get_field(obj, dotted):
-    for part in dotted.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return None
-        obj = obj[part]
-    return obj
-
-
-def same_value(a, b):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return abs(float(a) - float(b)) < 0.005
-    return a == b
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "eval"))
+from kie_fields import CORE_FIELDS, get_field, same_value  # noqa: E402
 
 
 @torch.no_grad()

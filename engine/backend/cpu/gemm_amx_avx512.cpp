@@ -11,16 +11,7 @@
 // (32 x 32 of y) is accumulated over all of k with two A and two B tiles per 32-wide k chunk.
 // Linux needs arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before the first tile instruction
 // (cpu_features.cpp, amx_tile_permission).
-// GCC 12 reports its own _mm512_undefined_* placeholders as uninitialized (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include "engine/backend/cpu/intrinsics.hpp"
 
 #include <cstdint>
 

@@ -15,16 +15,7 @@
 // vector loads and twelve broadcasts (24 of the 32 zmm registers hold the tile of y).
 // Instructions: Intel Intrinsics Guide (vfmadd231ps, vbroadcastss, vpmovzxwd, vpslld, vcvtph2ps,
 // vunpcklps/vunpcklpd/vshuff32x4 for the 16 x 16 transpose, masked vmovups for edges).
-// GCC 12 reports its own _mm512_undefined_* placeholders as uninitialized (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include "engine/backend/cpu/intrinsics.hpp"
 
 #include <cstdint>
 
