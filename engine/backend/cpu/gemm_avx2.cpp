@@ -241,35 +241,7 @@ void micro_kernel(size_t kb, const float* xp, const float* wp, float* y, size_t 
     for (size_t j = 0; j < cols; ++j) y[i * ldy + j] = add ? y[i * ldy + j] + tile[i][j] : tile[i][j];
 }
 
-template <class L>
-void gemm_t(const float* xp, size_t m, size_t k, const void* wv, size_t j0, size_t j1, float* y, size_t ldy,
-            bool accumulate, float* scratch) {
-  const auto* w = static_cast<const typename L::T*>(wv);
-  for (size_t jc = j0; jc < j1; jc += kNC) {
-    const size_t nb = min_sz(kNC, j1 - jc);
-    for (size_t pc = 0; pc < k; pc += kKC) {
-      const size_t kb = min_sz(kKC, k - pc);
-      pack_w<L>(w + jc * k + pc, k, nb, kb, scratch);
-      const bool add = accumulate || pc > 0;
-      for (size_t ir = 0; ir < m; ir += kMR) {
-        const float* xpanel = xp + (ir / kMR) * k * kMR + pc * kMR;
-        const size_t rows = min_sz(kMR, m - ir);
-        for (size_t jr = 0; jr < nb; jr += kNR)
-          micro_kernel(kb, xpanel, scratch + (jr / kNR) * kb * kNR, y + ir * ldy + jc + jr, ldy, rows,
-                       min_sz(kNR, nb - jr), add);
-      }
-    }
-  }
-}
-
-void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType wt, size_t j0, size_t j1,
-                float* y, size_t ldy, bool accumulate, float* scratch) {
-  switch (wt) {
-    case WeightType::f32: return gemm_t<LoadF32>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
-    case WeightType::bf16: return gemm_t<LoadBF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
-    case WeightType::f16: return gemm_t<LoadF16>(xp, m, k, w, j0, j1, y, ldy, accumulate, scratch);
-  }
-}
+#include "engine/backend/cpu/gemm_blocked.inc"
 
 constexpr GemmKernels kKernels{"avx2", kMaxSmallM, kMR, kNR, kKC * kNC, 0, 16, gemv, nullptr, gemm_block};
 
