@@ -1540,7 +1540,31 @@ std::string dump_compact(const ordered_json& value) {
   return out;
 }
 
+namespace {
+
+// JSON nesting depth of `root`, counted without recursion and given up once past `limit`: compiling
+// serialises subschemas (recursively), so a 5,000-deep schema must be refused before that.
+std::size_t json_depth(const ordered_json& root, std::size_t limit) {
+  std::vector<std::pair<const ordered_json*, std::size_t>> stack{{&root, 1}};
+  std::size_t deepest = 0;
+  while (!stack.empty() && deepest <= limit) {
+    const auto [v, d] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, d);
+    if (v->is_structured())
+      for (const auto& child : *v) stack.emplace_back(&child, d + 1);
+  }
+  return deepest;
+}
+
+constexpr std::size_t kMaxSchemaJsonDepth = 512;
+
+}  // namespace
+
 SchemaCompileResult compile_json_schema(const ordered_json& schema, const SchemaOptions& options) {
+  if (json_depth(schema, kMaxSchemaJsonDepth) > kMaxSchemaJsonDepth)
+    throw SchemaError("", "", "schema nested too deeply (over " + std::to_string(kMaxSchemaJsonDepth) +
+                                  " levels of JSON)");
   try {
     return Compiler(schema, options).run();
   } catch (const nlohmann::json::exception& e) {
