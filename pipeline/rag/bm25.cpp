@@ -139,16 +139,20 @@ std::vector<double> Bm25Index::scores(std::string_view query) const {
   return s;
 }
 
+std::vector<std::size_t> ranked(const Bm25Index& index, std::string_view query) {
+  auto s = index.scores(query);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] > 0) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+  return order;
+}
+
 std::vector<std::size_t> retrieve(const Bm25Index& index, std::string_view query, const std::vector<std::size_t>& tokens,
                                   std::size_t token_budget, std::size_t max_passages) {
-  auto s = index.scores(query);
-  std::vector<std::size_t> order(s.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
   std::vector<std::size_t> chosen;
   std::size_t used = 0;
-  for (std::size_t i : order) {
-    if (s[i] <= 0) break;
+  for (std::size_t i : ranked(index, query)) {
     if (max_passages && chosen.size() >= max_passages) break;
     const std::size_t t = i < tokens.size() ? tokens[i] : 0;
     if (used + t > token_budget) continue;

@@ -73,15 +73,15 @@ std::vector<schemas::Violation> check_evidence(const nlohmann::json& answer, con
         continue;
       }
       if (listed.empty()) continue;
+      auto on_page = [&](std::size_t p) { return page_text[p].find(quote) != std::string::npos; };
+      // A quote across the break between pages p and p + 1 (in neither page alone) counts for both.
+      auto spans = [&](std::size_t p) {
+        return p + 1 < page_text.size() && !on_page(p) && !on_page(p + 1) &&
+               (page_text[p] + " " + page_text[p + 1]).find(quote) != std::string::npos;
+      };
       bool on_listed = false;
       for (std::size_t p : listed) {
-        if (page_text[p].find(quote) != std::string::npos) on_listed = true;
-        // A quote across a page break counts for both pages.
-        if (!on_listed && p + 1 < page_text.size() &&
-            (page_text[p] + " " + page_text[p + 1]).find(quote) != std::string::npos)
-          on_listed = true;
-        if (!on_listed && p > 0 && (page_text[p - 1] + " " + page_text[p]).find(quote) != std::string::npos)
-          on_listed = true;
+        on_listed = on_page(p) || spans(p) || (p > 0 && spans(p - 1));
         if (on_listed) break;
       }
       if (!on_listed)

@@ -113,6 +113,31 @@ RagPrompts build_rag_prompts(const Document& doc, const std::vector<Question>& q
     index = std::make_unique<Bm25Index>(texts, opts.bm25);
   }
 
+  // Retrieval::shared: one chunk set for all questions, taken from their rankings in rounds.
+  std::vector<std::size_t> shared_chunks;
+  if (!whole && opts.retrieval == Retrieval::shared) {
+    std::vector<std::vector<std::size_t>> rankings;
+    for (const auto& q : questions) rankings.push_back(ranked(*index, q.text));
+    std::vector<bool> taken(out.chunks.size(), false);
+    std::size_t used = 0;
+    for (std::size_t round = 0;; ++round) {
+      bool any_left = false;
+      for (const auto& r : rankings) {
+        if (round >= r.size()) continue;
+        any_left = true;
+        const std::size_t c = r[round];
+        if (taken[c] || used + chunk_cost[c] > chunk_budget) continue;
+        taken[c] = true;
+        used += chunk_cost[c];
+      }
+      if (!any_left) break;
+    }
+    for (std::size_t c = 0; c < taken.size(); ++c)
+      if (taken[c]) shared_chunks.push_back(c);
+  }
+  const std::size_t per_question_budget =
+      opts.retrieval_tokens ? std::min(opts.retrieval_tokens, chunk_budget) : chunk_budget;
+
   out.prompts.reserve(questions.size());
   for (const auto& q : questions) {
     RagPrompt p;
@@ -123,7 +148,9 @@ RagPrompts build_rag_prompts(const Document& doc, const std::vector<Question>& q
       context = text;
       for (const auto& page : doc.pages) p.pages.push_back(page.number);
     } else {
-      p.chunks = retrieve(*index, q.text, chunk_cost, chunk_budget, opts.max_chunks);
+      p.chunks = opts.retrieval == Retrieval::shared
+                     ? shared_chunks
+                     : retrieve(*index, q.text, chunk_cost, per_question_budget, opts.max_chunks);
       // Document::text() with the unretrieved chunks left out: every page break kept.
       std::size_t k = 0;
       for (std::size_t pi = 0; pi < doc.pages.size(); ++pi) {

@@ -56,9 +56,8 @@ std::string_view trim(std::string_view s) {
 
 std::string QuestionFileError::message() const {
   std::string out = file;
-  if (line > 0) out += ":" + std::to_string(line);
-  out += ": ";
-  out += reason;
+  if (line > 0) out.append(":").append(std::to_string(line));  // append: GCC 12 -Wrestrict false positive on +
+  out.append(": ").append(reason);
   return out;
 }
 

@@ -10,10 +10,10 @@
 //
 // Prefix sharing. Every prompt of one document is [system: template system (+ schema)] then
 // [user: <context> + "\n\nQuestion: " + question], so the chat-rendered token sequences of two
-// questions agree up to the first byte where their questions differ when the whole document is the
-// context, and up to the first retrieved chunk where their retrievals differ otherwise (chunks are
-// placed in document order, so the chunks both retrieved near the start are shared too). The
-// engine's prefix cache then prefills the shared part once.
+// questions agree up to the question when the context is the whole document or the shared retrieved
+// context (Retrieval::shared, the default), and up to the first retrieved chunk where their
+// retrievals differ with Retrieval::per_question (chunks are placed in document order, so the chunks
+// both retrieved near the start are shared too). The engine's prefix cache prefills the shared part once.
 //
 // Page fidelity. The model reads pages as Document::text() writes them (lines joined by '\n', pages
 // separated by '\f') and reports 1-based page numbers by counting form feeds. Retrieval chunks are
@@ -25,9 +25,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -118,6 +120,9 @@ class Bm25Index {
   std::unordered_map<std::string, std::vector<Posting>> postings_;  ///< term -> postings, ascending passage
 };
 
+/// Passages with a score above 0 for `query`, best first (ties: earlier first).
+std::vector<std::size_t> ranked(const Bm25Index& index, std::string_view query);
+
 /// The passages chosen for `query`: in descending score (ties: earlier first), passages with a score
 /// above 0 are taken while their token counts (`tokens[i]`) fit `token_budget` in total (one that
 /// does not fit is skipped and smaller ones after it may still be taken), at most `max_passages`
@@ -132,6 +137,18 @@ std::vector<Chunk> page_chunks(const Document& doc, const TokenCounter& counter,
 
 // --- Prompts ---------------------------------------------------------------------------------
 
+/// A TokenCounter backed by a model's tokenizer: count(text) = tokenizer->encode(text).size(), exact
+/// for the text alone (a count of a concatenation may differ by a token or so at each join, where BPE
+/// merges across it). Thread-safe as the Tokenizer is.
+class TokenizerCounter final : public TokenCounter {
+ public:
+  explicit TokenizerCounter(std::shared_ptr<const engine::Tokenizer> tokenizer) : tok_(std::move(tokenizer)) {}
+  std::size_t count(std::string_view text) const override { return tok_->encode(text).size(); }
+
+ private:
+  std::shared_ptr<const engine::Tokenizer> tok_;
+};
+
 /// A prompt template: the "rag" entry of a model's prompts.json ({"system": ..., "user": ...}).
 /// `user` holds "{document}" and, after it, "{question}"; `system` may hold "{schema}".
 struct RagTemplate {
@@ -145,12 +162,28 @@ struct RagTemplate {
 /// the document (the question must come last for prefix sharing).
 RagTemplate load_rag_template(const std::filesystem::path& prompts_json);
 
+/// How a document too long for the context is cut down to retrieved chunks.
+enum class Retrieval {
+  /// One context for all the questions of the document: the chunks of every question's BM25 ranking
+  /// taken in rounds (each question's best chunk, then each one's second best, ...) while they fit
+  /// the budget, placed in document order. All prompts of the document are then identical up to the
+  /// question, so the whole context is a shared prefix; each question sees its own best chunks as
+  /// deep down its ranking as the budget allows for all of them.
+  shared,
+  /// Each question its own chunks: its ranking taken while it fits `retrieval_tokens` (or the whole
+  /// budget), placed in document order. Prompts share the system message and the leading chunks that
+  /// both retrievals chose.
+  per_question,
+};
+
 struct RagPromptOptions {
   std::size_t context_tokens = 8192;         ///< the model's context length (config.json max_position_embeddings)
   std::size_t max_answer_tokens = 512;       ///< tokens kept free for the answer
   std::size_t chat_overhead_tokens = 32;     ///< tokens the chat template adds (role markers, empty think block)
   ChunkOptions chunk{256, 0};                ///< retrieval chunks (per page; overlap 0 keeps the text exact)
-  std::size_t max_chunks = 0;                ///< cap on retrieved chunks per question (0 = as many as fit)
+  Retrieval retrieval = Retrieval::shared;   ///< see Retrieval
+  std::size_t retrieval_tokens = 0;          ///< per_question: cap on the chunks' tokens (0 = the whole budget)
+  std::size_t max_chunks = 0;                ///< per_question: cap on chunks per question (0 = as many as fit)
   Bm25Params bm25{};
   /// Text of the answer's JSON Schema. Put into the system message in place of "{schema}" when the
   /// template has one, else appended to it after a blank line when non-empty. Empty for the shipped
@@ -164,6 +197,7 @@ struct RagPrompt {
   std::vector<engine::ChatMessage> messages;      ///< {system, user}: shared part first, question last
   bool whole_document = false;                    ///< the whole document is the context
   std::vector<std::size_t> chunks;                ///< retrieved chunk indices into `RagPrompts::chunks`, ascending
+                                                  ///< (the same for every question with Retrieval::shared)
   std::vector<int> pages;                         ///< pages the context draws on, ascending
   std::size_t prompt_tokens = 0;                  ///< counter's count of both messages + chat_overhead_tokens
 };
@@ -175,8 +209,9 @@ struct RagPrompts {
 
 /// Builds the chat messages of every question about `doc`. The whole document (Document::text())
 /// is the context when, for the longest question, system + user + chat_overhead_tokens +
-/// max_answer_tokens fits context_tokens; otherwise each question gets the chunks that BM25 retrieves
-/// for it within the tokens left (placed in document order, pages kept; see the top of this file).
+/// max_answer_tokens fits context_tokens; otherwise the context is made of the chunks that BM25
+/// retrieves within the tokens left (opts.retrieval says how; placed in document order, pages kept;
+/// see the top of this file).
 /// `counter` counts tokens (a tokenizer adapter, or EstimateTokenCounter). `questions` must outlive
 /// the result. Throws std::invalid_argument when the template's user part lacks "{document}" or
 /// "{question}", or when even an empty context leaves no room (context_tokens too small).
