@@ -256,11 +256,15 @@ TEST(RagRetrieval, FindsTheAnswerPageOnTheLongSample) {
   report("per question, top-1", options(8192, 256, Retrieval::per_question, 0, 1));
   report("per question, top-3", options(8192, 256, Retrieval::per_question, 0, 3));
 
-  // Floors a little below what was measured (the report lines above).
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::shared)).page, 0.0);
+  // Floors a little below what was measured (the report lines above; at the time of writing: shared
+  // 100% page / 93.0% evidence, per question 100% / 100%, top-1 88.4% / 86.0%, top-3 97.7% / 97.7%).
+  Rates shared = retrieval_rates(en, options(8192, 256, Retrieval::shared));
+  EXPECT_GE(shared.page, 0.95);
+  EXPECT_GE(shared.evidence, 0.90);
   EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question)).evidence, 0.95);
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 1)).page, 0.0);
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 3)).evidence, 0.0);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 1024)).evidence, 0.95);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 1)).page, 0.85);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 3)).evidence, 0.95);
 }
 
 // --- Prompts -------------------------------------------------------------------------------------
