@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -475,4 +476,17 @@ TEST(Evidence, GeneratorQuotesPassAndAlteredOnesFail) {
   EXPECT_TRUE(check_evidence(json{{"evidence", 5}, {"pages", "x"}}, agreement()).empty());
   EXPECT_TRUE(check_evidence(json::array(), agreement()).empty());
   EXPECT_EQ(normalize_whitespace(" a \t\n b\xC2\xA0" "c\f\fd  "), "a b c d");
+}
+
+TEST(Questions, RandomBytesNeverCrash) {
+  std::mt19937 rng(5);
+  const std::string seed = "What?\n{\"id\": 1, \"question\": \"Who?\"}\n\xC5\x91 \"{}\"\n";
+  for (int i = 0; i < 2000; ++i) {
+    std::string s = seed;
+    for (int k = 0; k < 4; ++k) s[rng() % s.size()] = static_cast<char>(rng() % 256);
+    auto r = parse_questions(s, "fuzz.txt");
+    if (!r) {
+      EXPECT_TRUE(r.error().message().starts_with("fuzz.txt")) << r.error().message();
+    }
+  }
 }

@@ -493,3 +493,21 @@ TEST(HuTaxNumber, FormsAndCodes) {
                           "79650128/3/41", "HU79650128", "12345678-2-41", ""})
     EXPECT_NE(hu_tax_number_error(bad), std::nullopt) << bad;
 }
+
+TEST(InvoiceRules, RandomlyRetypedDocumentsNeverThrow) {
+  // Every value of every sample replaced, one at a time and at random, by a value of another JSON type.
+  std::mt19937 rng(99);
+  const json replacements[] = {nullptr, true, 0, -1.5e300, "", "2023-02-30", "HU", json::array(), json::object(),
+                               json::array({1, "x", nullptr})};
+  std::size_t runs = 0;
+  for (const auto& [name, doc, xml] : samples()) {
+    json flat = doc.flatten();
+    for (auto& [ptr, value] : flat.items()) {
+      json d = doc;
+      d[json::json_pointer(ptr)] = replacements[rng() % std::size(replacements)];
+      EXPECT_NO_THROW(check_invoice_rules(d)) << name << " " << ptr;
+      ++runs;
+    }
+  }
+  EXPECT_GT(runs, 1000u);
+}
