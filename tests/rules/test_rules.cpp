@@ -511,3 +511,28 @@ TEST(InvoiceRules, RandomlyRetypedDocumentsNeverThrow) {
   }
   EXPECT_GT(runs, 1000u);
 }
+
+TEST(InvoiceRules, TaxIdentifiersAsPrinted) {
+  json doc = samples().front().doc;  // de-html-1: German parties
+  auto with = [&](const char* party, json tax_id, json vat_id, json country) {
+    json d = doc;
+    d[party]["tax_id"] = tax_id;
+    d[party]["vat_id"] = vat_id;
+    if (d[party]["address"].is_object()) d[party]["address"]["country"] = country;
+    return rule_ids(check_invoice_rules(d));
+  };
+  using Ids = std::set<std::string>;
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU 99887764", "HU"), Ids{});
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU-99887764", "HU"), Ids{});
+  EXPECT_EQ(with("seller", "99887764-4-02", "HU99999999", "HU"), Ids{});  // VAT group member
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU99999999", "HU"), Ids{"rule:hu_vat_id"});  // another company's
+  EXPECT_EQ(with("seller", "HU99887764", nullptr, "HU"), Ids{"rule:hu_tax_number"});  // a VAT id as tax number
+  EXPECT_EQ(with("buyer", "8123456789", nullptr, "HU"), Ids{});  // a private person's tax id: not an adószám
+  EXPECT_EQ(with("buyer", "12345678-2-41", nullptr, "DE"), Ids{"rule:hu_tax_number"});  // adószám shape anywhere
+  EXPECT_EQ(with("buyer", "201/113/40209", "DE136695976", "DE"), Ids{});  // German Steuernummer: not checked
+  EXPECT_EQ(with("buyer", "12345678901", "IT12345678901", "IT"), Ids{});  // Italian partita IVA shape
+  // An IBAN the schema's pattern already rejects is not reported again.
+  json d = doc;
+  d["payment"]["iban"] = "GB82 WEST 1234 5698 7654 32";
+  EXPECT_TRUE(check_invoice_rules(d).empty());
+}
