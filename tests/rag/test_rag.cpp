@@ -394,6 +394,8 @@ TEST(RagPrompts, QuestionsOfADocumentShareTheirPrefix) {
   prev = render(shared.prompts[0]);
   for (std::size_t i = 1; i < shared.prompts.size(); ++i) {
     auto cur = render(shared.prompts[i]);
+    // The rendered prompt leaves room for the answer in the model's context.
+    EXPECT_LE(cur.size() + RagPromptOptions{}.max_answer_tokens, RagPromptOptions{}.context_tokens);
     EXPECT_EQ(shared.prompts[i].chunks, shared.prompts[0].chunks);
     RagPrompt head = shared.prompts[i];
     head.messages[1].content = head.messages[1].content.substr(0, head.messages[1].content.size() - qs[i].text.size());
