@@ -446,11 +446,15 @@ json Runner::run_model(const ModelUnderTest& mut) {
   json skipped = json::array();
   for (const auto& name : mut.workloads) {
     Workload w = build_workload(name, inputs_, *tok, o_.context_scale, o_.output_scale, mut.dir / "prompts.json");
-    if (w.prompt.size() + w.max_tokens > cfg.max_position_embeddings) {
-      skipped.push_back({{"workload", name},
-                         {"reason", "prompt " + std::to_string(w.prompt.size()) + " + output " +
-                                        std::to_string(w.max_tokens) + " tokens exceed the model's " +
-                                        std::to_string(cfg.max_position_embeddings) + " positions"}});
+    std::string why;
+    if (w.prompt.size() + w.max_tokens > cfg.max_position_embeddings)
+      why = "prompt " + std::to_string(w.prompt.size()) + " + output " + std::to_string(w.max_tokens) +
+            " tokens exceed the model's " + std::to_string(cfg.max_position_embeddings) + " positions";
+    else if (w.seed_positions > cfg.max_position_embeddings)
+      why = "at the seed's size it needs " + std::to_string(w.seed_positions) + " positions, the model has " +
+            std::to_string(cfg.max_position_embeddings) + " (a scaled-down copy is not run)";
+    if (!why.empty()) {
+      skipped.push_back({{"workload", name}, {"reason", why}});
       log_("  " + name + ": skipped (" + skipped.back()["reason"].get<std::string>() + ")");
       continue;
     }

@@ -151,6 +151,7 @@ Workload build_workload(const std::string& name, const WorkloadInputs& in, const
   } else if (name == "long-rag-8k" || name == "long-rag-32k") {
     const double base = name == "long-rag-8k" ? 7500.0 : 30000.0;
     w.target_prompt_tokens = scaled(base, context_scale, 64);
+    w.seed_positions = static_cast<std::size_t>(base) + 256;
     const std::string& q = in.questions_en[in.rag_index];
     auto messages = [&](const std::string& context) {
       return std::vector<ChatMessage>{

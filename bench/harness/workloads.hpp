@@ -21,6 +21,10 @@ struct Workload {
   bool ignore_eos = true;               ///< fixed output length, as benchmark clients do
   std::string json_schema;              ///< non-empty: output constrained to JSON valid for it
   std::size_t target_prompt_tokens = 0;  ///< long-rag: the prompt length aimed at (context + question)
+  /// Positions the workload needs at the seed's size (prompt + output unscaled: 7,756 for long-rag-8k,
+  /// 30,256 for long-rag-32k; 0 for the short ones). A model with fewer positions does not run a
+  /// scaled-down copy of it: the workload is skipped there.
+  std::size_t seed_positions = 0;
 };
 
 /// Inputs shared by all workloads, read once.
