@@ -26,7 +26,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
   libzmq3-dev cppzmq-dev libsqlite3-dev libvalijson-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite python3-jsonschema
-  python3 zlib1g-dev unicode-data
+  python3 python3-stdnum zlib1g-dev unicode-data iso-codes
 )
 
 . "$here/scripts/lib/apt-install.sh"
