@@ -184,7 +184,7 @@ json model_info(const eng::Engine& engine, const fs::path& dir, const std::strin
 struct RunFigures {
   json j;
   double ttft = 0, decode_tok_s = 0, prefill_tok_s = 0;
-  std::size_t prompt_tokens = 0, output_tokens = 0;
+  std::size_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
   std::uint64_t decode_bytes = 0;
   std::size_t decode_steps = 0;
 };
@@ -198,7 +198,11 @@ RunFigures figures_of(const eng::GenerationResult& r, const eng::EngineStats& be
   f.output_tokens = r.stats.generated_tokens;
   f.decode_bytes = after.decode_bytes - before.decode_bytes;
   f.decode_steps = after.decode_steps - before.decode_steps;
+  f.cached_tokens = r.stats.cached_tokens;
   f.j["prompt_tokens"] = f.prompt_tokens;
+  f.j["cached_tokens"] = r.stats.cached_tokens;
+  f.j["prefill_tokens"] = r.stats.prompt_tokens - r.stats.cached_tokens;
+  f.j["queue_s"] = r.stats.queue_s;
   f.j["output_tokens"] = f.output_tokens;
   f.j["finish"] = eng::finish_reason_name(r.finish);
   f.j["ttft_s"] = f.ttft;
@@ -313,13 +317,15 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
     pre.push_back(f.prefill_tok_s);
     measured.push_back(std::move(f));
   }
-  std::vector<double> outs, bytes_per_step;
+  std::vector<double> outs, bytes_per_step, cached;
   for (const auto& f : measured) {
     outs.push_back(static_cast<double>(f.output_tokens));
+    cached.push_back(static_cast<double>(f.cached_tokens));
     if (f.decode_steps) bytes_per_step.push_back(static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps));
   }
   out["output_tokens"] = median(outs);
   out["ttft_warm_s"] = median(ttft);
+  out["cached_tokens_warm"] = median(cached);
   out["prefill_tok_s_warm"] = median(pre);
   out["decode_tok_s"] = median(dec);
   out["decode_tok_s_runs"] = dec;
@@ -385,10 +391,17 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
 
 json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
   const auto& c = engine.model().config();
+  // Each run reads its own window of the running text (offsets 997 tokens apart), so no run finds
+  // another run's prompt in the prefix cache (llama-benchy adds noise for the same reason).
+  constexpr std::size_t kStride = 997;
   std::size_t longest = 0;
   for (std::size_t d : o_.depth)
     for (std::size_t p : o_.pp) longest = std::max(longest, d + p);
-  const std::vector<eng::TokenId> text = filler_tokens(inputs_, tok, longest);
+  const std::vector<eng::TokenId> text = filler_tokens(inputs_, tok, longest + (o_.runs + 2) * kStride);
+  auto window = [&](std::size_t run, std::size_t n) {
+    const auto b = text.begin() + static_cast<std::ptrdiff_t>(run * kStride);
+    return std::vector<eng::TokenId>(b, b + static_cast<std::ptrdiff_t>(n));
+  };
   json tests = json::array();
   bool warmed = false;
   for (std::size_t d : o_.depth)
@@ -405,21 +418,38 @@ json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
           tests.push_back(e);
           continue;
         }
-        eng::GenerationRequest req;
-        req.prompt.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(d + p));
-        req.max_tokens = std::max<std::size_t>(t, 2);
-        req.ignore_eos = true;
         if (!warmed) {  // one warm-up per model, as llama-benchy
-          (void)engine.generate(req);
+          eng::GenerationRequest warm;
+          warm.prompt = window(0, d + p);
+          warm.max_tokens = std::max<std::size_t>(t, 2);
+          warm.ignore_eos = true;
+          (void)engine.generate(warm);
           warmed = true;
         }
-        std::vector<double> pp_s, tg_s, ttft, gbs;
-        for (std::size_t r = 0; r < o_.runs; ++r) {
+        // With a prefix cache and a depth, llama-benchy's two steps: load the context (d tokens,
+        // reported as ctx_pp), then the prompt over the cached context (pp = tokens computed / TTFT).
+        // Without one, pp = all d + p prompt tokens / TTFT.
+        const bool two_step = o_.prefix_caching && d > 0;
+        std::vector<double> pp_s, tg_s, ttft, gbs, ctx_pp, computed;
+        for (std::size_t r = 1; r <= o_.runs; ++r) {
+          if (two_step) {
+            eng::GenerationRequest ctx;
+            ctx.prompt = window(r, d);
+            ctx.max_tokens = 1;
+            ctx.ignore_eos = true;
+            const auto cr = engine.generate(ctx);
+            ctx_pp.push_back(static_cast<double>(cr.stats.prompt_tokens - cr.stats.cached_tokens) / cr.stats.ttft_s);
+          }
+          eng::GenerationRequest req;
+          req.prompt = window(r, d + p);
+          req.max_tokens = std::max<std::size_t>(t, 2);
+          req.ignore_eos = true;
           const eng::EngineStats before = engine.stats();
           const auto res = engine.generate(req);
           const RunFigures f = figures_of(res, before, engine.stats());
-          // Tokens computed for the prompt (all of depth + pp without a prefix cache) over TTFT.
-          pp_s.push_back(static_cast<double>(d + p) / f.ttft);
+          const double n = static_cast<double>(f.prompt_tokens - f.cached_tokens);
+          computed.push_back(n);
+          pp_s.push_back(n / f.ttft);
           tg_s.push_back(f.decode_tok_s);
           ttft.push_back(f.ttft);
           if (f.decode_steps)
@@ -427,9 +457,12 @@ json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
         }
         e["pp_tok_s"] = {{"median", median(pp_s)}, {"mean", mean(pp_s)}, {"std", stddev(pp_s)}};
         e["tg_tok_s"] = {{"median", median(tg_s)}, {"mean", mean(tg_s)}, {"std", stddev(tg_s)}};
+        if (two_step) e["ctx_pp_tok_s"] = {{"median", median(ctx_pp)}, {"mean", mean(ctx_pp)}, {"std", stddev(ctx_pp)}};
+        e["prompt_tokens_computed"] = median(computed);
         e["ttft_s"] = median(ttft);
         e["tg_achieved_gb_s"] = median(gbs);
-        e["prefill_gflop_s"] = prefill_flops(c, 0, d + p) / median(ttft) / 1e9;
+        const std::size_t cached = static_cast<std::size_t>(static_cast<double>(d + p) - median(computed));
+        e["prefill_gflop_s"] = prefill_flops(c, cached, d + p - cached) / median(ttft) / 1e9;
         log_("  " + e["test"].get<std::string>() + ": " +
              fmt("pp %.1f tok/s, tg %.2f tok/s", median(pp_s), median(tg_s)));
         tests.push_back(e);
@@ -465,48 +498,68 @@ json Runner::run_model(const ModelUnderTest& mut) {
     for (const char* n : {"qa", "code", "json-kie", "hungarian"})
       short_mix.push_back(build_workload(n, inputs_, *tok, o_.context_scale, o_.output_scale, mut.dir / "prompts.json"));
 
-  // KV capacity: the longest single request, all requests of the widest concurrency level, the
-  // longest pp/tg test; whichever is largest (the cache allocates blocks on use).
-  std::size_t need = 4096;
-  for (const auto& w : built) need = std::max(need, w.prompt.size() + w.max_tokens + 64);
-  if (!o_.concurrency.empty()) {
-    std::size_t sum = 0, cmax = *std::max_element(o_.concurrency.begin(), o_.concurrency.end());
-    for (std::size_t i = 0; i < cmax && !short_mix.empty(); ++i)
-      sum += short_mix[i % short_mix.size()].prompt.size() + short_mix[i % short_mix.size()].max_tokens + 64;
-    need = std::max(need, sum);
-  }
-  for (std::size_t d : o_.depth)
-    for (std::size_t p : o_.pp)
-      for (std::size_t t : o_.tg) need = std::max(need, d + p + t + 64);
-
-  eng::EngineOptions eo;
-  eo.n_threads = threads_;
-  eo.max_kv_tokens = need;
-  if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
-  const eng::Stopwatch load;
-  auto engine = eng::Engine::open(mut.dir, tok, eo);
-  json m;
-  m["model"] = model_info(*engine, mut.dir, mut.label);
-  m["model"]["random_weights"] = mut.random;
-  if (mut.random) m["model"]["random_spec"] = mut.random_spec;
-  m["model"]["load_s"] = load.seconds();
-  m["engine"] = {{"threads", threads_}, {"max_batch_tokens", eo.max_batch_tokens}, {"max_kv_tokens", eo.max_kv_tokens},
-                 {"prefix_caching", false}, {"mtp_depth", 0}};
-
-  {  // fault the weights in and warm the code paths before anything is timed
+  // One fresh engine per workload (and for the concurrency and pp/tg sweeps): its prefix cache is
+  // empty, so the warm-up run's TTFT is truly cold. Weights stay in the page cache between engines.
+  // KV capacity: room for the request twice over (the cached prompt blocks of the previous run stay
+  // while the next run's output blocks are allocated); the cache allocates blocks on use.
+  double load_s = 0;
+  auto open_engine = [&](std::size_t need) {
+    eng::EngineOptions eo;
+    eo.n_threads = threads_;
+    eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
+    eo.enable_prefix_caching = o_.prefix_caching;
+    if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
+    const eng::Stopwatch load;
+    auto engine = eng::Engine::open(mut.dir, tok, eo);
+    load_s = load.seconds();
+    // Fault the weights in and warm the code paths before anything is timed.
     eng::GenerationRequest warm;
     warm.prompt = tok->encode(tok->apply_chat_template({{"user", "Hello"}}, true, false));
     warm.max_tokens = 8;
     warm.ignore_eos = true;
     (void)engine->generate(warm);
+    return engine;
+  };
+
+  json m;
+  {
+    auto probe = open_engine(4096);
+    m["model"] = model_info(*probe, mut.dir, mut.label);
   }
+  m["model"]["random_weights"] = mut.random;
+  if (mut.random) m["model"]["random_spec"] = mut.random_spec;
+  m["model"]["load_s"] = load_s;
+  eng::EngineOptions defaults;
+  m["engine"] = {{"threads", threads_},
+                 {"max_batch_tokens", o_.max_batch_tokens ? o_.max_batch_tokens : defaults.max_batch_tokens},
+                 {"max_num_seqs", defaults.max_num_seqs},
+                 {"prefix_caching", o_.prefix_caching},
+                 {"fresh_engine_per_test", true},
+                 {"mtp_depth", 0}};
 
   json wl = json::array();
-  for (const auto& w : built) wl.push_back(run_workload(*engine, w));
+  for (const auto& w : built) {
+    auto engine = open_engine(2 * (w.prompt.size() + w.max_tokens) + 256);
+    wl.push_back(run_workload(*engine, w));
+  }
   m["workloads"] = wl;
   m["skipped_workloads"] = skipped;
-  if (mut.run_concurrency && !o_.concurrency.empty()) m["concurrency"] = run_concurrency(*engine, short_mix);
-  if (!o_.pp.empty() && !o_.tg.empty()) m["pp_tg"] = run_pp_tg(*engine, *tok);
+  if (mut.run_concurrency && !o_.concurrency.empty()) {
+    std::size_t sum = 0, cmax = *std::max_element(o_.concurrency.begin(), o_.concurrency.end());
+    for (std::size_t i = 0; i < cmax; ++i)
+      sum += short_mix[i % short_mix.size()].prompt.size() + short_mix[i % short_mix.size()].max_tokens + 64;
+    auto engine = open_engine(2 * sum + 256);
+    m["concurrency"] = run_concurrency(*engine, short_mix);
+  }
+  if (!o_.pp.empty() && !o_.tg.empty()) {
+    std::size_t need = 0;
+    for (std::size_t d : o_.depth)
+      for (std::size_t p : o_.pp)
+        for (std::size_t t : o_.tg)
+          if (d + p + t <= cfg.max_position_embeddings) need = std::max(need, 2 * (d + p + t) + 256);
+    auto engine = open_engine(need);
+    m["pp_tg"] = run_pp_tg(*engine, *tok);
+  }
   m["drafting"] = {{"available", false},
                    {"note", o_.mtp ? "MTP drafting requested but this engine build has no drafting"
                                    : "no drafting requested (--mtp 0)"}};
@@ -542,6 +595,7 @@ json Runner::run() {
                     {"tg", o_.tg},
                     {"depth", o_.depth},
                     {"mtp", o_.mtp},
+                    {"prefix_caching", o_.prefix_caching},
                     {"seed", o_.seed},
                     {"sampling", "greedy (temperature 0), thinking off"}};
 

@@ -72,6 +72,10 @@ struct BenchOptions {
   /// reports them.
   std::size_t mtp = 0;
 
+  /// Engine prefix caching (EngineOptions::enable_prefix_caching): on, warm runs reuse the prompt's
+  /// cached blocks (TTFT warm); off, every run recomputes the whole prompt.
+  bool prefix_caching = true;
+
   std::size_t threads = 0;  ///< engine and probe threads; 0: all hardware threads
   std::size_t max_batch_tokens = 0;  ///< engine tokens per forward call; 0: the engine's default
   std::size_t bandwidth_mib = 512;  ///< buffer of the memory-bandwidth probe

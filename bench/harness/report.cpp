@@ -122,8 +122,9 @@ std::string report_markdown(const json& r) {
     << "), GEMM " << num(get(roof, "gemm_gflop_s"), 1) << " GFLOP/s (" << roof.value("gemm_weights", "")
     << " weights, 256x1024x1024)\n";
   s << "- method: greedy, thinking off; 1 warm-up + " << opt.value("runs", 0)
-    << " measured runs per workload, medians; TTFT cold = the warm-up run (first sight of the prompt), "
-       "TTFT warm = median of the measured runs (same prompt again)\n";
+    << " measured runs per workload on a fresh engine, medians; TTFT cold = the warm-up run (empty prefix cache), "
+       "TTFT warm = median of the measured runs (same prompt again; prefix cache "
+    << (opt.value("prefix_caching", false) ? "on" : "off") << ")\n";
   if (!opt.value("preset", std::string()).empty())
     s << "- preset `" << opt.value("preset", "") << "`: " << opt.value("scaling", "") << "\n";
   s << "\n";
@@ -138,14 +139,15 @@ std::string report_markdown(const json& r) {
       << " MB of weights read per decode step, KV " << num(get(mi, "kv_bytes_per_token") / 1e3, 1)
       << " KB per token (f32)" << (mi.value("random_weights", false) ? "; random weights" : "") << ".\n\n";
     if (!m["workloads"].empty()) {
-      s << "| workload | prompt tok | output tok | decode tok/s | TTFT cold s | TTFT warm s | prefill tok/s (cold) "
-           "| MB/step | achieved GB/s | roofline tok/s | % of roofline |\n";
-      s << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      s << "| workload | prompt tok | output tok | decode tok/s | TTFT cold s | TTFT warm s | cached tok (warm) "
+           "| prefill tok/s (cold) | MB/step | achieved GB/s | roofline tok/s | % of roofline |\n";
+      s << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
       for (const auto& w : m["workloads"])
         s << "| " << w.value("workload", "") << (w.value("constrained", false) ? " (constrained)" : "") << " | "
           << w.value("prompt_tokens", 0) << " | " << num(get(w, "output_tokens"), 0) << " | "
           << num(get(w, "decode_tok_s"), 2) << " | " << num(get(w, "ttft_cold_s"), 3) << " | "
-          << num(get(w, "ttft_warm_s"), 3) << " | " << num(get(w, "prefill_tok_s_cold"), 1) << " | "
+          << num(get(w, "ttft_warm_s"), 3) << " | " << num(get(w, "cached_tokens_warm"), 0) << " | "
+          << num(get(w, "prefill_tok_s_cold"), 1) << " | "
           << num(get(w, "bytes_per_decode_step") / 1e6, 1) << " | " << num(get(w, "achieved_gb_s"), 2) << " | "
           << num(get(w, "roofline_tok_s"), 1) << " | " << num(100 * get(w, "fraction_of_roofline"), 1) << " |\n";
       s << "\n";
@@ -165,17 +167,20 @@ std::string report_markdown(const json& r) {
       s << "\n";
     }
     if (m.contains("pp_tg")) {
-      s << "### pp / tg (llama-benchy style; pp t/s = prompt tokens computed / TTFT, tg t/s = (tokens - 1) / decode time)\n\n";
-      s << "| test | pp t/s | tg t/s | TTFT s | tg GB/s | tg % of roofline | pp % of GEMM peak |\n"
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      s << "### pp / tg (llama-benchy style; pp t/s = prompt tokens computed / TTFT, tg t/s = (tokens - 1) / decode "
+           "time; with a prefix cache and a depth, the context is loaded first (ctx_pp) and pp runs over it)\n\n";
+      s << "| test | pp t/s | tg t/s | ctx_pp t/s | pp tokens computed | TTFT s | tg GB/s | tg % of roofline "
+           "| pp % of GEMM peak |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
       for (const auto& t : m["pp_tg"]) {
         if (t.contains("skipped")) {
-          s << "| " << t.value("test", "") << " | skipped: " << t.value("skipped", "") << " | | | | | |\n";
+          s << "| " << t.value("test", "") << " | skipped: " << t.value("skipped", "") << " | | | | | | | |\n";
           continue;
         }
         s << "| " << t.value("test", "") << " | " << num(get(t["pp_tok_s"], "median"), 1) << " ± "
           << num(get(t["pp_tok_s"], "std"), 1) << " | " << num(get(t["tg_tok_s"], "median"), 2) << " ± "
-          << num(get(t["tg_tok_s"], "std"), 2) << " | " << num(get(t, "ttft_s"), 3) << " | "
+          << num(get(t["tg_tok_s"], "std"), 2) << " | "
+          << (t.contains("ctx_pp_tok_s") ? num(get(t["ctx_pp_tok_s"], "median"), 1) : std::string("-")) << " | "
+          << num(get(t, "prompt_tokens_computed"), 0) << " | " << num(get(t, "ttft_s"), 3) << " | "
           << num(get(t, "tg_achieved_gb_s"), 2) << " | " << num(100 * get(t, "tg_fraction_of_roofline"), 1) << " | "
           << num(100 * get(t, "pp_fraction_of_gemm_peak"), 1) << " |\n";
       }

@@ -34,6 +34,7 @@ struct BenchArgs {
   std::size_t mtp = 0, runs = 3, threads = 0, bandwidth_mib = 512, max_batch_tokens = 0;
   double context_scale = -1, output_scale = -1;
   std::uint64_t seed = 1;
+  bool no_prefix_cache = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -144,6 +145,7 @@ int run_bench_command(const BenchArgs& a) {
   if (a.runs == 0) throw std::runtime_error("--runs must be at least 1");
   o.runs = a.runs;
   o.mtp = a.mtp;
+  o.prefix_caching = !a.no_prefix_cache;
   o.threads = a.threads;
   o.max_batch_tokens = a.max_batch_tokens;
   o.bandwidth_mib = a.bandwidth_mib;
@@ -188,6 +190,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   sub->add_option("--bandwidth-mib", a->bandwidth_mib, "Buffer of the memory-bandwidth probe, MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
+                "Turn the engine's prefix cache off (every run recomputes its whole prompt)");
   sub->add_option("--seed", a->seed, "Picks the question, the invoice and the filler text")->capture_default_str();
   sub->add_option("--work", a->work, "Folder for random-weight checkpoints (default: ~/.cache/quarry/bench)");
   sub->callback([a, &ctx] { ctx.exit_code = run_bench_command(*a); });

@@ -138,6 +138,15 @@ TEST(BenchReport, TinyRunHasEverySectionAndPositiveFiniteFigures) {
       EXPECT_EQ(w["decode_tok_s_runs"].size(), 2u);
     }
   EXPECT_TRUE(shipped["workloads"][1]["constrained"].get<bool>());
+  // A fresh engine per workload: the warm-up run finds an empty prefix cache (cold); the measured
+  // runs of the same prompt find its full blocks cached (warm).
+  for (const json* m : {&shipped, &random})
+    for (const auto& w : (*m)["workloads"]) {
+      EXPECT_EQ(w["runs"][0]["cached_tokens"].get<std::size_t>(), 0u) << w["workload"];
+      const double prompt = w["prompt_tokens"].get<double>();
+      EXPECT_GE(w["cached_tokens_warm"].get<double>(), prompt - 16) << w["workload"];
+      EXPECT_LT(w["cached_tokens_warm"].get<double>(), prompt) << w["workload"];
+    }
   const json& rag = shipped["workloads"][2];
   EXPECT_NEAR(rag["prompt_tokens"].get<double>(), rag["target_prompt_tokens"].get<double>(), 8.0);
 
@@ -165,6 +174,13 @@ TEST(BenchReport, TinyRunHasEverySectionAndPositiveFiniteFigures) {
       expect_positive(t["pp_tok_s"], "median", "pp");
       expect_positive(t["tg_tok_s"], "median", "tg");
       expect_positive(t, "tg_achieved_gb_s", "tg");
+      if (t["depth"].get<std::size_t>() == 32) {  // context loaded first, pp over the cached 32 tokens
+        expect_positive(t["ctx_pp_tok_s"], "median", "ctx_pp");
+        EXPECT_EQ(t["prompt_tokens_computed"].get<double>(), 16.0);
+      } else {
+        EXPECT_FALSE(t.contains("ctx_pp_tok_s"));
+        EXPECT_EQ(t["prompt_tokens_computed"].get<double>(), 16.0);
+      }
     }
     EXPECT_EQ(skipped, 1u);
   }
