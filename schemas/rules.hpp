@@ -19,10 +19,13 @@
 //   rule:date            a YYYY-MM-DD value that is not a calendar date (2023-02-30).
 //   rule:date_order      issue_date <= due_date, issue_date <= payment.due_date.
 //   rule:due_date_match  payment.due_date = due_date (the schema states it is the same date).
-//   rule:iban            payment.iban fails ISO 13616 (unknown ISO 3166-1 country, or mod-97 != 1).
-//   rule:hu_tax_number   a Hungarian adószám (seller/buyer tax_id of a Hungarian party, or any value
-//                        printed as NNNNNNNN-N-NN) with a wrong format, check digit or VAT code.
-//   rule:hu_vat_id       an "HU" VAT identifier that is not HU + 8 digits with a valid check digit, or
+//   rule:iban            payment.iban, shaped as the schema's pattern requires, fails ISO 13616
+//                        (unknown ISO 3166-1 country, or mod-97 != 1).
+//   rule:hu_tax_number   a Hungarian adószám (a tax_id with 8 or 11 digits of a Hungarian party, i.e.
+//                        address country HU or an HU VAT id, or any value printed as NNNNNNNN-N-NN)
+//                        with a wrong format, check digit or VAT code.
+//   rule:hu_vat_id       an "HU" VAT identifier that is not HU + 8 digits (a space or hyphen after
+//                        "HU" allowed) with a valid check digit, or
 //                        whose 8 digits differ from the party's adószám base (except for VAT group
 //                        members, VAT code 4 or 5, whose group identifier differs).
 //   rule:currency        currency is not an ISO 4217 code.

@@ -493,3 +493,46 @@ TEST(HuTaxNumber, FormsAndCodes) {
                           "79650128/3/41", "HU79650128", "12345678-2-41", ""})
     EXPECT_NE(hu_tax_number_error(bad), std::nullopt) << bad;
 }
+
+TEST(InvoiceRules, RandomlyRetypedDocumentsNeverThrow) {
+  // Every value of every sample replaced, one at a time and at random, by a value of another JSON type.
+  std::mt19937 rng(99);
+  const json replacements[] = {nullptr, true, 0, -1.5e300, "", "2023-02-30", "HU", json::array(), json::object(),
+                               json::array({1, "x", nullptr})};
+  std::size_t runs = 0;
+  for (const auto& [name, doc, xml] : samples()) {
+    json flat = doc.flatten();
+    for (auto& [ptr, value] : flat.items()) {
+      json d = doc;
+      d[json::json_pointer(ptr)] = replacements[rng() % std::size(replacements)];
+      EXPECT_NO_THROW(check_invoice_rules(d)) << name << " " << ptr;
+      ++runs;
+    }
+  }
+  EXPECT_GT(runs, 1000u);
+}
+
+TEST(InvoiceRules, TaxIdentifiersAsPrinted) {
+  json doc = samples().front().doc;  // de-html-1: German parties
+  auto with = [&](const char* party, json tax_id, json vat_id, json country) {
+    json d = doc;
+    d[party]["tax_id"] = tax_id;
+    d[party]["vat_id"] = vat_id;
+    if (d[party]["address"].is_object()) d[party]["address"]["country"] = country;
+    return rule_ids(check_invoice_rules(d));
+  };
+  using Ids = std::set<std::string>;
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU 99887764", "HU"), Ids{});
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU-99887764", "HU"), Ids{});
+  EXPECT_EQ(with("seller", "99887764-4-02", "HU99999999", "HU"), Ids{});  // VAT group member
+  EXPECT_EQ(with("seller", "99887764-2-02", "HU99999999", "HU"), Ids{"rule:hu_vat_id"});  // another company's
+  EXPECT_EQ(with("seller", "HU99887764", nullptr, "HU"), Ids{"rule:hu_tax_number"});  // a VAT id as tax number
+  EXPECT_EQ(with("buyer", "8123456789", nullptr, "HU"), Ids{});  // a private person's tax id: not an adószám
+  EXPECT_EQ(with("buyer", "12345678-2-41", nullptr, "DE"), Ids{"rule:hu_tax_number"});  // adószám shape anywhere
+  EXPECT_EQ(with("buyer", "201/113/40209", "DE136695976", "DE"), Ids{});  // German Steuernummer: not checked
+  EXPECT_EQ(with("buyer", "12345678901", "IT12345678901", "IT"), Ids{});  // Italian partita IVA shape
+  // An IBAN the schema's pattern already rejects is not reported again.
+  json d = doc;
+  d["payment"]["iban"] = "GB82 WEST 1234 5698 7654 32";
+  EXPECT_TRUE(check_invoice_rules(d).empty());
+}
