@@ -109,6 +109,13 @@ std::string proc_field(const char* file, const char* key) {
   return "";
 }
 
+/// CPU seconds this process has used (all threads), for the share of the machine a run got.
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 std::vector<double> load_average() {
   std::ifstream in("/proc/loadavg");
   double a = 0, b = 0, c = 0;
@@ -293,14 +300,22 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   out["max_tokens"] = w.max_tokens;
   out["constrained"] = !w.json_schema.empty();
   if (w.target_prompt_tokens) out["target_prompt_tokens"] = w.target_prompt_tokens;
-  std::vector<double> ttft, dec, pre;
+  std::vector<double> ttft, dec, pre, cpu_share;
   std::vector<RunFigures> measured;
   json runs = json::array();
   for (std::size_t r = 0; r <= o_.runs; ++r) {
     const eng::GenerationRequest req = make_request(w, o_.mtp);
     const eng::EngineStats before = engine.stats();
+    const double cpu0 = process_cpu_s();
+    const eng::Stopwatch wall;
     const eng::GenerationResult res = engine.generate(req);
+    const double wall_s = wall.seconds(), cpu_s = process_cpu_s() - cpu0;
     RunFigures f = figures_of(res, before, engine.stats());
+    f.j["wall_s"] = wall_s;
+    f.j["cpu_s"] = cpu_s;
+    // Share of the threads' time the run got: below 1 the machine was shared (or threads idled).
+    f.j["cpu_share"] = cpu_s / (wall_s * static_cast<double>(threads_));
+    cpu_share.push_back(cpu_s / (wall_s * static_cast<double>(threads_)));
     json head{{"run", r}, {"warmup", r == 0}};
     head.update(f.j);
     runs.push_back(head);
@@ -329,6 +344,7 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   out["prefill_tok_s_warm"] = median(pre);
   out["decode_tok_s"] = median(dec);
   out["decode_tok_s_runs"] = dec;
+  out["cpu_share"] = median(cpu_share);
   const double bps = median(bytes_per_step);
   out["bytes_per_decode_step"] = bps;
   out["achieved_gb_s"] = median(dec) * bps / 1e9;

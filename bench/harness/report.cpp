@@ -140,8 +140,8 @@ std::string report_markdown(const json& r) {
       << " KB per token (f32)" << (mi.value("random_weights", false) ? "; random weights" : "") << ".\n\n";
     if (!m["workloads"].empty()) {
       s << "| workload | prompt tok | output tok | decode tok/s | TTFT cold s | TTFT warm s | cached tok (warm) "
-           "| prefill tok/s (cold) | MB/step | achieved GB/s | roofline tok/s | % of roofline |\n";
-      s << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+           "| prefill tok/s (cold) | MB/step | achieved GB/s | roofline tok/s | % of roofline | CPU share |\n";
+      s << "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
       for (const auto& w : m["workloads"])
         s << "| " << w.value("workload", "") << (w.value("constrained", false) ? " (constrained)" : "") << " | "
           << w.value("prompt_tokens", 0) << " | " << num(get(w, "output_tokens"), 0) << " | "
@@ -149,7 +149,8 @@ std::string report_markdown(const json& r) {
           << num(get(w, "ttft_warm_s"), 3) << " | " << num(get(w, "cached_tokens_warm"), 0) << " | "
           << num(get(w, "prefill_tok_s_cold"), 1) << " | "
           << num(get(w, "bytes_per_decode_step") / 1e6, 1) << " | " << num(get(w, "achieved_gb_s"), 2) << " | "
-          << num(get(w, "roofline_tok_s"), 1) << " | " << num(100 * get(w, "fraction_of_roofline"), 1) << " |\n";
+          << num(get(w, "roofline_tok_s"), 1) << " | " << num(100 * get(w, "fraction_of_roofline"), 1) << " | "
+          << num(get(w, "cpu_share"), 2) << " |\n";
       s << "\n";
     }
     for (const auto& k : m["skipped_workloads"])
