@@ -223,6 +223,59 @@ RunFigures figures_of(const eng::GenerationResult& r, const eng::EngineStats& be
   return f;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Drafting figures. Written against the contract's names (EngineOptions::mtp_depth, RequestStats::
+// draft_proposed / draft_accepted / verify_steps / accepted_tokens / draft_tokens); detected at
+// compile time so that the harness builds on an engine with or without MTP drafting.
+
+template <class Options>
+constexpr bool kHasMtpDepth = requires(Options e) { e.mtp_depth; };
+constexpr bool kEngineHasMtp = kHasMtpDepth<eng::EngineOptions>;
+
+template <class Options>
+void set_mtp_depth(Options& eo, std::size_t depth) {
+  if constexpr (requires { eo.mtp_depth; }) eo.mtp_depth = depth;
+}
+
+/// Sums of the draft counters over runs; per position j (draft position j + 1).
+struct DraftTotals {
+  std::vector<double> proposed, accepted;
+  double drafts = 0, accepted_tokens = 0, verify_steps = 0;
+
+  template <class Stats>
+  void add(const Stats& st) {
+    if constexpr (requires { st.draft_proposed; st.draft_accepted; st.verify_steps; st.accepted_tokens; st.draft_tokens; }) {
+      if (proposed.size() < st.draft_proposed.size()) proposed.resize(st.draft_proposed.size());
+      if (accepted.size() < st.draft_accepted.size()) accepted.resize(st.draft_accepted.size());
+      for (std::size_t j = 0; j < st.draft_proposed.size(); ++j) proposed[j] += static_cast<double>(st.draft_proposed[j]);
+      for (std::size_t j = 0; j < st.draft_accepted.size(); ++j) accepted[j] += static_cast<double>(st.draft_accepted[j]);
+      drafts += static_cast<double>(st.draft_tokens);
+      accepted_tokens += static_cast<double>(st.accepted_tokens);
+      verify_steps += static_cast<double>(st.verify_steps);
+    } else {
+      (void)st;
+    }
+  }
+  bool any() const { return verify_steps > 0 && drafts > 0; }
+  /// accepted / proposed per draft position (positions never proposed are left out).
+  std::vector<double> acceptance_by_position() const {
+    std::vector<double> out;
+    for (std::size_t j = 0; j < proposed.size() && proposed[j] > 0; ++j)
+      out.push_back((j < accepted.size() ? accepted[j] : 0.0) / proposed[j]);
+    return out;
+  }
+  /// Tokens emitted per verify step: accepted drafts + the main model's own token.
+  double mean_acceptance_length() const { return verify_steps > 0 ? (accepted_tokens + verify_steps) / verify_steps : 0.0; }
+  void write(json& j) const {
+    j["acceptance_by_position"] = acceptance_by_position();
+    j["acceptance_rate"] = drafts > 0 ? accepted_tokens / drafts : 0.0;
+    j["mean_acceptance_length"] = mean_acceptance_length();
+    j["draft_tokens"] = drafts;
+    j["accepted_tokens"] = accepted_tokens;
+    j["verify_steps"] = verify_steps;
+  }
+};
+
 eng::GenerationRequest make_request(const Workload& w, std::size_t mtp) {
   eng::GenerationRequest req;
   req.prompt = w.prompt;
@@ -230,7 +283,7 @@ eng::GenerationRequest make_request(const Workload& w, std::size_t mtp) {
   req.ignore_eos = w.ignore_eos;
   req.json_schema = w.json_schema;
   req.json_schema_lenient = true;  // the shipped schema's formats are checked after generation
-  (void)mtp;  // per-request draft depth: wired when the engine has MTP drafting
+  (void)mtp;  // the draft depth is engine-wide (EngineOptions::mtp_depth, set in open_engine)
   return req;
 }
 
@@ -302,6 +355,7 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   if (w.target_prompt_tokens) out["target_prompt_tokens"] = w.target_prompt_tokens;
   std::vector<double> ttft, dec, pre, cpu_share;
   std::vector<RunFigures> measured;
+  DraftTotals drafts;
   json runs = json::array();
   for (std::size_t r = 0; r <= o_.runs; ++r) {
     const eng::GenerationRequest req = make_request(w, o_.mtp);
@@ -311,6 +365,12 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
     const eng::GenerationResult res = engine.generate(req);
     const double wall_s = wall.seconds(), cpu_s = process_cpu_s() - cpu0;
     RunFigures f = figures_of(res, before, engine.stats());
+    if (o_.mtp) {
+      DraftTotals one;
+      one.add(res.stats);
+      if (one.any()) one.write(f.j);
+      if (r > 0) drafts.add(res.stats);
+    }
     f.j["wall_s"] = wall_s;
     f.j["cpu_s"] = cpu_s;
     // Share of the threads' time the run got: below 1 the machine was shared (or threads idled).
@@ -352,6 +412,7 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   const double flops = prefill_flops(c, 0, out["prompt_tokens"].get<std::size_t>());
   out["prefill_gflop"] = flops / 1e9;
   out["prefill_gflop_s_cold"] = flops / out["ttft_cold_s"].get<double>() / 1e9;
+  if (drafts.any()) drafts.write(out);
   out["runs"] = runs;
   return out;
 }
@@ -524,6 +585,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
     eo.n_threads = threads_;
     eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
     eo.enable_prefix_caching = o_.prefix_caching;
+    set_mtp_depth(eo, o_.mtp);
     if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
     const eng::Stopwatch load;
     auto engine = eng::Engine::open(mut.dir, tok, eo);
@@ -551,7 +613,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
                  {"max_num_seqs", defaults.max_num_seqs},
                  {"prefix_caching", o_.prefix_caching},
                  {"fresh_engine_per_test", true},
-                 {"mtp_depth", 0}};
+                 {"mtp_depth", kEngineHasMtp ? o_.mtp : 0}};
 
   json wl = json::array();
   for (const auto& w : built) {
@@ -576,9 +638,16 @@ json Runner::run_model(const ModelUnderTest& mut) {
     auto engine = open_engine(need);
     m["pp_tg"] = run_pp_tg(*engine, *tok);
   }
-  m["drafting"] = {{"available", false},
-                   {"note", o_.mtp ? "MTP drafting requested but this engine build has no drafting"
-                                   : "no drafting requested (--mtp 0)"}};
+  bool drafted = false;
+  for (const auto& w : m["workloads"]) drafted = drafted || w.contains("acceptance_by_position");
+  if (drafted)
+    m["drafting"] = {{"available", true}, {"mtp_depth", o_.mtp}, {"note", "MTP drafting, greedy verification"}};
+  else
+    m["drafting"] = {{"available", false},
+                     {"note", !o_.mtp          ? "no drafting requested (--mtp 0)"
+                              : !kEngineHasMtp ? "MTP drafting requested but this engine build has no drafting"
+                                               : "MTP drafting requested but the engine proposed no drafts "
+                                                 "(no MTP module in this model?)"}};
   return m;
 }
 
