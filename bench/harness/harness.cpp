@@ -407,6 +407,9 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   out["cpu_share"] = median(cpu_share);
   const double bps = median(bytes_per_step);
   out["bytes_per_decode_step"] = bps;
+  const double wbytes = static_cast<double>(engine.model().weight_bytes_per_step());
+  out["weight_bytes_per_decode_step"] = wbytes;
+  out["kv_bytes_per_decode_step"] = std::max(0.0, bps - wbytes);
   out["achieved_gb_s"] = median(dec) * bps / 1e9;
   const auto& c = engine.model().config();
   const double flops = prefill_flops(c, 0, out["prompt_tokens"].get<std::size_t>());
