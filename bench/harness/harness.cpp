@@ -123,6 +123,25 @@ std::vector<double> load_average() {
   return {a, b, c};
 }
 
+/// Size of the largest CPU cache (sysfs), 0 if unknown.
+std::size_t last_level_cache_bytes() {
+  std::size_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string v;
+    if (!(in >> v) || v.empty()) continue;
+    std::size_t mult = 1;
+    if (v.back() == 'K') mult = 1024;
+    if (v.back() == 'M') mult = 1024 * 1024;
+    if (mult != 1) v.pop_back();
+    try {
+      best = std::max<std::size_t>(best, std::stoull(v) * mult);
+    } catch (const std::exception&) {
+    }
+  }
+  return best;
+}
+
 json machine_info(std::size_t threads) {
   json m;
   m["cpu"] = proc_field("/proc/cpuinfo", "model name");
@@ -131,6 +150,7 @@ json machine_info(std::size_t threads) {
   const std::string mem = proc_field("/proc/meminfo", "MemTotal");
   m["memory_gib"] = mem.empty() ? 0.0 : std::stod(mem) / (1024.0 * 1024.0);
   m["gemm_kernel"] = eng::cpu::gemm_kernel_name();
+  m["last_level_cache_bytes"] = last_level_cache_bytes();
   m["load_average_at_start"] = load_average();
   return m;
 }
@@ -606,6 +626,13 @@ json Runner::run_model(const ModelUnderTest& mut) {
   {
     auto probe = open_engine(4096);
     m["model"] = model_info(*probe, mut.dir, mut.label);
+  }
+  {
+    // Weights that fit in the last-level cache are not read from DRAM each step: the DRAM
+    // bandwidth roofline does not bound such a model (its decode can exceed it).
+    const std::size_t llc = last_level_cache_bytes();
+    m["model"]["weights_fit_in_last_level_cache"] =
+        llc > 0 && m["model"]["weight_bytes_per_step"].get<std::size_t>() < llc;
   }
   m["model"]["random_weights"] = mut.random;
   if (mut.random) m["model"]["random_spec"] = mut.random_spec;
