@@ -32,6 +32,12 @@
 //   rule:country         an address country that is not an ISO 3166-1 alpha-2 code.
 // Code lists (ISO 4217, ISO 3166-1) are converted at build time from Debian's iso-codes package data.
 //
+// Real documents do break some of these rules (tests/rules lists each with its reason): EN 16931 and
+// ZUGFeRD invoices with document-level allowances or charges (BT-107/BT-108, which our schema cannot
+// carry) fail rule:line_sum; example IBANs with made-up check digits fail rule:iban; NAV advance
+// invoices paid before they were issued fail rule:date_order; two NAV samples have VAT totals that do
+// not add up. A caller that must accept such documents decides per rule id what makes a record invalid.
+//
 // Rounding tolerance. Amounts are rounded to a quantum q: 1 when every amount of the document is a whole
 // number (a document kept in whole units, such as a HUF invoice), else 0.01 (cents). A total compared
 // with a sum of N rounded amounts may differ from it by at most N x q/2 when the writer summed unrounded

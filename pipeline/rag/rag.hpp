@@ -220,7 +220,8 @@ struct RagPrompts {
 /// see the top of this file).
 /// `counter` counts tokens (a tokenizer adapter, or EstimateTokenCounter). `questions` must outlive
 /// the result. Throws std::invalid_argument when the template's user part lacks "{document}" or
-/// "{question}", or when even an empty context leaves no room (context_tokens too small).
+/// "{question}", or when even an empty context leaves no room (context_tokens too small for the
+/// system message, the longest question and max_answer_tokens).
 RagPrompts build_rag_prompts(const Document& doc, const std::vector<Question>& questions, const RagTemplate& tmpl,
                              const TokenCounter& counter, const RagPromptOptions& opts = {});
 

@@ -492,3 +492,29 @@ TEST(Questions, RandomBytesNeverCrash) {
     }
   }
 }
+
+TEST(Questions, FileErrorsNameThePath) {
+  fs::path p = fs::path(QUARRY_BINARY_DIR) / "tests" / "rag" / "bad_questions.jsonl";
+  {
+    std::ofstream(p) << "{\"question\": \"fine\"}\n{\"question\": \"broken\"\n";
+  }
+  auto r = read_questions(p);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().message().starts_with(p.string() + ":2: not a JSON object")) << r.error().message();
+}
+
+TEST(Evidence, QuoteAcrossAPageBreak) {
+  const auto& pages = agreement().pages;
+  ASSERT_GE(pages.size(), 3u);
+  // The last line of page 1 and the first line of page 2, as one quote.
+  std::string quote = pages[0].lines.back().text + "\n" + pages[1].lines.front().text;
+  auto with_pages = [&](json p) {
+    return check_evidence(json{{"answer", "x"}, {"evidence", {quote}}, {"pages", p}}, agreement());
+  };
+  EXPECT_TRUE(with_pages({1}).empty());
+  EXPECT_TRUE(with_pages({2}).empty());
+  EXPECT_TRUE(with_pages({1, 2}).empty());
+  auto vs = with_pages({3});
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].keyword, "rule:evidence_page");
+}
