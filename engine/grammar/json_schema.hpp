@@ -55,6 +55,9 @@ struct SchemaOptions {
   /// Treat a missing additionalProperties / items as false (closed objects and arrays), as
   /// structured-output APIs do. Off by default (JSON Schema semantics).
   bool strict = false;
+  /// Most fraction digits a generated number may have (0 = unbounded). Keeps a model from
+  /// writing digits forever; instances with more fraction digits are rejected by the grammar.
+  int max_fraction_digits = 16;
 };
 
 /// A schema the compiler cannot handle: `what()` = "<pointer>: <reason>".

@@ -438,88 +438,135 @@ const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) co
   auto& infos = info_cache_->infos;
   if (auto it = infos.find(n0); it != infos.end()) return *it->second;
   const Grammar& g = *grammar_;
-  // Iterative post-order over text-character successors. A successor still in progress (a cycle
-  // other than a self-loop) is taken conservatively: accepts nothing, unbounded, unsafe.
-  struct Frame {
-    std::uint32_t node;
-    CharStep step;
-    std::size_t i = 0;
-    bool simple = true;
+  // The graph of text-character steps reachable from n0 (nodes not analysed yet).
+  std::unordered_map<std::uint32_t, std::uint32_t> index;  // grammar node -> local index
+  std::vector<std::uint32_t> nodes;
+  std::vector<CharStep> steps;
+  std::vector<char> simple;
+  auto add = [&](std::uint32_t n) {
+    if (infos.count(n) || index.count(n)) return;
+    index.emplace(n, static_cast<std::uint32_t>(nodes.size()));
+    nodes.push_back(n);
+    simple.push_back(g.nodes[n].calls.empty());
+    steps.push_back(simple.back() ? char_step(g, n) : CharStep{});
   };
-  std::unordered_map<std::uint32_t, char> in_progress;
-  std::vector<Frame> stack;
-  auto push = [&](std::uint32_t n) {
-    Frame f;
-    f.node = n;
-    f.simple = g.nodes[n].calls.empty();
-    if (f.simple) f.step = char_step(g, n);
-    in_progress[n] = 1;
-    stack.push_back(std::move(f));
+  add(n0);
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (std::uint32_t m : steps[i].succ) add(m);
+  const std::size_t n = nodes.size();
+  auto local = [&](std::uint32_t m) -> std::uint32_t {
+    auto it = index.find(m);
+    return it == index.end() ? UINT32_MAX : it->second;
   };
-  push(n0);
-  while (!stack.empty()) {
-    Frame& f = stack.back();
-    bool descended = false;
-    while (f.i < f.step.succ.size()) {
-      std::uint32_t m = f.step.succ[f.i++];
-      if (m == f.node || infos.count(m) || in_progress.count(m)) continue;
-      push(m);
-      descended = true;
-      break;
+  // Strongly connected components (Tarjan, iterative); emitted sinks first.
+  std::vector<std::uint32_t> low(n), num(n, UINT32_MAX), comp(n, UINT32_MAX), stk;
+  std::vector<char> on(n, 0);
+  std::vector<std::vector<std::uint32_t>> comps;
+  std::uint32_t counter = 0;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (num[r] != UINT32_MAX) continue;
+    std::vector<std::pair<std::uint32_t, std::size_t>> call{{r, 0}};
+    num[r] = low[r] = counter++;
+    stk.push_back(r);
+    on[r] = 1;
+    while (!call.empty()) {
+      auto& [v, i] = call.back();
+      if (i < steps[v].succ.size()) {
+        std::uint32_t w = local(steps[v].succ[i++]);
+        if (w == UINT32_MAX) continue;
+        if (num[w] == UINT32_MAX) {
+          num[w] = low[w] = counter++;
+          stk.push_back(w);
+          on[w] = 1;
+          call.push_back({w, 0});
+        } else if (on[w]) {
+          low[v] = std::min(low[v], num[w]);
+        }
+        continue;
+      }
+      if (low[v] == num[v]) {
+        comps.emplace_back();
+        std::uint32_t w;
+        do {
+          w = stk.back();
+          stk.pop_back();
+          on[w] = 0;
+          comp[w] = static_cast<std::uint32_t>(comps.size() - 1);
+          comps.back().push_back(w);
+        } while (w != v);
+      }
+      std::uint32_t done = v;
+      call.pop_back();
+      if (!call.empty()) low[call.back().first] = std::min(low[call.back().first], low[done]);
     }
-    if (descended) continue;
-    auto info = std::make_unique<NodeInfo>();
-    NodeInfo& I = *info;
-    const std::uint32_t n = f.node;
-    const CharStep& st = f.step;
-    I.cum[0] = kAllChars;
-    if (!f.simple) {
-      I.plain_all = 0;
-      I.plain_max = kInf;
-      I.safe = false;
-    } else {
-      bool self = false;
-      std::vector<const NodeInfo*> others;
-      bool cyclic = false;
-      for (std::uint32_t m : st.succ) {
-        if (m == n) { self = true; continue; }
-        auto it = infos.find(m);
-        if (it == infos.end()) { cyclic = true; continue; }
-        others.push_back(it->second.get());
-      }
-      bool plain_cov = (st.cov[0] & kPlainLo) == kPlainLo && (st.cov[1] & kPlainHi) == kPlainHi && st.mb_all;
-      // B
-      if (!plain_cov || cyclic) {
-        I.plain_all = plain_cov ? 1 : 0;
-      } else {
-        unsigned mn = kInf;
-        for (const NodeInfo* o : others) mn = std::min<unsigned>(mn, o->plain_all);
-        I.plain_all = mn >= kInf - 1 ? kInf : static_cast<std::uint8_t>(1 + mn);
-      }
-      // L
-      if (st.succ.empty()) I.plain_max = 0;
-      else if (self || cyclic) I.plain_max = kInf;
-      else {
-        unsigned mx = 0;
-        for (const NodeInfo* o : others) mx = std::max<unsigned>(mx, o->plain_max);
-        I.plain_max = mx >= kInf - 1 ? kInf : static_cast<std::uint8_t>(1 + mx);
-      }
-      // safe
-      I.safe = !g.nodes[n].final && st.mids_ok && !cyclic;
-      for (const NodeInfo* o : others) I.safe = I.safe && o->safe;
-      // cum
-      for (std::size_t j = 1; j <= kCumChars; ++j) {
-        CharSet c{{st.cov[0], st.cov[1]}, st.mb_all};
-        if (self) c.meet(I.cum[j - 1]);
-        for (const NodeInfo* o : others) c.meet(o->cum[j - 1]);
-        if (cyclic && j > 1) c = CharSet{};
-        I.cum[j] = c;
-      }
-    }
-    in_progress.erase(n);
-    infos.emplace(n, std::move(info));
-    stack.pop_back();
   }
+  // Values per component (greatest fixpoints inside a component; see NodeInfo).
+  std::vector<std::unique_ptr<NodeInfo>> out(n);
+  for (std::uint32_t v = 0; v < n; ++v) out[v] = std::make_unique<NodeInfo>();
+  auto info_of = [&](std::uint32_t m) -> const NodeInfo& {
+    std::uint32_t w = local(m);
+    return w == UINT32_MAX ? *infos.at(m) : *out[w];
+  };
+  for (std::size_t c = 0; c < comps.size(); ++c) {
+    const auto& C = comps[c];
+    bool cyclic = C.size() > 1;
+    for (std::uint32_t v : C)
+      for (std::uint32_t m : steps[v].succ)
+        if (m == nodes[v]) cyclic = true;
+    // L and safe are shared by the whole component.
+    unsigned L = 0;
+    bool safe = true;
+    for (std::uint32_t v : C) {
+      const GNode& gn = g.nodes[nodes[v]];
+      if (!simple[v] || gn.final || !steps[v].mids_ok) safe = false;
+      if (!simple[v]) L = kInf;
+      for (std::uint32_t m : steps[v].succ) {
+        std::uint32_t w = local(m);
+        if (w != UINT32_MAX && comp[w] == c) continue;
+        const NodeInfo& o = info_of(m);
+        safe = safe && o.safe;
+        L = std::max<unsigned>(L, o.plain_max >= kInf ? kInf : o.plain_max + 1u);
+      }
+      if (!steps[v].succ.empty()) L = std::max(L, 1u);
+    }
+    if (cyclic) L = kInf;
+    for (std::uint32_t v : C) {
+      out[v]->plain_max = static_cast<std::uint8_t>(std::min<unsigned>(L, kInf));
+      out[v]->safe = safe;
+    }
+    // B: start from "unbounded" and lower until stable.
+    auto plain_cov = [&](std::uint32_t v) {
+      const CharStep& st = steps[v];
+      return simple[v] && (st.cov[0] & kPlainLo) == kPlainLo && (st.cov[1] & kPlainHi) == kPlainHi && st.mb_all;
+    };
+    for (std::uint32_t v : C) out[v]->plain_all = plain_cov(v) ? kInf : 0;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::uint32_t v : C) {
+        if (!out[v]->plain_all) continue;
+        unsigned mn = kInf;
+        for (std::uint32_t m : steps[v].succ) mn = std::min<unsigned>(mn, info_of(m).plain_all);
+        unsigned b = mn >= kInf ? kInf : 1 + mn;
+        if (b < out[v]->plain_all) {
+          out[v]->plain_all = static_cast<std::uint8_t>(b);
+          changed = true;
+        }
+      }
+    }
+    // cum, layer by layer (layer j only reads layer j - 1).
+    for (std::uint32_t v : C) {
+      out[v]->cum[0] = kAllChars;
+      for (std::size_t j = 1; j <= kCumChars; ++j) out[v]->cum[j] = CharSet{};
+    }
+    for (std::size_t j = 1; j <= kCumChars; ++j)
+      for (std::uint32_t v : C) {
+        if (!simple[v]) continue;
+        CharSet s{{steps[v].cov[0], steps[v].cov[1]}, steps[v].mb_all};
+        for (std::uint32_t m : steps[v].succ) s.meet(info_of(m).cum[j - 1]);
+        out[v]->cum[j] = s;
+      }
+  }
+  for (std::uint32_t v = 0; v < n; ++v) infos.emplace(nodes[v], std::move(out[v]));
   return *infos.at(n0);
 }
 
@@ -802,7 +849,8 @@ GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenizerInfo> tok, std::
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile_json_schema(std::string_view schema_text,
                                                                             const SchemaOptions& o) {
   std::string key = std::string(schema_text) + '\0' + std::to_string(static_cast<int>(o.draft)) + ',' +
-                    std::to_string(o.lenient) + ',' + std::to_string(o.max_whitespace) + ',' + std::to_string(o.strict);
+                    std::to_string(o.lenient) + ',' + std::to_string(o.max_whitespace) + ',' + std::to_string(o.strict) + ',' +
+                    std::to_string(o.max_fraction_digits);
   {
     std::lock_guard lk(mu_);
     auto it = cache_.find(key);
