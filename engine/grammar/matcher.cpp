@@ -83,40 +83,29 @@ inline bool is_cont(std::uint8_t b) { return (b & 0xC0) == 0x80; }
 
 }  // namespace
 
-void TokenizerInfo::build_trie() {
-  const std::size_t n = sorted_.size();
-  auto tok_len = [&](std::size_t k) { return sorted_off_[k + 1] - sorted_off_[k]; };
-  // Per token (sorted position): plain text? code points.
-  std::vector<std::uint8_t> plain(n), chars(n);
-  max_plain_chars_ = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    std::string_view t = sorted_token(k);
-    int u = 0;
-    bool ok = true;
-    std::size_t c = 0;
-    for (char ch : t) {
-      auto b = static_cast<std::uint8_t>(ch);
-      u = utf8_step(u, b);
-      if (u == kUtf8Dead || b < 0x20 || b == 0x7F || b == '"' || b == '\\') ok = false;
-      if (!is_cont(b)) ++c;
-    }
-    plain[k] = ok && u == 0;
-    chars[k] = static_cast<std::uint8_t>(std::min<std::size_t>(c, 255));
-    if (plain[k]) max_plain_chars_ = std::max<std::size_t>(max_plain_chars_, chars[k]);
-  }
+std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vector<std::uint32_t>* pos,
+                                                                const std::vector<std::uint8_t>& plain,
+                                                                const std::vector<std::uint8_t>& chars) const {
+  const std::size_t n = pos ? pos->size() : sorted_.size();
+  auto P = [&](std::size_t k) -> std::size_t { return pos ? (*pos)[k] : k; };
+  auto tok_len = [&](std::size_t k) { return sorted_off_[P(k) + 1] - sorted_off_[P(k)]; };
   // Trie nodes in depth-first order from the sorted list and its common-prefix lengths.
-  trie_.assign(1, TrieNode{});
+  std::vector<TrieNode> trie_(1, TrieNode{});
   trie_[0].hi = static_cast<std::uint32_t>(n);
   std::vector<std::uint32_t> path{0};
   for (std::size_t k = 0; k < n; ++k) {
-    std::size_t l = k ? lcp_[k] : 0, len = tok_len(k);
+    std::size_t l = 0, len = tok_len(k);
+    if (k > 0) {
+      std::string_view a = sorted_token(P(k - 1)), b = sorted_token(P(k));
+      while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
+    }
     while (path.size() > l + 1) {
       TrieNode& v = trie_[path.back()];
       v.hi = static_cast<std::uint32_t>(k);
       v.next = static_cast<std::uint32_t>(trie_.size());
       path.pop_back();
     }
-    std::string_view t = sorted_token(k);
+    std::string_view t = sorted_token(P(k));
     for (std::size_t d = l + 1; d <= len; ++d) {
       TrieNode v;
       v.lo = static_cast<std::uint32_t>(k);
@@ -143,8 +132,8 @@ void TokenizerInfo::build_trie() {
     bool has_token = false;
     for (std::size_t p = v.lo; p < v.hi && tok_len(p) == v.depth; ++p) {
       has_token = true;
-      all_plain = all_plain && plain[p];
-      maxc = std::max(maxc, chars[p]);
+      all_plain = all_plain && plain[P(p)];
+      maxc = std::max(maxc, chars[P(p)]);
     }
     std::uint16_t child_ok = 0x1FF;
     for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < v.next; c = trie_[c].next) {
@@ -173,6 +162,46 @@ void TokenizerInfo::build_trie() {
     v.suffix_ascii[0] = sa[0];
     v.suffix_ascii[1] = sa[1];
   }
+  // skip_plain: the first sibling at or after a node that is not all-plain (or the parent's end).
+  std::vector<std::uint32_t> kids;
+  for (std::size_t vi = 0; vi < trie_.size(); ++vi) {
+    const std::uint32_t end = trie_[vi].next;
+    kids.clear();
+    for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < end; c = trie_[c].next) kids.push_back(c);
+    std::uint32_t nxt = end;
+    for (std::size_t i = kids.size(); i-- > 0;) {
+      if (!(trie_[kids[i]].flags & kAllPlain)) nxt = kids[i];
+      trie_[kids[i]].skip_plain = nxt;
+    }
+  }
+  return trie_;
+}
+
+void TokenizerInfo::build_trie() {
+  const std::size_t n = sorted_.size();
+  // Per token (sorted position): plain text? code points.
+  std::vector<std::uint8_t> plain(n), chars(n);
+  max_plain_chars_ = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    std::string_view t = sorted_token(k);
+    int u = 0;
+    bool ok = true;
+    std::size_t c = 0;
+    for (char ch : t) {
+      auto b = static_cast<std::uint8_t>(ch);
+      u = utf8_step(u, b);
+      if (u == kUtf8Dead || b < 0x20 || b == 0x7F || b == '"' || b == '\\') ok = false;
+      if (!is_cont(b)) ++c;
+    }
+    plain[k] = ok && u == 0;
+    chars[k] = static_cast<std::uint8_t>(std::min<std::size_t>(c, 255));
+    if (plain[k]) max_plain_chars_ = std::max<std::size_t>(max_plain_chars_, chars[k]);
+  }
+  trie_ = build_nodes(nullptr, plain, chars);
+  nonplain_pos_.clear();
+  for (std::size_t k = 0; k < n; ++k)
+    if (!plain[k]) nonplain_pos_.push_back(static_cast<std::uint32_t>(k));
+  nonplain_trie_ = build_nodes(&nonplain_pos_, plain, chars);
   sorted_chars_ = std::move(chars);
   // Plain tokens by code point count, cumulative.
   const std::size_t words = mask_words();
@@ -609,7 +638,6 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   if (mode_ == NodeTableMode::kFullWalk) return build_node_table_full(node, t);
   const TokenizerInfo& tok = *tok_;
   const std::size_t words = tok.mask_words();
-  const auto& trie = tok.trie();
   const auto& ids = tok.sorted_ids();
   Parser local(*grammar_);
   std::vector<Thread> seeds{{node, 0}};
@@ -640,12 +668,19 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   std::uint32_t last_node = UINT32_MAX;
   const NodeInfo* last_info = nullptr;
   const auto& g_nodes = grammar_->nodes;
+  // With an exact plain decision only the non-plain tokens are left: walk their (small) trie.
+  const bool np = plain_exact && plain_all > 0;
+  const auto& trie = np ? tok.nonplain_trie() : tok.trie();
+  const std::uint32_t* np_pos = tok.nonplain_positions().data();
+  auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };
   const std::uint32_t end = trie[0].next;
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
     const std::size_t d = tn.depth;
     if (plain_all > 0 && (tn.flags & TokenizerInfo::kAllPlain) && (plain_exact || tn.max_chars <= plain_all)) {
-      v = tn.next;  // every token below is plain and already decided
+      // Every token below is plain and already decided; with an exact decision, so are the
+      // all-plain siblings that follow.
+      v = plain_exact ? tn.skip_plain : tn.next;
       continue;
     }
     const ParseState& ps = st[d - 1];
@@ -660,7 +695,10 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
         }
       }
       if (const NodeInfo* I = info[d - 1]) {
-        if (I->safe && tn.suffix_min_chars > I->plain_max && !(tn.suffix_ascii[0] & kQuote) &&
+        // Rejections below are final only if no rule end was passed on the way (else they are
+        // context-dependent: the walk records them as uncertain).
+        const bool no_exit = !exitf[d - 1];
+        if (no_exit && I->safe && tn.suffix_min_chars > I->plain_max && !(tn.suffix_ascii[0] & kQuote) &&
             !(tn.suffix_ascii[1] & kBackslash)) {
           v = tn.next;  // only text characters, more than the grammar accepts from here: rejected
           continue;
@@ -684,16 +722,16 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
           j = lo;
         }
         if (j == tn.suffix_max_chars) {
-          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) set_bit(acc, ids[p]);
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) set_bit(acc, ids[P(p)]);
           v = tn.next;
           continue;
         }
-        if (j >= tn.suffix_min_chars && j == I->plain_max && I->safe && !(tn.suffix_ascii[0] & kQuote) &&
+        if (no_exit && j >= tn.suffix_min_chars && j == I->plain_max && I->safe && !(tn.suffix_ascii[0] & kQuote) &&
             !(tn.suffix_ascii[1] & kBackslash)) {
           // Suffixes of at most j code points accepted, longer ones rejected (no rule end on the way).
           const std::size_t base = pchars[d - 1] + j;
           for (std::uint32_t p = tn.lo; p < tn.hi; ++p)
-            if (tok.sorted_chars(p) <= base) set_bit(acc, ids[p]);
+            if (tok.sorted_chars(P(p)) <= base) set_bit(acc, ids[P(p)]);
           v = tn.next;
           continue;
         }
@@ -725,14 +763,14 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     }
     if (!alive) {
       if (exitf[d - 1])
-        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) t.uncertain.push_back(p);
+        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) t.uncertain.push_back(P(p));
       v = tn.next;
       continue;
     }
     exitf[d] = exitf[d - 1] || st[d].can_end;
     pchars[d] = pchars[d - 1] + (is_cont(tn.byte) ? 0 : 1);
     info_known[d] = 0;
-    for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(p).size() == d; ++p) set_bit(acc, ids[p]);
+    for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(P(p)).size() == d; ++p) set_bit(acc, ids[P(p)]);
     ++v;
   }
 }

@@ -68,6 +68,7 @@ class TokenizerInfo {
   struct TrieNode {
     std::uint32_t lo = 0, hi = 0;  ///< tokens of the subtree: sorted positions [lo, hi)
     std::uint32_t next = 0;        ///< first node after this subtree
+    std::uint32_t skip_plain = 0;  ///< first sibling at or after this node that is not kAllPlain (else the parent's next)
     std::uint16_t depth = 0;       ///< prefix length in bytes
     std::uint8_t byte = 0;         ///< edge byte into the node (its prefix's last byte)
     std::uint8_t flags = 0;        ///< kAllPlain | kSuffixUtf8 | kSuffixNonAscii
@@ -84,6 +85,10 @@ class TokenizerInfo {
   /// Some edge-inclusive suffix holds a byte >= 0x80.
   static constexpr std::uint8_t kSuffixNonAscii = 4;
   const std::vector<TrieNode>& trie() const { return trie_; }
+  /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
+  /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
+  const std::vector<TrieNode>& nonplain_trie() const { return nonplain_trie_; }
+  const std::vector<std::uint32_t>& nonplain_positions() const { return nonplain_pos_; }
   /// Token id bitset (mask_words() words) of the plain tokens with at most c code points,
   /// c <= max_plain_chars() (cumulative: plain_upto(c) includes plain_upto(c - 1)).
   const std::uint32_t* plain_upto(std::size_t c) const {
@@ -95,6 +100,8 @@ class TokenizerInfo {
 
  private:
   void build_trie();
+  std::vector<TrieNode> build_nodes(const std::vector<std::uint32_t>* pos, const std::vector<std::uint8_t>& plain,
+                                    const std::vector<std::uint8_t>& chars) const;
   enum Kind : std::uint8_t { kRegular, kEos, kSpecial, kEmpty };
   std::vector<std::string> tokens_;
   std::vector<TokenId> eos_;
@@ -107,6 +114,8 @@ class TokenizerInfo {
   std::vector<TrieNode> trie_;
   std::vector<std::uint32_t> plain_upto_;
   std::vector<std::uint8_t> sorted_chars_;
+  std::vector<TrieNode> nonplain_trie_;
+  std::vector<std::uint32_t> nonplain_pos_;
   std::size_t max_plain_chars_ = 0;
 };
 
