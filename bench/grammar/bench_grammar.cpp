@@ -15,7 +15,8 @@
 //                     for the full walk only with --precompute-full-walk (up to a minute per schema)
 //   cold p50/p99/max  bitmask µs per token over the walks, caches filled lazily along the way
 //                     (wall clock; with --cpu-time the thread's CPU time, which leaves out waits for
-//                     a core on a shared machine and adds about 0.1-0.5 µs of clock overhead)
+//                     a core on a shared machine and adds about 0.1-0.5 µs of clock overhead; compile,
+//                     precompute and vocabulary preprocessing are then CPU time too)
 //   warm p50/p99/max  the same walks again with the caches filled (the steady state of a server)
 //   baseline_us       the uncached reference mask (a full vocabulary walk per token), median over
 //                     sampled states, and the ratio baseline / warm p50
@@ -125,8 +126,9 @@ int main(int argc, char** argv) {
   auto tok = quarry::engine::Tokenizer::from_file(tokenizer);
   double load_ms = ms_since(t0);
   t0 = Clock::now();
+  double c0 = cpu_us();
   auto info = eg::TokenizerInfo::from_tokenizer(*tok);
-  double vocab_ms = ms_since(t0);
+  double vocab_ms = cpu_time ? (cpu_us() - c0) / 1000.0 : ms_since(t0);
 
   nlohmann::json report;
   report["tokenizer"] = fs::path(tokenizer).parent_path().filename().string();
@@ -151,8 +153,9 @@ int main(int argc, char** argv) {
     eg::SchemaCompileResult res;
     for (int k = 0; k < 21; ++k) {
       t0 = Clock::now();
+      double c0 = cpu_us();
       res = eg::compile_json_schema(text);
-      compile.push_back(ms_since(t0));
+      compile.push_back(cpu_time ? (cpu_us() - c0) / 1000.0 : ms_since(t0));
     }
     double compile_ms = pct(compile, 50);
     // Two node-table builders in the same run: the earlier full-vocabulary walk ("before") and the
@@ -193,8 +196,9 @@ int main(int argc, char** argv) {
       if (!full || precompute_full) {
         auto cg2 = std::make_shared<eg::CompiledGrammar>(res.grammar, info, res, mode);
         t0 = Clock::now();
+        double p0 = cpu_us();
         cg2->warm_up();
-        precompute_ms = ms_since(t0);
+        precompute_ms = cpu_time ? (cpu_us() - p0) / 1000.0 : ms_since(t0);
       }
       // Baseline: uncached full-vocabulary walk on sampled states.
       std::vector<double> base;

@@ -381,8 +381,11 @@ struct CompiledGrammar::NodeInfo {
 };
 
 struct CompiledGrammar::InfoCache {
+  explicit InfoCache(std::size_t nodes) : ready(nodes) {}
   std::mutex mu;
   std::unordered_map<std::uint32_t, std::unique_ptr<NodeInfo>> infos;
+  // Lock-free reads of finished analyses (published after the lock-protected computation).
+  std::vector<std::atomic<const NodeInfo*>> ready;
 };
 
 // One code point step from a grammar node over "text" characters (every character except '"' and
@@ -463,6 +466,7 @@ CharStep char_step(const Grammar& g, std::uint32_t n) {
 }  // namespace
 
 const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) const {
+  if (const NodeInfo* r = info_cache_->ready[n0].load(std::memory_order_acquire)) return *r;
   std::lock_guard lk(info_cache_->mu);
   auto& infos = info_cache_->infos;
   if (auto it = infos.find(n0); it != infos.end()) return *it->second;
@@ -595,14 +599,17 @@ const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) co
         out[v]->cum[j] = s;
       }
   }
-  for (std::uint32_t v = 0; v < n; ++v) infos.emplace(nodes[v], std::move(out[v]));
+  for (std::uint32_t v = 0; v < n; ++v) {
+    info_cache_->ready[nodes[v]].store(out[v].get(), std::memory_order_release);
+    infos.emplace(nodes[v], std::move(out[v]));
+  }
   return *infos.at(n0);
 }
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
                                  SchemaCompileResult meta, NodeTableMode mode)
     : grammar_(std::move(g)), tok_(std::move(tok)), meta_(std::move(meta)), mode_(mode),
-      info_cache_(std::make_unique<InfoCache>()), state_cache_(std::make_unique<StateCache>()),
+      info_cache_(std::make_unique<InfoCache>(grammar_ ? grammar_->nodes.size() : 0)), state_cache_(std::make_unique<StateCache>()),
       node_cache_(std::make_unique<NodeCache>()) {
   if (!grammar_ || !tok_) throw std::invalid_argument("CompiledGrammar: null grammar or tokenizer");
   meta_.grammar = grammar_;
