@@ -154,7 +154,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
     }
     utf8_ok[vi] = ok;
     v.flags = static_cast<std::uint8_t>((all_plain ? kAllPlain : 0) | ((ok & 1) ? kSuffixUtf8 : 0) |
-                                        (nonascii ? kSuffixNonAscii : 0));
+                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0));
     v.max_chars = maxc;
     v.suffix_max_chars = static_cast<std::uint8_t>(std::min(255, smaxc + (is_cont(v.byte) ? 0 : 1)));
     if (has_token) sminc = 0;
@@ -691,7 +691,9 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       continue;
     }
     const ParseState& ps = st[d - 1];
-    if (tn.flags & TokenizerInfo::kSuffixUtf8) {
+    // (Not in the non-plain trie: its tokens hold quotes, escapes, controls or broken UTF-8, which
+    // the character-class rules never settle.)
+    if (!np && (tn.flags & TokenizerInfo::kSuffixUtf8)) {
       if (!info_known[d - 1]) {
         info_known[d - 1] = 1;
         info[d - 1] = nullptr;
@@ -777,7 +779,16 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     exitf[d] = exitf[d - 1] || st[d].can_end;
     pchars[d] = pchars[d - 1] + (is_cont(tn.byte) ? 0 : 1);
     info_known[d] = 0;
-    for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(P(p)).size() == d; ++p) set_bit(acc, ids[P(p)]);
+    std::uint32_t p = tn.lo;
+    if (tn.flags & TokenizerInfo::kHasToken)
+      for (; p < tn.hi && tok.sorted_token(P(p)).size() == d; ++p) set_bit(acc, ids[P(p)]);
+    if (st[d].threads.empty()) {
+      // The rule ended here and nothing inside it goes on: every longer token below depends on the
+      // context (exitf[d] holds).
+      for (; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      v = tn.next;
+      continue;
+    }
     ++v;
   }
 }

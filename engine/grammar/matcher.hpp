@@ -71,7 +71,7 @@ class TokenizerInfo {
     std::uint32_t skip_plain = 0;  ///< first sibling at or after this node that is not kAllPlain (else the parent's next)
     std::uint16_t depth = 0;       ///< prefix length in bytes
     std::uint8_t byte = 0;         ///< edge byte into the node (its prefix's last byte)
-    std::uint8_t flags = 0;        ///< kAllPlain | kSuffixUtf8 | kSuffixNonAscii
+    std::uint8_t flags = 0;        ///< kAllPlain | kSuffixUtf8 | kSuffixNonAscii | kHasToken
     std::uint8_t max_chars = 0;    ///< max code points of a token in the subtree (255 = more)
     std::uint8_t suffix_max_chars = 0;  ///< max code points of the edge-inclusive suffixes (see below)
     std::uint8_t suffix_min_chars = 0;  ///< min code points of the edge-inclusive suffixes
@@ -84,6 +84,8 @@ class TokenizerInfo {
   static constexpr std::uint8_t kSuffixUtf8 = 2;
   /// Some edge-inclusive suffix holds a byte >= 0x80.
   static constexpr std::uint8_t kSuffixNonAscii = 4;
+  /// A token ends at this node (its bytes are the node's prefix).
+  static constexpr std::uint8_t kHasToken = 8;
   const std::vector<TrieNode>& trie() const { return trie_; }
   /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
   /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
