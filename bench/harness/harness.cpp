@@ -491,13 +491,16 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
 
 json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
   const auto& c = engine.model().config();
-  // Each run reads its own window of the running text (offsets 997 tokens apart), so no run finds
-  // another run's prompt in the prefix cache (llama-benchy adds noise for the same reason).
+  // Each run of each test reads its own window of the running text (windows start 997 tokens apart;
+  // the text repeats with the document's period, which 997, a prime, does not divide), so no run
+  // finds another's prompt in the prefix cache (llama-benchy adds noise for the same reason).
   constexpr std::size_t kStride = 997;
   std::size_t longest = 0;
   for (std::size_t d : o_.depth)
     for (std::size_t p : o_.pp) longest = std::max(longest, d + p);
-  const std::vector<eng::TokenId> text = filler_tokens(inputs_, tok, longest + (o_.runs + 2) * kStride);
+  const std::size_t n_windows = 1 + o_.depth.size() * o_.pp.size() * o_.tg.size() * o_.runs;
+  const std::vector<eng::TokenId> text = filler_tokens(inputs_, tok, longest + n_windows * kStride);
+  std::size_t next_window = 1;  // 0: the warm-up's
   auto window = [&](std::size_t run, std::size_t n) {
     const auto b = text.begin() + static_cast<std::ptrdiff_t>(run * kStride);
     return std::vector<eng::TokenId>(b, b + static_cast<std::ptrdiff_t>(n));
@@ -531,7 +534,8 @@ json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
         // Without one, pp = all d + p prompt tokens / TTFT.
         const bool two_step = o_.prefix_caching && d > 0;
         std::vector<double> pp_s, tg_s, ttft, gbs, ctx_pp, computed;
-        for (std::size_t r = 1; r <= o_.runs; ++r) {
+        for (std::size_t run = 0; run < o_.runs; ++run) {
+          const std::size_t r = next_window++;
           if (two_step) {
             eng::GenerationRequest ctx;
             ctx.prompt = window(r, d);

@@ -58,7 +58,7 @@ struct BenchOptions {
   /// Multiplies every workload's output length (256 / 300 tokens in the seed); 1 = seed sizes.
   double output_scale = 1.0;
   std::size_t runs = 3;  ///< measured runs per workload (after 1 warm-up)
-  std::uint64_t seed = 1;  ///< picks the question, the invoice and the filler text
+  std::uint64_t seed = 1;  ///< picks the questions (qa, long-rag) and the invoice (json-kie)
 
   /// Concurrency sweep: levels (e.g. 1, 2, 4) of requests submitted together, each request one of the
   /// short workloads (qa, code, json-kie, hungarian) in turn; empty: no sweep. Runs on models[0].

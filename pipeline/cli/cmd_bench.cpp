@@ -192,7 +192,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(1, 65536));
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Turn the engine's prefix cache off (every run recomputes its whole prompt)");
-  sub->add_option("--seed", a->seed, "Picks the question, the invoice and the filler text")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Picks the questions and the invoice")->capture_default_str();
   sub->add_option("--work", a->work, "Folder for random-weight checkpoints (default: ~/.cache/quarry/bench)");
   sub->callback([a, &ctx] { ctx.exit_code = run_bench_command(*a); });
 }
