@@ -33,10 +33,9 @@ class Model {
     forward(batch, kv, logits, nullptr, pool);
   }
 
-  /// Same, and when `hidden` is not null also writes the final hidden state of the same rows
-  /// (batch.logits[t] = 1, in batch order): [batch.n_logits(), hidden_size] f32 -- the state the MTP
-  /// module reads (config().mtp_hidden_state: after the final RMSNorm for "post_norm", before it for
-  /// "pre_norm").
+  /// Same, and when `hidden` is not null also writes the final hidden state of every token of the
+  /// batch: [batch.size(), hidden_size] f32, in batch order -- the state the MTP module reads
+  /// (config().mtp_hidden_state: after the final RMSNorm for "post_norm", before it for "pre_norm").
   virtual void forward(const Batch& batch, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) = 0;
 
   /// Draft depths the MTP module can run (0: the checkpoint has none). The Qwen3-Next layout's one

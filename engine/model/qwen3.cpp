@@ -241,6 +241,10 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
   cpu::embedding(b.tokens.data(), T, embed_, x.data(), pool);
   for (std::size_t l = 0; l < layers_.size(); ++l) run_layer(layers_[l], l, x.data(), T, b, tables, kv, s, pool);
 
+  if (hidden) {  // every row's state for the MTP module
+    if (cfg_.mtp_hidden_state == "pre_norm") std::copy(x.begin(), x.end(), hidden);
+    else cpu::rms_norm(x.data(), hidden, T, H, H, final_norm_.data(), eps, pool);
+  }
   // Final norm and LM head only for the rows whose logits are wanted.
   std::vector<float> sel;
   sel.reserve(b.n_logits() * H);
@@ -249,9 +253,7 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
                                 x.begin() + static_cast<std::ptrdiff_t>((t + 1) * H));
   const std::size_t n_out = sel.size() / H;
   if (n_out == 0) return;
-  if (hidden && cfg_.mtp_hidden_state == "pre_norm") std::copy(sel.begin(), sel.end(), hidden);
   cpu::rms_norm(sel.data(), sel.data(), n_out, H, H, final_norm_.data(), eps, pool);
-  if (hidden && cfg_.mtp_hidden_state != "pre_norm") std::copy(sel.begin(), sel.end(), hidden);
   cpu::matmul(sel.data(), n_out, lm_head_, logits, pool);
 }
 

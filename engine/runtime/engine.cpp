@@ -21,6 +21,10 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+void TokenConstraint::rollback(std::size_t) {
+  throw std::logic_error("TokenConstraint: this constraint does not support rollback");
+}
+
 namespace {
 
 /// eos_token_id of generation_config.json (int or list), if the file is there and has it.

@@ -57,6 +57,12 @@ class TokenConstraint {
   /// accepted by it. The engine appends them to the output without sampling and feeds them to the
   /// model like prompt tokens in the next forward call. Default: none.
   virtual std::vector<TokenId> take_forced_tokens() { return {}; }
+  /// Undoes the last `n` accepted tokens (speculative decoding drops rejected drafts; XGrammar's
+  /// rollback). Tokens taken through take_forced_tokens() count one each. Only called when
+  /// supports_rollback() is true; the default throws std::logic_error.
+  virtual void rollback(std::size_t n);
+  /// True if rollback() works (the engine drafts only for sequences whose constraint can roll back).
+  virtual bool supports_rollback() const { return false; }
 };
 
 struct GenerationRequest {
