@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,10 @@ struct EngineOptions {
   std::size_t n_threads = 0;            ///< worker threads incl. the caller; 0: all hardware threads
   std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
   std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
+  /// MTP speculative decoding: the most drafts per verify step (0: off). The depth used per sequence
+  /// adapts to its recent acceptance up to this cap, which is also capped by the model's MTP module
+  /// (Model::mtp_depths(); no module: off). Output is unchanged (lossless), only faster.
+  std::size_t mtp_depth = 0;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };
@@ -85,6 +90,8 @@ struct GenerationRequest {
   bool jump_forward = false;
   /// Optional: called after each generated token with its id (streaming).
   std::function<void(TokenId)> on_token;
+  /// Per-request MTP draft depth cap (see EngineOptions::mtp_depth, which bounds it); unset: the engine's.
+  std::optional<std::size_t> mtp_depth;
 };
 
 enum class FinishReason { length, eos, stop_string, constraint };
@@ -137,6 +144,7 @@ class Engine {
   std::vector<TokenId> eos_ids_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> kv_;
+  std::size_t mtp_depth_ = 0;  ///< MTP draft depth cap (KV layers reserved for it)
   EngineStats stats_;
   std::shared_ptr<const grammar::TokenizerInfo> grammar_vocab_;
   std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;

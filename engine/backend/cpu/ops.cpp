@@ -137,6 +137,22 @@ void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_toke
   });
 }
 
+namespace {
+/// Dot product with 16 independent partial sums (vectorisable without -ffast-math; a single running
+/// sum is one long dependency chain).
+inline float dot_lanes(const float* a, const float* b, std::size_t n) {
+  constexpr std::size_t L = 16;
+  float acc[L] = {};
+  std::size_t i = 0;
+  for (; i + L <= n; i += L)
+    for (std::size_t l = 0; l < L; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (std::size_t l = 0; l < L; ++l) s += acc[l];
+  return s;
+}
+}  // namespace
+
 void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
                std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
                const KvLayerView& kv, float scale, ThreadPool* pool) {
@@ -153,9 +169,7 @@ void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std
       float mx = -std::numeric_limits<float>::infinity();
       for (std::size_t p = 0; p < n_ctx; ++p) {
         const float* kp = kv.blocks[table[p / bs]] + kv.k_offset + (p % bs) * row + kvh * hd;
-        float s = 0.f;
-        for (std::size_t i = 0; i < hd; ++i) s += qv[i] * kp[i];
-        s *= scale;
+        float s = dot_lanes(qv, kp, hd) * scale;
         scores[p] = s;
         mx = std::max(mx, s);
       }
