@@ -55,8 +55,11 @@ class Model {
   /// `logits` [batch.n_logits(), vocab_size] (predicting token i + depth + 1).
   /// Throws std::invalid_argument on depth 0 or > mtp_depths(), a KV cache without that depth's layer,
   /// or the errors of forward().
+  /// `draft_vocab` (0: all) limits the logits to token ids 0..draft_vocab-1 (rows [n_logits, draft_vocab]):
+  /// byte-level BPE ids are in merge order, roughly by frequency, so the first ids cover most text at a
+  /// fraction of the LM head's cost (FR-Spec, Zhao et al. 2025: drafting over a frequency-ranked sub-vocabulary).
   virtual void mtp_forward(std::size_t depth, const Batch& batch, const float* hidden_in, KvCache& kv,
-                           float* hidden_out, float* logits, ThreadPool* pool);
+                           float* hidden_out, float* logits, ThreadPool* pool, std::size_t draft_vocab = 0);
 
   /// Bytes of weights one decode step reads (all matrices incl. the LM head, norms, one embedding row).
   virtual std::size_t weight_bytes_per_step() const = 0;

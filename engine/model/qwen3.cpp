@@ -133,7 +133,7 @@ class Qwen3 final : public Model {
   using Model::forward;
   void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) override;
   void mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
-                   float* logits, ThreadPool* pool) override;
+                   float* logits, ThreadPool* pool, std::size_t draft_vocab = 0) override;
 
  private:
   Layer layer(const std::string& p) {
@@ -258,7 +258,7 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
 }
 
 void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
-                        float* logits, ThreadPool* pool) {
+                        float* logits, ThreadPool* pool, std::size_t draft_vocab) {
   if (mtp_.empty()) throw std::invalid_argument("mtp_forward: the model has no MTP module");
   if (depth == 0 || depth > mtp_depths_)
     throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
@@ -293,7 +293,10 @@ void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_i
   sel.reserve(b.n_logits() * H);
   for (std::size_t t = 0; t < T; ++t)
     if (b.logits[t]) sel.insert(sel.end(), hidden_out + t * H, hidden_out + (t + 1) * H);
-  if (!sel.empty()) cpu::matmul(sel.data(), sel.size() / H, m.lm_head, logits, pool);
+  if (sel.empty()) return;
+  cpu::Weight head = m.lm_head;  // the first draft_vocab rows: same storage, fewer rows
+  if (draft_vocab > 0 && draft_vocab < head.rows) head.rows = draft_vocab;
+  cpu::matmul(sel.data(), sel.size() / H, head, logits, pool);
 }
 
 }  // namespace

@@ -193,7 +193,9 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
   std::vector<std::uint32_t> mask(mask_words);
   Batch batch;
   const std::size_t kv_token_bytes = kv_->bytes_per_token();
-  MtpDrafter drafter(*model_, *kv_, pool_.get());
+  std::size_t draft_vocab = options_.mtp_draft_vocab;
+  if (draft_vocab == 0) draft_vocab = std::max(V / 4, std::min<std::size_t>(V, 4096));
+  MtpDrafter drafter(*model_, *kv_, pool_.get(), std::min(draft_vocab, V));
   std::vector<DraftJob*> jobs;
 
   auto finish = [&](Sequence& s, FinishReason why) {

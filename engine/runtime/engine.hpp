@@ -43,6 +43,9 @@ struct EngineOptions {
   /// adapts to its recent acceptance up to this cap, which is also capped by the model's MTP module
   /// (Model::mtp_depths(); no module: off). Output is unchanged (lossless), only faster.
   std::size_t mtp_depth = 0;
+  /// MTP drafts are chosen among the first token ids only (byte-level BPE ids run roughly by frequency;
+  /// FR-Spec, Zhao et al. 2025): 0 = auto (max(vocab / 4, min(vocab, 4096))); >= vocab: all ids.
+  std::size_t mtp_draft_vocab = 0;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };

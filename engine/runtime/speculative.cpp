@@ -106,7 +106,8 @@ std::size_t popcount(const std::vector<std::uint32_t>& m, TokenId* only) {
 }  // namespace
 
 std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
-  const std::size_t H = model_.config().hidden_size, V = model_.config().vocab_size;
+  const std::size_t H = model_.config().hidden_size;
+  const std::size_t V = draft_vocab_ > 0 ? std::min(draft_vocab_, model_.config().vocab_size) : model_.config().vocab_size;
   struct Work {
     DraftJob* job = nullptr;
     bool active = false;
@@ -188,7 +189,7 @@ std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
       if (batch.size() == 0) continue;
       hout.resize(batch.size() * H);
       logits.resize(batch.n_logits() * V);
-      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), pool_);
+      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), pool_, V);
       mtp_rows += batch.size();
       // Keep the outputs; commit the rows that read committed tokens only.
       std::size_t at = 0;

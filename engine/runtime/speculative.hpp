@@ -106,7 +106,10 @@ struct DraftJob {
 /// sequences that need it.
 class MtpDrafter {
  public:
-  MtpDrafter(Model& model, KvCache& kv, ThreadPool* pool) : model_(model), kv_(kv), pool_(pool) {}
+  /// `draft_vocab`: drafts are chosen among token ids 0..draft_vocab-1 only (0: the whole vocabulary;
+  /// see Model::mtp_forward). Forced drafts are not limited. Verification stays exact either way.
+  MtpDrafter(Model& model, KvCache& kv, ThreadPool* pool, std::size_t draft_vocab = 0)
+      : model_(model), kv_(kv), pool_(pool), draft_vocab_(draft_vocab) {}
   /// Fills each job's drafts / dists / masks. The caller must have reserved KV for n_committed +
   /// max_drafts positions. Returns the number of MTP rows computed (for stats).
   std::size_t draft(std::span<DraftJob* const> jobs);
@@ -115,6 +118,7 @@ class MtpDrafter {
   Model& model_;
   KvCache& kv_;
   ThreadPool* pool_;
+  std::size_t draft_vocab_;
 };
 
 }  // namespace quarry::engine
