@@ -18,7 +18,7 @@
 // of the same request stopped after its first token (the prefill), which is robust to other processes.
 //
 // Usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2] [--workloads json-kie,qa,long-rag]
-//                  [--max-docs N] [--out DIR]
+//                  [--max-docs N] [--max-questions N] [--out DIR]
 // Writes OUT/bench_mtp.json and OUT/bench_mtp.md.
 #include <time.h>
 
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   fs::path model = fs::path(QUARRY_SOURCE_DIR) / "models/quarry-extract-11m", out = ".";
   std::vector<std::size_t> depths = {0, 2, 4};
   std::vector<std::string> workloads = {"json-kie", "qa", "long-rag"};
-  std::size_t runs = 3, threads = 2, max_docs = 1000;
+  std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::stoul(v);
     else if (a == "--workloads") workloads = split(v, ',');
     else if (a == "--max-docs") max_docs = std::stoul(v);
+    else if (a == "--max-questions") max_questions = std::stoul(v);
     else if (a == "--out") out = v;
     else {
       std::cerr << "bench_mtp: unknown option " << a << "\n";
@@ -117,17 +118,18 @@ int main(int argc, char** argv) {
       std::vector<fs::path> docs;
       for (const auto& e : fs::directory_iterator(root / "samples/invoices")) docs.push_back(e.path());
       std::sort(docs.begin(), docs.end());
-      for (const auto& d : docs) {
-        if (w.messages.size() >= max_docs) break;
-        w.messages.push_back({{"system", prompts["kie"]["system"].get<std::string>()}, {"user", document_text(d)}});
-      }
+      // At most max_docs, spread evenly over the sorted list (languages and formats alternate in it).
+      const std::size_t n = std::min(max_docs, docs.size());
+      for (std::size_t i = 0; i < n; ++i)
+        w.messages.push_back({{"system", prompts["kie"]["system"].get<std::string>()},
+                              {"user", document_text(docs[i * docs.size() / n])}});
     } else if (name == "qa" || name == "long-rag") {
       w.schema = read_file(root / "schemas/rag_answer.schema.json");
       std::string doc = document_text(root / "samples/long/services-agreement.pdf");
       if (name == "qa") doc = doc.substr(0, std::min<std::size_t>(doc.size(), 1500));
       const auto qs = split(read_file(root / "samples/questions/services-agreement.txt"), '\n');
       const std::string user = prompts["rag"]["user"].get<std::string>();
-      for (std::size_t q = 0; q < qs.size() && q < std::min<std::size_t>(max_docs, 4); ++q) {
+      for (std::size_t q = 0; q < qs.size() && q < max_questions; ++q) {
         std::string u = user;
         u.replace(u.find("{document}"), 10, doc);
         u.replace(u.find("{question}"), 10, qs[q]);
