@@ -74,7 +74,7 @@ void MtpState::push_main_hidden(const float* rows, std::size_t n, std::size_t fi
   pending_[0].insert(pending_[0].end(), rows, rows + n * hidden_);
 }
 
-std::size_t MtpState::choose_depth(std::size_t cap) const {
+std::size_t MtpState::choose_depth(std::size_t cap) {
   double reach = 1.0;
   std::size_t k = 0;
   for (std::size_t j = 0; j < std::min(cap, max_depth_); ++j) {
@@ -82,7 +82,15 @@ std::size_t MtpState::choose_depth(std::size_t cap) const {
     if (reach < 0.3) break;
     k = j + 1;
   }
-  return std::max<std::size_t>(k, std::min<std::size_t>(1, cap));
+  if (k > 0 || cap == 0) {
+    idle_rounds_ = 0;
+    return k;
+  }
+  if (++idle_rounds_ >= 8) {  // probe
+    idle_rounds_ = 0;
+    return 1;
+  }
+  return 0;
 }
 
 void MtpState::record(std::size_t proposed, std::size_t accepted) {

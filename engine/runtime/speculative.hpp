@@ -66,9 +66,11 @@ class MtpState {
   /// Position after the last main hidden state recorded.
   std::size_t main_hidden_end() const { return next_row_[0] + pending_rows(0); }
 
-  /// Draft depth for the next round from recent acceptance (at least 1, at most `cap`): the deepest
-  /// position whose estimated probability of being reached and accepted is >= 0.3.
-  std::size_t choose_depth(std::size_t cap) const;
+  /// Draft depth for the next round from recent acceptance (at most `cap`): the deepest position whose
+  /// estimated probability of being reached and accepted is >= 0.3; 0 (no drafting) while the first
+  /// position's acceptance is below 0.3, except for a 1-draft probe every 8th round so that the
+  /// estimate can recover.
+  std::size_t choose_depth(std::size_t cap);
   /// Updates the acceptance estimates after a verification: `proposed` drafts, `accepted` of them.
   void record(std::size_t proposed, std::size_t accepted);
 
@@ -79,6 +81,7 @@ class MtpState {
   std::vector<std::size_t> next_row_;         ///< r_d for d = 1..max_depth (index d - 1)
   std::vector<std::vector<float>> pending_;   ///< [j]: g_j rows from next_row_[j], committed inputs only
   std::vector<double> accept_rate_;           ///< per position: P(accepted | reached), moving average
+  std::size_t idle_rounds_ = 0;               ///< rounds without drafting since the last probe
 };
 
 /// One sequence's drafting job for a round.
