@@ -18,5 +18,6 @@ void add_ingest_command(CLI::App& app, Context& ctx);
 void add_generate_command(CLI::App& app, Context& ctx);
 void add_tokenize_command(CLI::App& app, Context& ctx);
 void add_schema_command(CLI::App& app, Context& ctx);
+void add_bench_command(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli
