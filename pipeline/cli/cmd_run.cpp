@@ -7,7 +7,7 @@
 // Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C once finishes the
 // documents in flight and stops; twice cancels them. Either way everything reported done is in
 // OUTDIR, and rerunning the same command resumes.
-// Exit codes: 0 every record ok; 2 some records are invalid or errors; 1 setup failure;
+// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors; 1 setup failure;
 // 130 interrupted (rerun to resume).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -150,7 +150,7 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
     m = qr::run_job(job, control, opts);
   }
   printer.end_line();
-  qr::write_report(job, m);
+  const auto report = qr::write_report(job, m);
   const auto out = job.output;
   std::printf("results: %s\nreport:  %s (and report.json)\n", (out / qr::Ledger::results_name).c_str(),
               (out / "report.md").c_str());
@@ -164,7 +164,9 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
                  m.expected - m.written - m.skipped, m.expected, resume_cmd.c_str());
     return 130;
   }
-  return (m.invalid + m.error) > 0 ? 2 : 0;
+  // The status of the output folder as a whole (a resumed run reports the failures of earlier runs too).
+  const auto& by = report["by_status"];
+  return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
 }
 
 void add_common_options(CLI::App* sub, RunArgs& a) {

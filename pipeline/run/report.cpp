@@ -105,7 +105,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
   return r;
 }
 
-void write_report(const JobSpec& job, const RunMetrics& m) {
+json write_report(const JobSpec& job, const RunMetrics& m) {
   const json r = build_report(job, m);
   write_atomically(job.output / "report.json", r.dump(2) + "\n");
   const auto& t = r["this_run"];
@@ -145,6 +145,7 @@ void write_report(const JobSpec& job, const RunMetrics& m) {
   for (const char* s : {"discover", "extract", "build", "engine", "validate", "write"})
     md << "| " << s << " | " << fmt(t["stage_busy_s"][s].get<double>(), 3) << " |\n";
   write_atomically(job.output / "report.md", md.str());
+  return r;
 }
 
 }  // namespace quarry::run

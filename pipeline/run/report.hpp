@@ -17,7 +17,8 @@ namespace quarry::run {
 /// Builds the report object (see write_report). Throws std::runtime_error if results.jsonl cannot be read.
 nlohmann::json build_report(const JobSpec& job, const RunMetrics& m);
 
-/// Writes report.json and report.md into job.output (each written to a temporary file, then renamed).
-void write_report(const JobSpec& job, const RunMetrics& m);
+/// Writes report.json and report.md into job.output (each written to a temporary file, then renamed);
+/// returns the report object.
+nlohmann::json write_report(const JobSpec& job, const RunMetrics& m);
 
 }  // namespace quarry::run

@@ -27,7 +27,7 @@
 namespace quarry::run {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace eng = quarry::engine;
 
 namespace {
@@ -54,6 +54,9 @@ zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, int hwm) {
   s.set(zmq::sockopt::linger, 0);
   return s;
 }
+
+/// The same value as the (sorted-key) nlohmann::json the validators take.
+nlohmann::json to_plain(const json& j) { return nlohmann::json::from_msgpack(json::to_msgpack(j)); }
 
 bool is_term(const zmq::error_t& e) { return e.num() == ETERM; }
 
@@ -552,7 +555,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         const std::string kind = m->value("kind", "");
         json errors = json::array();
         if (kind == "mapped") {
-          for (const auto& v : validator.validate((*m)["data"])) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+          for (const auto& v : validator.validate(to_plain((*m)["data"])))
+            errors.push_back(error_entry(v.pointer, v.keyword, v.message));
           out = make_record(*m, errors.empty() ? "ok" : "invalid", (*m)["method"], (*m)["data"], errors,
                             stats_without_model(*m, 0));
         } else {  // "generated"
@@ -573,7 +577,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
                                            std::string("the model output is not complete JSON (finish: ") +
                                                m->value("finish", "?") + ", " + std::to_string(text.size()) + " bytes)"));
             } else {
-              for (const auto& v : validator.validate(data)) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+              for (const auto& v : validator.validate(to_plain(data)))
+                errors.push_back(error_entry(v.pointer, v.keyword, v.message));
               if (sh.job.task == Task::rag && data.is_object() && data.contains("evidence") && m->contains("document_text")) {
                 const std::string doc_norm = normalise_ws((*m)["document_text"].get<std::string>());
                 const auto check = [&](const json& ev, const std::string& ptr) {
@@ -770,7 +775,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   BuildContext bc;
   bc.prompts = PromptTemplates::load(job.prompts);
   if (job.task == Task::rag) {
-    bc.questions = read_question_file(job.questions);
+    for (const auto& q : read_question_file(job.questions)) bc.questions.push_back(json(q));
     if (bc.questions.empty()) throw std::runtime_error(job.questions.string() + ": no questions");
     sh.units_per_doc = bc.questions.size();
   }
