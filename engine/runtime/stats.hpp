@@ -20,9 +20,12 @@ class Stopwatch {
 /// One request's figures.
 struct RequestStats {
   std::size_t prompt_tokens = 0;
+  std::size_t cached_tokens = 0;   ///< of prompt_tokens: served by the prefix cache (not computed)
+  std::size_t prefill_tokens = 0;  ///< of prompt_tokens: computed (prompt_tokens - cached_tokens)
   std::size_t generated_tokens = 0;
   std::size_t forced_tokens = 0;  ///< of generated_tokens: appended by jump-forward, not sampled
-  double ttft_s = 0.0;    ///< from the start of generate() to the first sampled token
+  double queue_s = 0.0;   ///< from submit() (or the start of generate()) to admission into the running set
+  double ttft_s = 0.0;    ///< from submit() (or the start of generate()) to the first sampled token
   double decode_s = 0.0;  ///< from the first sampled token to the last
   /// Decode speed: tokens after the first / decode_s (0 when fewer than two tokens).
   double decode_tok_s() const {
@@ -35,13 +38,20 @@ struct RequestStats {
 /// Engine-wide totals over forward calls. A forward call that carries any prompt (prefill) token is a
 /// prefill step; one with only decode tokens is a decode step.
 struct EngineStats {
-  std::size_t prefill_tokens = 0, prefill_steps = 0;
+  std::size_t prefill_tokens = 0, prefill_steps = 0;  ///< prompt tokens computed (prefix-cache hits excluded)
   double prefill_s = 0.0;
   std::size_t decode_tokens = 0, decode_steps = 0;
   std::size_t forced_tokens = 0;  ///< output tokens appended by jump-forward (not sampled)
   double decode_s = 0.0;
   /// Bytes decode steps read: weights once per step + the K/V of every context position attended.
   std::uint64_t decode_bytes = 0;
+  std::size_t requests_finished = 0;
+  // Prefix cache.
+  std::size_t prefix_hit_tokens = 0;   ///< prompt tokens served from cached blocks (sum of RequestStats::cached_tokens)
+  std::uint64_t kv_evictions = 0;      ///< cached blocks evicted to make room
+  std::size_t kv_cached_blocks = 0;    ///< blocks holding a prefix-cache key now (after the last step)
+  std::size_t kv_used_blocks = 0;      ///< blocks referenced by running sequences now
+  std::size_t kv_max_blocks = 0;       ///< capacity of the cache in blocks
 
   double prefill_tok_s() const { return prefill_s > 0 ? static_cast<double>(prefill_tokens) / prefill_s : 0.0; }
   double decode_tok_s() const { return decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0; }
