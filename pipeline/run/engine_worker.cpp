@@ -7,11 +7,42 @@ namespace quarry::run {
 using nlohmann::json;
 namespace eng = quarry::engine;
 
+namespace {
+
+/// Speculative-decoding counters, where this engine's RequestStats has them (and drafting ran).
+template <class Stats>
+void add_draft_stats(json& j, const Stats& s) {
+  if constexpr (requires { s.draft_tokens; s.accepted_tokens; s.verify_steps; }) {
+    if (s.draft_tokens > 0 || s.verify_steps > 0) {
+      j["draft_tokens"] = s.draft_tokens;
+      j["accepted_tokens"] = s.accepted_tokens;
+      j["verify_steps"] = s.verify_steps;
+    }
+  }
+}
+
+/// MTP draft depth, where this engine's options have it. Returns false when it cannot be set.
+template <class Options>
+bool set_mtp_depth(Options& o, std::size_t depth) {
+  if constexpr (requires { o.mtp_depth; }) {
+    o.mtp_depth = depth;
+    return true;
+  } else {
+    return depth == 0;
+  }
+}
+
+}  // namespace
+
 EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokenizer> tokenizer,
                            const std::string& schema_text, const std::function<void(const std::string&)>& log)
     : job_(job), tokenizer_(std::move(tokenizer)), schema_text_(schema_text) {
   eng::EngineOptions opt;
   opt.n_threads = job.engine.threads;
+  opt.max_num_seqs = job.engine.max_inflight;
+  opt.kv_cache_mb = job.engine.kv_cache_mb;
+  if (!set_mtp_depth(opt, job.engine.mtp_depth) && log)
+    log("engine: this build has no MTP drafting; mtp_depth " + std::to_string(job.engine.mtp_depth) + " ignored");
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);
   try {
@@ -25,15 +56,16 @@ EngineWorker::~EngineWorker() = default;
 
 std::size_t EngineWorker::context_tokens() const { return engine_->model().config().max_position_embeddings; }
 
+
 json EngineWorker::stats_json(const eng::RequestStats& s) {
   json j = {{"prompt_tokens", s.prompt_tokens},
-            // No prefix cache in this engine yet: every prompt token is computed.
-            {"prefill_tokens", s.prompt_tokens},
-            {"cached_tokens", 0},
+            {"prefill_tokens", s.prefill_tokens},
+            {"cached_tokens", s.cached_tokens},
             {"decode_tokens", s.generated_tokens},
             {"forced_tokens", s.forced_tokens},
             {"ttft_ms", s.ttft_s * 1e3},
             {"decode_tok_s", s.decode_tok_s()}};
+  add_draft_stats(j, s);
   return j;
 }
 
@@ -48,52 +80,55 @@ eng::GenerationRequest EngineWorker::make_request(const json& task) {
   return r;
 }
 
-void EngineWorker::submit(json task) { queued_.push_back(std::move(task)); }
+namespace {
 
-std::size_t EngineWorker::in_flight() const { return queued_.size(); }
+json generated(json task, const eng::GenerationResult* r, const std::string& error) {
+  task["kind"] = "generated";
+  if (r) {
+    task["text"] = r->text;
+    task["finish"] = eng::finish_reason_name(r->finish);
+    task["stats"] = EngineWorker::stats_json(r->stats);
+  } else {
+    task["text"] = "";
+    task["finish"] = "error";
+    task["stats"] = EngineWorker::stats_json(eng::RequestStats{});
+    task["stats"]["prompt_tokens"] = task["prompt"].size();
+  }
+  task["error"] = error;
+  return task;
+}
+
+}  // namespace
+
+void EngineWorker::submit(json task) {
+  try {
+    const auto id = engine_->submit(make_request(task));
+    running_.emplace(id, std::move(task));
+  } catch (const std::exception& e) {
+    refused_.push_back(generated(std::move(task), nullptr, e.what()));
+  }
+}
+
+std::size_t EngineWorker::in_flight() const { return running_.size() + refused_.size(); }
 
 std::size_t EngineWorker::cancel_all() {
-  const std::size_t n = queued_.size();
-  queued_.clear();
+  const std::size_t n = in_flight();
+  for (const auto& [id, _] : running_) engine_->cancel(id);
+  while (engine_->has_unfinished()) (void)engine_->step();
+  running_.clear();
+  refused_.clear();
   return n;
 }
 
 std::vector<json> EngineWorker::step() {
   std::vector<json> out;
-  if (queued_.empty()) return out;
-  std::vector<json> batch;
-  batch.swap(queued_);
-  const auto finish = [&](json& t, const eng::GenerationResult* r, const std::string& error) {
-    t["kind"] = "generated";
-    if (r) {
-      t["text"] = r->text;
-      t["finish"] = eng::finish_reason_name(r->finish);
-      t["stats"] = stats_json(r->stats);
-    } else {
-      t["text"] = "";
-      t["finish"] = "error";
-      t["stats"] = stats_json(eng::RequestStats{});
-      t["stats"]["prompt_tokens"] = t["prompt"].size();
-    }
-    t["error"] = error;
-    out.push_back(std::move(t));
-  };
-  std::vector<eng::GenerationRequest> reqs;
-  try {
-    for (const auto& t : batch) reqs.push_back(make_request(t));
-    const auto results = engine_->generate(std::span<const eng::GenerationRequest>(reqs));
-    for (std::size_t i = 0; i < batch.size(); ++i) finish(batch[i], &results[i], "");
-  } catch (const std::exception&) {
-    // One bad request fails the batch: run each alone so that only the bad one fails.
-    out.clear();
-    for (auto& t : batch) {
-      try {
-        const auto r = engine_->generate(make_request(t));
-        finish(t, &r, "");
-      } catch (const std::exception& e) {
-        finish(t, nullptr, e.what());
-      }
-    }
+  out.swap(refused_);
+  if (!engine_->has_unfinished()) return out;
+  for (auto& f : engine_->step()) {
+    auto it = running_.find(f.id);
+    if (it == running_.end()) continue;
+    out.push_back(generated(std::move(it->second), &f.result, f.error));
+    running_.erase(it);
   }
   return out;
 }

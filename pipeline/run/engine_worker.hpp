@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,13 +31,16 @@ class EngineWorker {
   /// The model's context length (max_position_embeddings).
   std::size_t context_tokens() const;
 
-  /// Queues a task (JSON with "prompt" ids, "max_tokens", "attempt").
+  /// Submits a task (JSON with "prompt" ids, "max_tokens", "attempt") to the engine's continuous
+  /// batch (Engine::submit); a request the engine refuses finishes at the next step() with its error.
   void submit(nlohmann::json task);
+  /// Tasks submitted and not yet returned by step().
   std::size_t in_flight() const;
-  /// Runs the engine: returns the tasks that finished, each with "kind": "generated", "text",
-  /// "finish", "stats" (record stats) and "error" (empty unless the request failed).
+  /// One scheduler iteration (Engine::step: at most one forward call): returns the tasks that
+  /// finished, each with "kind": "generated", "text", "finish", "stats" (record stats) and "error"
+  /// (empty unless the request failed).
   std::vector<nlohmann::json> step();
-  /// Drops every queued and running task; returns how many.
+  /// Cancels every task in flight (Engine::cancel) and drops them; returns how many.
   std::size_t cancel_all();
 
   /// Record stats of one request: prompt_tokens, prefill_tokens, cached_tokens, decode_tokens,
@@ -48,7 +52,8 @@ class EngineWorker {
   std::shared_ptr<const engine::Tokenizer> tokenizer_;
   std::string schema_text_;
   std::unique_ptr<engine::Engine> engine_;
-  std::vector<nlohmann::json> queued_;
+  std::unordered_map<engine::RequestId, nlohmann::json> running_;
+  std::vector<nlohmann::json> refused_;  ///< submit() threw: returned by the next step()
   engine::GenerationRequest make_request(const nlohmann::json& task);
 };
 
