@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "engine/grammar/constraint.hpp"
+
 namespace quarry::run {
 
 using nlohmann::json;
@@ -45,8 +47,14 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
     log("engine: this build has no MTP drafting; mtp_depth " + std::to_string(job.engine.mtp_depth) + " ignored");
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);
+  // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,
+  // which checks every output against the full schema afterwards.
   try {
-    (void)engine_->json_schema_constraint(schema_text_);
+    const auto c = engine_->json_schema_constraint(schema_text_, true);
+    if (const auto* g = dynamic_cast<const eng::grammar::GrammarConstraint*>(c.get()); g && log) {
+      for (const auto& w : g->matcher().compiled().meta().warnings)
+        log(job.schema.string() + ": not enforced while decoding (checked after): " + w);
+    }
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(job.schema.string() + ": " + e.what());
   }
@@ -76,7 +84,7 @@ eng::GenerationRequest EngineWorker::make_request(const json& task) {
   const std::size_t attempt = task.value("attempt", std::size_t{0});
   r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
   r.sampling.seed = job_.engine.seed + attempt;
-  r.constraint = engine_->json_schema_constraint(schema_text_);
+  r.constraint = engine_->json_schema_constraint(schema_text_, true);
   return r;
 }
 

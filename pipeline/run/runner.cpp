@@ -18,6 +18,7 @@
 #include "extractors/extract.hpp"
 #include "pipeline/run/engine_worker.hpp"
 #include "pipeline/run/prompts.hpp"
+#include "pipeline/rag/rag.hpp"
 #include "schemas/validate.hpp"
 #if __has_include("schemas/rules.hpp")
 #include "schemas/rules.hpp"
@@ -142,6 +143,32 @@ json stats_without_model(const json& base, std::size_t attempts) {
 std::string record_key(const std::string& source, const json& question) {
   if (question.is_null()) return source;
   return source + "#" + question.value("id", "");
+}
+
+/// A Document with the pages and lines of `text` (as Document::text() writes them: lines joined by
+/// '\n', pages by '\f'), so that text() gives `text` back. What the rag library needs of a document.
+Document document_from_text(const std::string& source, const std::string& text) {
+  Document d;
+  d.source = source;
+  std::size_t start = 0;
+  int number = 1;
+  for (;;) {
+    const auto end = text.find('\f', start);
+    const std::string_view page = std::string_view(text).substr(start, end == std::string::npos ? std::string::npos : end - start);
+    Page p;
+    p.number = number++;
+    std::size_t ls = 0;
+    for (;;) {
+      const auto le = page.find('\n', ls);
+      p.lines.push_back(Line{std::string(page.substr(ls, le == std::string_view::npos ? std::string_view::npos : le - ls)), {}, 0});
+      if (le == std::string_view::npos) break;
+      ls = le + 1;
+    }
+    d.pages.push_back(std::move(p));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return d;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,8 +395,13 @@ struct BuildContext {
   std::shared_ptr<const eng::Tokenizer> tokenizer;
   PromptTemplates prompts;
   std::size_t context_tokens = 0;  ///< model's max_position_embeddings
-  std::vector<json> questions;     ///< rag
+  std::vector<json> questions;     ///< rag: [{"id", "question"}]
+  std::vector<rag::Question> rag_questions;
+  rag::RagTemplate rag_template;
 };
+
+/// rag answers are short: the output budget of a question.
+std::size_t rag_answer_tokens(const JobSpec& job) { return std::min<std::size_t>(job.engine.max_tokens, 512); }
 
 constexpr std::size_t k_min_output_tokens = 256;
 
@@ -411,6 +443,12 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
           }
         } else {
           const auto& done = (*doc)["done"];
+          const Document d = document_from_text(source, text);
+          rag::RagPromptOptions ro;
+          ro.context_tokens = bc.context_tokens;
+          ro.max_answer_tokens = rag_answer_tokens(sh.job);
+          const rag::TokenizerCounter counter(bc.tokenizer);
+          const auto prompts = rag::build_rag_prompts(d, bc.rag_questions, bc.rag_template, counter, ro);
           for (std::size_t q = 0; q < bc.questions.size(); ++q) {
             if (done[q].get<bool>()) {
               ++skipped;
@@ -421,8 +459,8 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
             t["key"] = record_key(source, question);
             t["question_id"] = question["id"];
             t["question"] = question["question"];
-            const auto msgs = bc.prompts.rag_messages(text, question["question"].get<std::string>());
-            t["prompt"] = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(msgs, true, false));
+            t["prompt"] = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(prompts.prompts[q].messages, true, false));
+            t["whole_document"] = prompts.prompts[q].whole_document;
             t["document_text"] = text;
             tasks.push_back(std::move(t));
           }
@@ -445,7 +483,7 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
             t = nullptr;
             continue;
           }
-          t["max_tokens"] = std::min(room, sh.job.engine.max_tokens);
+          t["max_tokens"] = std::min(room, sh.job.task == Task::rag ? rag_answer_tokens(sh.job) : sh.job.engine.max_tokens);
           t["attempt"] = 0;
         }
       } catch (const std::exception& e) {
@@ -523,21 +561,6 @@ void engine_stage(Shared& sh, zmq::socket_t tasks_in, zmq::socket_t retry_in, zm
 // ---------------------------------------------------------------------------------------------
 // validate: schema + business rules; retry policy; the record.
 
-std::string normalise_ws(std::string_view s) {
-  std::string out;
-  bool space = false;
-  for (char c : s) {
-    if (c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f') {
-      space = !out.empty();
-    } else {
-      if (space) out += ' ';
-      space = false;
-      out += c;
-    }
-  }
-  return out;
-}
-
 void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator) {
   auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
   to_writer.connect(ep_write);
@@ -579,19 +602,10 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
             } else {
               for (const auto& v : validator.validate(to_plain(data)))
                 errors.push_back(error_entry(v.pointer, v.keyword, v.message));
-              if (sh.job.task == Task::rag && data.is_object() && data.contains("evidence") && m->contains("document_text")) {
-                const std::string doc_norm = normalise_ws((*m)["document_text"].get<std::string>());
-                const auto check = [&](const json& ev, const std::string& ptr) {
-                  if (ev.is_string() && !ev.get<std::string>().empty() &&
-                      doc_norm.find(normalise_ws(ev.get<std::string>())) == std::string::npos)
-                    errors.push_back(error_entry(ptr, "rule:evidence", "the evidence is not quoted from the document"));
-                };
-                const auto& ev = data["evidence"];
-                if (ev.is_array()) {
-                  for (std::size_t i = 0; i < ev.size(); ++i) check(ev[i], "/evidence/" + std::to_string(i));
-                } else {
-                  check(ev, "/evidence");
-                }
+              if (sh.job.task == Task::rag && m->contains("document_text")) {
+                const Document d = document_from_text(m->value("source", ""), (*m)["document_text"].get<std::string>());
+                for (const auto& v : rag::check_evidence(to_plain(data), d))
+                  errors.push_back(error_entry(v.pointer, v.keyword, v.message));
               }
             }
             if (!errors.empty() && attempt < retries && sh.stop() < 2) {
@@ -775,8 +789,11 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   BuildContext bc;
   bc.prompts = PromptTemplates::load(job.prompts);
   if (job.task == Task::rag) {
-    for (const auto& q : read_question_file(job.questions)) bc.questions.push_back(json(q));
-    if (bc.questions.empty()) throw std::runtime_error(job.questions.string() + ": no questions");
+    auto qs = rag::read_questions(job.questions);
+    if (!qs) throw std::runtime_error(qs.error().message());
+    bc.rag_questions = std::move(*qs);
+    for (const auto& q : bc.rag_questions) bc.questions.push_back(json{{"id", q.id}, {"question", q.text}});
+    bc.rag_template = rag::load_rag_template(job.prompts);
     sh.units_per_doc = bc.questions.size();
   }
   bc.tokenizer = eng::Tokenizer::from_dir(job.model);
