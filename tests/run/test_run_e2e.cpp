@@ -216,4 +216,43 @@ TEST(RunE2E, MissingInputAndUnreadableFileBecomeErrorRecords) {
   }
 }
 
+TEST(RunE2E, AskGivesOneRecordPerDocumentAndQuestionSharingThePrefix) {
+  Scratch s("ask");
+  std::ofstream(s.dir / "questions.txt") << "What is the invoice number?\n{\"id\": \"total\", \"question\": \"What is the total amount due?\"}\n";
+  const fs::path doc = k_samples / "en-txt-1.txt";
+  const fs::path bad = malformed_inputs().front();
+  const auto out = s.dir / "out";
+  const int rc = run_quarry_args({"ask", doc.string(), bad.string(), "--questions", (s.dir / "questions.txt").string(),
+                                  "-o", out.string(), "--max-inflight", "1", "--retries", "0", "--threads", "2",
+                                  "--progress", "none"},
+                                 s.dir / "log");
+  EXPECT_EQ(rc, 2) << read_file(s.dir / "log");  // the malformed file gives error records
+  const auto records = read_records(out / "results.jsonl");
+  ASSERT_EQ(records.size(), 4u) << read_file(s.dir / "log");
+  quarry::schemas::Validator v(quarry::schemas::load("rag_answer.schema.json"), "rag_answer.schema.json");
+  std::set<std::pair<std::string, std::string>> keys;
+  std::size_t cached_after_first = 0;
+  for (const auto& r : records) {
+    EXPECT_TRUE(keys.emplace(r["source"], r["question_id"]).second) << r.dump();
+    if (r["source"] == bad.string()) {
+      EXPECT_EQ(r["status"], "error");
+      continue;
+    }
+    EXPECT_EQ(r["method"], "model");
+    if (r["status"] == "ok") {
+      EXPECT_TRUE(v.validate(r["data"]).empty()) << r.dump();
+    }
+    if (r["question_id"] == "total") cached_after_first += r["stats"]["cached_tokens"].get<std::size_t>();
+  }
+  EXPECT_TRUE(keys.count({doc.string(), "1"}) && keys.count({doc.string(), "total"}));
+  // One request at a time: the second question reuses the document prefix of the first.
+  EXPECT_GT(cached_after_first, 100u);
+  // Resume: nothing written twice.
+  const auto before = read_file(out / "results.jsonl");
+  run_quarry_args({"ask", doc.string(), bad.string(), "--questions", (s.dir / "questions.txt").string(), "-o",
+                   out.string(), "--progress", "none"},
+                  s.dir / "log2");
+  EXPECT_EQ(read_file(out / "results.jsonl"), before);
+}
+
 }  // namespace
