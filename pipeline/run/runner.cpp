@@ -56,6 +56,28 @@ zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, int hwm) {
   return s;
 }
 
+/// `data` with object members in the order of the schema's "properties" (recursively through
+/// properties and items; members the schema does not list keep their order, after the listed ones),
+/// so that mapper records read like model records. Schemas with $ref are followed only where inline.
+json order_like_schema(const json& data, const json& schema) {
+  if (!schema.is_object()) return data;
+  if (data.is_object() && schema.contains("properties") && schema["properties"].is_object()) {
+    json out = json::object();
+    const auto& props = schema["properties"];
+    for (const auto& [k, sub] : props.items())
+      if (data.contains(k)) out[k] = order_like_schema(data[k], sub);
+    for (const auto& [k, v] : data.items())
+      if (!props.contains(k)) out[k] = v;
+    return out;
+  }
+  if (data.is_array() && schema.contains("items")) {
+    json out = json::array();
+    for (const auto& x : data) out.push_back(order_like_schema(x, schema["items"]));
+    return out;
+  }
+  return data;
+}
+
 /// The same value as the (sorted-key) nlohmann::json the validators take.
 nlohmann::json to_plain(const json& j) { return nlohmann::json::from_msgpack(json::to_msgpack(j)); }
 
@@ -561,7 +583,8 @@ void engine_stage(Shared& sh, zmq::socket_t tasks_in, zmq::socket_t retry_in, zm
 // ---------------------------------------------------------------------------------------------
 // validate: schema + business rules; retry policy; the record.
 
-void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator) {
+void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
+                    const json& schema_ordered) {
   auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
   to_writer.connect(ep_write);
   auto to_retry = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded: never blocks (no cycle)
@@ -578,6 +601,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         const std::string kind = m->value("kind", "");
         json errors = json::array();
         if (kind == "mapped") {
+          (*m)["data"] = order_like_schema((*m)["data"], schema_ordered);
           for (const auto& v : validator.validate(to_plain((*m)["data"])))
             errors.push_back(error_entry(v.pointer, v.keyword, v.message));
           out = make_record(*m, errors.empty() ? "ok" : "invalid", (*m)["method"], (*m)["data"], errors,
@@ -608,7 +632,9 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
                   errors.push_back(error_entry(v.pointer, v.keyword, v.message));
               }
             }
-            if (!errors.empty() && attempt < retries && sh.stop() < 2) {
+            // Retry with another seed and temperature, unless the output was cut at max_tokens: that
+            // is a length problem, which resampling does not solve.
+            if (!errors.empty() && attempt < retries && sh.stop() < 2 && m->value("finish", "") != "length") {
               json t = *m;
               for (const char* k : {"kind", "text", "finish", "stats", "error"}) t.erase(k);
               t["attempt"] = attempt + 1;
@@ -832,8 +858,9 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   threads.emplace_back([&sh, &zctx, &worker, a = std::move(engine_in), b = std::move(retry_in)]() mutable {
     engine_stage(sh, std::move(a), std::move(b), zctx, worker);
   });
-  threads.emplace_back([&sh, &zctx, &validator, sock = std::move(validate_in)]() mutable {
-    validate_stage(sh, std::move(sock), zctx, validator);
+  const json schema_ordered = json::parse(schema_text);
+  threads.emplace_back([&sh, &zctx, &validator, &schema_ordered, sock = std::move(validate_in)]() mutable {
+    validate_stage(sh, std::move(sock), zctx, validator, schema_ordered);
   });
   std::thread discover_thread([&] {
     try {
