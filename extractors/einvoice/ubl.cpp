@@ -43,10 +43,10 @@ Json party(const xmlNode* p) {
   }
   if (const xmlNode* a = xml::child(p, "PostalAddress")) {
     Json addr = empty_address();
-    std::vector<std::string> street{
-        xml::text(xml::child(a, "StreetName")) +
-            (xml::child(a, "BuildingNumber") ? " " + xml::text(xml::child(a, "BuildingNumber")) : ""),
-        xml::text(xml::child(a, "AdditionalStreetName"))};
+    // Appended piecewise: `" " + std::string` trips GCC 12's -Wrestrict false positive (GCC bug 105651).
+    std::string first = xml::text(xml::child(a, "StreetName"));
+    if (const xmlNode* number = xml::child(a, "BuildingNumber")) first.append(1, ' ').append(xml::text(number));
+    std::vector<std::string> street{std::move(first), xml::text(xml::child(a, "AdditionalStreetName"))};
     for (xmlNode* line : children(a, "AddressLine")) street.push_back(xml::text(xml::child(line, "Line")));
     for (auto& s : street)
       if (!s.empty() && s.front() == ' ') s.erase(0, 1);

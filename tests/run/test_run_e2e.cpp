@@ -102,9 +102,13 @@ TEST(RunE2E, SamplesAndCorporaSubsetThenResumeSkipsEverything) {
   EXPECT_EQ(recs.at((k_samples / "en-xml-1.xml").string())["method"], "einvoice-ubl");
   EXPECT_EQ(recs.at((k_shared / "corpora" / "zugferd" / "EN16931_Einfach.pdf").string())["method"], "einvoice-cii");
   EXPECT_EQ(recs.at((k_samples / "en-txt-1.txt").string())["method"], "model");
-  // The mapper's record equals the sample's expected JSON.
-  EXPECT_EQ(recs.at((k_samples / "en-xml-1.xml").string())["data"],
-            json::parse(read_file(k_src / "samples" / "expected" / "en-xml-1.json")));
+  // The mapper's record equals the sample's expected JSON. The mappers always write the optional
+  // document-level allowance/charge totals (null when the XML has none); the samples' expected files
+  // predate those two keys, so null ones are dropped before comparing.
+  json mapped = recs.at((k_samples / "en-xml-1.xml").string())["data"];
+  for (const char* key : {"allowance_total", "charge_total"})
+    if (mapped["totals"].contains(key) && mapped["totals"][key].is_null()) mapped["totals"].erase(key);
+  EXPECT_EQ(mapped, json::parse(read_file(k_src / "samples" / "expected" / "en-xml-1.json")));
 
   const auto report = json::parse(read_file(out / "report.json"));
   std::size_t n = 0;

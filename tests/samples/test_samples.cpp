@@ -551,8 +551,9 @@ TEST(Samples, RegenerateByteForByte) {
     ++compared;
   }
   std::size_t committed_files = 0;
+  // Job files (*.toml) are hand-written configuration for `quarry run`, not generated data.
   for (const auto& e : fs::recursive_directory_iterator(kSamples))
-    if (e.is_regular_file()) ++committed_files;
+    if (e.is_regular_file() && e.path().extension() != ".toml") ++committed_files;
   EXPECT_EQ(compared, committed_files) << "samples/ holds files the generator does not make";
   fs::remove_all(out);
 }
