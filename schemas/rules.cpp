@@ -106,21 +106,39 @@ struct Ctx {
   }
 };
 
+// An optional document-level amount (totals.allowance_total, totals.charge_total): 0 when absent or
+// null (the document states none), nullopt when it holds a value of another type (unknown).
+std::optional<double> optional_amount(const json& totals, std::string_view key) {
+  const json* v = member(totals, key);
+  if (!v || v->is_null()) return 0.0;
+  return number(v);
+}
+
 void rule_line_sum(Ctx& c) {
   const json& lines = array_at(c.doc, "line_items");
-  auto net = number_at(object_at(c.doc, "totals"), "net");
-  if (lines.empty() || !net) return;
+  const json& totals = object_at(c.doc, "totals");
+  auto net = number_at(totals, "net");
+  auto allowances = optional_amount(totals, "allowance_total");
+  auto charges = optional_amount(totals, "charge_total");
+  if (lines.empty() || !net || !allowances || !charges) return;
   double sum = 0;
   for (const auto& line : lines) {
     auto a = number_at(line, "net_amount");
     if (!a) return;  // a line without a stated net amount: the sum is unknown
     sum += *a;
   }
-  double tol = (static_cast<double>(lines.size()) + 1) * c.q / 2;
-  if (!close(sum, *net, tol))
-    c.add("/totals/net", "rule:line_sum",
-          cat({"totals.net ", fmt_amount(*net), " differs from the sum of the ", std::to_string(lines.size()),
-               " line net amounts ", fmt_amount(sum), " by more than the rounding tolerance ", fmt_amount(tol)}));
+  const double expected = sum - *allowances + *charges;
+  // N rounded line amounts, the rounded total, and each stated allowance / charge total.
+  const double terms = static_cast<double>(lines.size()) + 1 + (*allowances != 0) + (*charges != 0);
+  const double tol = terms * c.q / 2;
+  if (close(expected, *net, tol)) return;
+  std::string what = cat({"the sum of the ", std::to_string(lines.size()), " line net amounts ", fmt_amount(sum)});
+  if (*allowances != 0) what += cat({" less the document-level allowances ", fmt_amount(*allowances)});
+  if (*charges != 0) what += cat({" plus the document-level charges ", fmt_amount(*charges)});
+  if (*allowances != 0 || *charges != 0) what += cat({" (", fmt_amount(expected), ")"});
+  c.add("/totals/net", "rule:line_sum",
+        cat({"totals.net ", fmt_amount(*net), " differs from ", what, " by more than the rounding tolerance ",
+             fmt_amount(tol)}));
 }
 
 void rule_gross(Ctx& c) {
@@ -218,9 +236,21 @@ void rule_dates(Ctx& c) {
           cat({"payment.due_date ", *f[3].value, " differs from due_date ", *f[1].value}));
 }
 
+// The schema's IBAN pattern, ^[A-Z]{2}[0-9]{2}[A-Z0-9]{10,30}$: a value of another shape is the
+// schema's violation ("pattern"), not this rule's.
+bool iban_shaped(std::string_view s) {
+  if (s.size() < 14 || s.size() > 34) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
+    const bool upper = ch >= 'A' && ch <= 'Z', digit = ch >= '0' && ch <= '9';
+    if (i < 2 ? !upper : i < 4 ? !digit : !(upper || digit)) return false;
+  }
+  return true;
+}
+
 void rule_iban(Ctx& c) {
   auto iban = string_at(object_at(c.doc, "payment"), "iban");
-  if (iban && !iban_valid(*iban))
+  if (iban && iban_shaped(*iban) && !iban_valid(*iban))
     c.add("/payment/iban", "rule:iban", cat({"\"", *iban, "\" is not a valid IBAN (ISO 13616 mod-97)"}));
 }
 
@@ -257,14 +287,20 @@ void rule_parties(Ctx& c) {
     auto country = string_at(object_at(p, "address"), "country");
     bool hungarian = (country && *country == "HU") || (vat_id && vat_id->starts_with("HU"));
     bool tax_ok = false;
-    if (tax_id && (hungarian || looks_like_hu_tax_number(*tax_id))) {
+    // For a Hungarian party, a tax_id with 8 or 11 digits is meant as an adószám (other identifiers,
+    // such as a private person's 10-digit adóazonosító jel, are not this rule's).
+    const auto digits_in = [](std::string_view t) { return std::count_if(t.begin(), t.end(), is_digit); };
+    if (tax_id && ((hungarian && (digits_in(*tax_id) == 8 || digits_in(*tax_id) == 11)) ||
+                   looks_like_hu_tax_number(*tax_id))) {
       if (auto err = hu_tax_number_error(*tax_id))
         c.add(base + "/tax_id", "rule:hu_tax_number", cat({"\"", *tax_id, "\": ", *err}));
       else
         tax_ok = true;
     }
     if (vat_id && vat_id->starts_with("HU")) {
+      // As printed: "HU12345678", also "HU 12345678" or "HU-12345678".
       std::string_view digits = vat_id->substr(2);
+      if (!digits.empty() && (digits.front() == ' ' || digits.front() == '-')) digits.remove_prefix(1);
       if (digits.size() != 8 || !std::all_of(digits.begin(), digits.end(), is_digit)) {
         c.add(base + "/vat_id", "rule:hu_vat_id", cat({"\"", *vat_id, "\" is not HU followed by 8 digits"}));
       } else if (!hu_tax_base_valid(digits)) {

@@ -7,9 +7,10 @@
 // missing data never counts as a rule violation. The rules never throw, whatever the input.
 //
 // Rule ids (Violation::keyword) and where they come from:
-//   rule:line_sum        sum of line_items[*].net_amount = totals.net (EN 16931 BR-CO-10; our schema has
-//                        no document-level allowances/charges, see below). Checked when every line has a
-//                        net amount and there is at least one line.
+//   rule:line_sum        sum of line_items[*].net_amount - totals.allowance_total + totals.charge_total
+//                        = totals.net (EN 16931 BR-CO-10 with BR-CO-13; the document-level allowances
+//                        BT-107 and charges BT-108 count as 0 when absent or null). Checked when every
+//                        line has a net amount and there is at least one line.
 //   rule:gross           totals.net + totals.vat = totals.gross (BR-CO-15).
 //   rule:vat_sum         sum of vat_breakdown[*].vat_amount = totals.vat (BR-CO-14).
 //   rule:taxable_sum     sum of vat_breakdown[*].taxable_amount = totals.net (each BT-116 is its
@@ -19,15 +20,24 @@
 //   rule:date            a YYYY-MM-DD value that is not a calendar date (2023-02-30).
 //   rule:date_order      issue_date <= due_date, issue_date <= payment.due_date.
 //   rule:due_date_match  payment.due_date = due_date (the schema states it is the same date).
-//   rule:iban            payment.iban fails ISO 13616 (unknown ISO 3166-1 country, or mod-97 != 1).
-//   rule:hu_tax_number   a Hungarian adószám (seller/buyer tax_id of a Hungarian party, or any value
-//                        printed as NNNNNNNN-N-NN) with a wrong format, check digit or VAT code.
-//   rule:hu_vat_id       an "HU" VAT identifier that is not HU + 8 digits with a valid check digit, or
+//   rule:iban            payment.iban, shaped as the schema's pattern requires, fails ISO 13616
+//                        (unknown ISO 3166-1 country, or mod-97 != 1).
+//   rule:hu_tax_number   a Hungarian adószám (a tax_id with 8 or 11 digits of a Hungarian party, i.e.
+//                        address country HU or an HU VAT id, or any value printed as NNNNNNNN-N-NN)
+//                        with a wrong format, check digit or VAT code.
+//   rule:hu_vat_id       an "HU" VAT identifier that is not HU + 8 digits (a space or hyphen after
+//                        "HU" allowed) with a valid check digit, or
 //                        whose 8 digits differ from the party's adószám base (except for VAT group
 //                        members, VAT code 4 or 5, whose group identifier differs).
 //   rule:currency        currency is not an ISO 4217 code.
 //   rule:country         an address country that is not an ISO 3166-1 alpha-2 code.
 // Code lists (ISO 4217, ISO 3166-1) are converted at build time from Debian's iso-codes package data.
+//
+// Real documents do break some of these rules (tests/rules lists each with its reason): example IBANs
+// with made-up check digits fail rule:iban; NAV advance invoices paid before they were issued and two
+// EN 16931 examples with due dates before their issue dates fail rule:date_order; two NAV samples have
+// VAT totals that do not add up. A caller that must accept such documents decides per rule id what
+// makes a record invalid.
 //
 // Rounding tolerance. Amounts are rounded to a quantum q: 1 when every amount of the document is a whole
 // number (a document kept in whole units, such as a HUF invoice), else 0.01 (cents). A total compared

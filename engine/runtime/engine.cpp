@@ -125,7 +125,10 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
     options_.log("engine: " + c.architecture + ", " + std::to_string(c.num_hidden_layers) + " layers, hidden " +
                  std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + ", " +
                  std::to_string(model_->weight_bytes_per_step() / 1000000) + " MB of weights per step, " +
-                 std::to_string(pool_->size()) + " threads, gemm kernel " + cpu::gemm_kernel_name());
+                 std::to_string(pool_->size()) + " threads, gemm kernel " + cpu::gemm_kernel_name() + ", KV cache " +
+                 std::to_string(kv_->allocator().max_blocks() * shape.block_size) + " tokens (" +
+                 std::to_string(kv_->allocator().max_blocks() * kv_->bytes_per_block() >> 20) + " MiB), prefix caching " +
+                 (options_.enable_prefix_caching ? "on" : "off"));
   }
 }
 
@@ -264,7 +267,7 @@ constexpr std::size_t kMaxLpmQueue = 128;
 }  // namespace
 
 void Engine::admit_waiting() {
-  if (waiting_.empty()) return;
+  if (waiting_.empty() || running_.size() >= options_.max_num_seqs) return;
   const std::size_t bs = kv_->shape().block_size;
   const std::size_t max_blocks = kv_->allocator().max_blocks();
   const bool caching = kv_->prefix_options().enabled;

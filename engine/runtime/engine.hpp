@@ -153,7 +153,9 @@ class Engine {
   /// One scheduler iteration: finishes cancelled requests, admits waiting ones (KV budget,
   /// max_num_seqs, longest cached prefix first), then runs at most one forward call over the running
   /// set and samples. Returns the requests that finished in it (in no particular order). A request
-  /// that can never fit the KV cache finishes with an error instead of waiting forever.
+  /// that can never fit the KV cache finishes with an error instead of waiting forever. If the
+  /// model's forward call throws, the exception propagates and the running requests are left
+  /// mid-step: cancel them (or discard the engine).
   std::vector<FinishedRequest> step();
   /// Anything waiting or running (or finished but not yet returned by step()).
   bool has_unfinished() const;

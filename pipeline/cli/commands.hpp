@@ -24,5 +24,6 @@ void add_tokenize_command(CLI::App& app, Context& ctx);
 void add_schema_command(CLI::App& app, Context& ctx);
 void add_run_command(CLI::App& app, Context& ctx);
 void add_ask_command(CLI::App& app, Context& ctx);
+void add_bench_command(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli

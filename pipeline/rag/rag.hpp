@@ -162,13 +162,19 @@ struct RagTemplate {
 /// the document (the question must come last for prefix sharing).
 RagTemplate load_rag_template(const std::filesystem::path& prompts_json);
 
-/// How a document too long for the context is cut down to retrieved chunks.
+/// How a document too long for the context is cut down to retrieved chunks. Measured on
+/// samples/long (16 pages, ~13K tokens by EstimateTokenCounter, its 43 English questions, context
+/// 8192, chunks of 256; tests/rag prints the numbers): shared puts the answer's page in the context
+/// for 100% of the questions and the expected evidence for 93%, and consecutive prompts share 99.6%
+/// of their tokens; per_question gives 100% / 100% but consecutive prompts share only 2.8%
+/// (per_question with retrieval_tokens = 1024: 100% / 100% in ~1.3K-token prompts).
 enum class Retrieval {
   /// One context for all the questions of the document: the chunks of every question's BM25 ranking
   /// taken in rounds (each question's best chunk, then each one's second best, ...) while they fit
   /// the budget, placed in document order. All prompts of the document are then identical up to the
   /// question, so the whole context is a shared prefix; each question sees its own best chunks as
-  /// deep down its ranking as the budget allows for all of them.
+  /// deep down its ranking as the budget allows for all of them. The context depends on the whole
+  /// batch: adding a question may change it.
   shared,
   /// Each question its own chunks: its ranking taken while it fits `retrieval_tokens` (or the whole
   /// budget), placed in document order. Prompts share the system message and the leading chunks that
@@ -214,7 +220,8 @@ struct RagPrompts {
 /// see the top of this file).
 /// `counter` counts tokens (a tokenizer adapter, or EstimateTokenCounter). `questions` must outlive
 /// the result. Throws std::invalid_argument when the template's user part lacks "{document}" or
-/// "{question}", or when even an empty context leaves no room (context_tokens too small).
+/// "{question}", or when even an empty context leaves no room (context_tokens too small for the
+/// system message, the longest question and max_answer_tokens).
 RagPrompts build_rag_prompts(const Document& doc, const std::vector<Question>& questions, const RagTemplate& tmpl,
                              const TokenCounter& counter, const RagPromptOptions& opts = {});
 

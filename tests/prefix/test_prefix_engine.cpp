@@ -293,6 +293,26 @@ TEST(PrefixEngine, RequestsSubmittedWhileOthersRun) {
   expect_no_leak(*engine);
 }
 
+TEST(PrefixEngine, GenerateBesideSubmittedRequestsKeepsTheirResults) {
+  const std::string name = "tiny_gqa_tied_f32";
+  const auto ref = load_reference(name);
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2});
+  const auto& prompts = ref["prompts"];
+  // A short request submitted first finishes inside the generate() call of a longer one.
+  const RequestId a = engine->submit(greedy(prompts[1]["ids"].get<std::vector<TokenId>>(), 4));
+  const auto b = engine->generate(greedy(prompts[3]["ids"].get<std::vector<TokenId>>(), 32));
+  EXPECT_EQ(b.tokens, prompts[3]["greedy"].get<std::vector<TokenId>>());
+  ASSERT_TRUE(engine->has_unfinished());  // a's result waits for the caller of step()
+  const auto done = engine->step();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, a);
+  auto want = prompts[1]["greedy"].get<std::vector<TokenId>>();
+  want.resize(4);
+  EXPECT_EQ(done[0].result.tokens, want);
+  EXPECT_FALSE(engine->has_unfinished());
+  expect_no_leak(*engine);
+}
+
 TEST(PrefixEngine, InFlightSharingComputesTheDocumentOnce) {
   const auto dir = random_checkpoint("l2", 2, 13);
   auto engine = Engine::open(dir, nullptr, {.n_threads = 2, .max_batch_tokens = 64});

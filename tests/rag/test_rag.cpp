@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -256,11 +257,15 @@ TEST(RagRetrieval, FindsTheAnswerPageOnTheLongSample) {
   report("per question, top-1", options(8192, 256, Retrieval::per_question, 0, 1));
   report("per question, top-3", options(8192, 256, Retrieval::per_question, 0, 3));
 
-  // Floors a little below what was measured (the report lines above).
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::shared)).page, 0.0);
+  // Floors a little below what was measured (the report lines above; at the time of writing: shared
+  // 100% page / 93.0% evidence, per question 100% / 100%, top-1 88.4% / 86.0%, top-3 97.7% / 97.7%).
+  Rates shared = retrieval_rates(en, options(8192, 256, Retrieval::shared));
+  EXPECT_GE(shared.page, 0.95);
+  EXPECT_GE(shared.evidence, 0.90);
   EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question)).evidence, 0.95);
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 1)).page, 0.0);
-  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 3)).evidence, 0.0);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 1024)).evidence, 0.95);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 1)).page, 0.85);
+  EXPECT_GE(retrieval_rates(en, options(8192, 256, Retrieval::per_question, 0, 3)).evidence, 0.95);
 }
 
 // --- Prompts -------------------------------------------------------------------------------------
@@ -389,6 +394,8 @@ TEST(RagPrompts, QuestionsOfADocumentShareTheirPrefix) {
   prev = render(shared.prompts[0]);
   for (std::size_t i = 1; i < shared.prompts.size(); ++i) {
     auto cur = render(shared.prompts[i]);
+    // The rendered prompt leaves room for the answer in the model's context.
+    EXPECT_LE(cur.size() + RagPromptOptions{}.max_answer_tokens, RagPromptOptions{}.context_tokens);
     EXPECT_EQ(shared.prompts[i].chunks, shared.prompts[0].chunks);
     RagPrompt head = shared.prompts[i];
     head.messages[1].content = head.messages[1].content.substr(0, head.messages[1].content.size() - qs[i].text.size());
@@ -471,4 +478,43 @@ TEST(Evidence, GeneratorQuotesPassAndAlteredOnesFail) {
   EXPECT_TRUE(check_evidence(json{{"evidence", 5}, {"pages", "x"}}, agreement()).empty());
   EXPECT_TRUE(check_evidence(json::array(), agreement()).empty());
   EXPECT_EQ(normalize_whitespace(" a \t\n b\xC2\xA0" "c\f\fd  "), "a b c d");
+}
+
+TEST(Questions, RandomBytesNeverCrash) {
+  std::mt19937 rng(5);
+  const std::string seed = "What?\n{\"id\": 1, \"question\": \"Who?\"}\n\xC5\x91 \"{}\"\n";
+  for (int i = 0; i < 2000; ++i) {
+    std::string s = seed;
+    for (int k = 0; k < 4; ++k) s[rng() % s.size()] = static_cast<char>(rng() % 256);
+    auto r = parse_questions(s, "fuzz.txt");
+    if (!r) {
+      EXPECT_TRUE(r.error().message().starts_with("fuzz.txt")) << r.error().message();
+    }
+  }
+}
+
+TEST(Questions, FileErrorsNameThePath) {
+  fs::path p = fs::path(QUARRY_BINARY_DIR) / "tests" / "rag" / "bad_questions.jsonl";
+  {
+    std::ofstream(p) << "{\"question\": \"fine\"}\n{\"question\": \"broken\"\n";
+  }
+  auto r = read_questions(p);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().message().starts_with(p.string() + ":2: not a JSON object")) << r.error().message();
+}
+
+TEST(Evidence, QuoteAcrossAPageBreak) {
+  const auto& pages = agreement().pages;
+  ASSERT_GE(pages.size(), 3u);
+  // The last line of page 1 and the first line of page 2, as one quote.
+  std::string quote = pages[0].lines.back().text + "\n" + pages[1].lines.front().text;
+  auto with_pages = [&](json p) {
+    return check_evidence(json{{"answer", "x"}, {"evidence", {quote}}, {"pages", p}}, agreement());
+  };
+  EXPECT_TRUE(with_pages({1}).empty());
+  EXPECT_TRUE(with_pages({2}).empty());
+  EXPECT_TRUE(with_pages({1, 2}).empty());
+  auto vs = with_pages({3});
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].keyword, "rule:evidence_page");
 }
