@@ -777,6 +777,21 @@ void writer_loop(Shared& sh, zmq::socket_t& in, Ledger& ledger, RunMetrics& m,
   report(true);
 }
 
+/// Runs a stage's body on its thread: nothing escapes it (a socket created after the run ended
+/// throws ETERM, which is a normal end; anything else fails the run).
+template <class F>
+void guarded(Shared& sh, const char* stage, F&& body) {
+  try {
+    body();
+  } catch (const zmq::error_t& e) {
+    if (!is_term(e)) sh.set_fatal(std::string(stage) + ": " + e.what());
+  } catch (const std::exception& e) {
+    sh.set_fatal(std::string(stage) + ": " + e.what());
+  } catch (...) {
+    sh.set_fatal(std::string(stage) + ": unknown error");
+  }
+}
+
 }  // namespace
 
 RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions& options) {
@@ -852,25 +867,23 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   const auto& questions = bc.questions;
   for (auto& s : extract_in)
     threads.emplace_back([&sh, &zctx, &questions, sock = std::move(s)]() mutable {
-      extract_worker(sh, std::move(sock), zctx, questions);
+      guarded(sh, "extract", [&] { extract_worker(sh, std::move(sock), zctx, questions); });
     });
-  threads.emplace_back([&sh, &zctx, &bc, sock = std::move(build_in)]() mutable { build_stage(sh, std::move(sock), zctx, bc); });
+  threads.emplace_back([&sh, &zctx, &bc, sock = std::move(build_in)]() mutable {
+    guarded(sh, "build", [&] { build_stage(sh, std::move(sock), zctx, bc); });
+  });
   threads.emplace_back([&sh, &zctx, &worker, a = std::move(engine_in), b = std::move(retry_in)]() mutable {
-    engine_stage(sh, std::move(a), std::move(b), zctx, worker);
+    guarded(sh, "engine", [&] { engine_stage(sh, std::move(a), std::move(b), zctx, worker); });
   });
   const json schema_ordered = json::parse(schema_text);
   threads.emplace_back([&sh, &zctx, &validator, &schema_ordered, sock = std::move(validate_in)]() mutable {
-    validate_stage(sh, std::move(sock), zctx, validator, schema_ordered);
+    guarded(sh, "validate", [&] { validate_stage(sh, std::move(sock), zctx, validator, schema_ordered); });
   });
   std::thread discover_thread([&] {
-    try {
+    guarded(sh, "discover", [&] {
       Discoverer d(sh, discover_out, discover_writer, job.output);
       d.run();
-    } catch (const zmq::error_t& e) {
-      if (!is_term(e)) sh.set_fatal(std::string("discover: ") + e.what());
-    } catch (const std::exception& e) {
-      sh.set_fatal(std::string("discover: ") + e.what());
-    }
+    });
     sh.discover_done = true;
   });
 
