@@ -698,12 +698,14 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
   ids.reserve(requests.size());
   std::vector<GenerationResult> results(requests.size());
   std::size_t left = requests.size();
+  std::vector<FinishedRequest> others;  // other callers' requests that finished meanwhile
   auto drop_ours = [&] {
     for (RequestId id : ids) drop(id);
+    for (auto& f : others) backlog_.push_back(std::move(f));
+    others.clear();
   };
   try {
     for (const auto& r : requests) ids.push_back(submit(r));
-    std::vector<FinishedRequest> others;
     std::string error;
     while (left > 0) {
       for (auto& f : step()) {
@@ -716,11 +718,7 @@ std::vector<GenerationResult> Engine::generate(std::span<const GenerationRequest
         results[static_cast<std::size_t>(it - ids.begin())] = std::move(f.result);
         --left;
       }
-      if (!error.empty()) {
-        drop_ours();
-        for (auto& f : others) backlog_.push_back(std::move(f));
-        throw std::runtime_error("generate: " + error);
-      }
+      if (!error.empty()) throw std::runtime_error("generate: " + error);  // the handler drops ours
     }
     for (auto& f : others) backlog_.push_back(std::move(f));
   } catch (...) {
