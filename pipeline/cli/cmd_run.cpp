@@ -183,7 +183,7 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
   sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
   sub->add_option("--extract-threads", a.extract_threads, "Extraction threads [2]");
-  sub->add_option("--mtp-depth", a.mtp_depth, "MTP speculative draft depth (0: off) [0]");
+  sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
   sub->add_option("--temperature", a.temperature, "Sampling temperature of the first attempt (0: greedy) [0]")
       ->check(CLI::Range(0.0, 100.0));
@@ -209,7 +209,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
   if (given("--extract-threads")) job.extract_threads = a.extract_threads;
-  if (given("--mtp-depth")) job.engine.mtp_depth = a.mtp_depth;
+  if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--temperature")) job.engine.temperature = a.temperature;
   if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;

@@ -9,32 +9,6 @@ namespace quarry::run {
 using nlohmann::json;
 namespace eng = quarry::engine;
 
-namespace {
-
-/// Speculative-decoding counters, where this engine's RequestStats has them (and drafting ran).
-template <class Stats>
-void add_draft_stats(json& j, const Stats& s) {
-  if constexpr (requires { s.draft_tokens; s.accepted_tokens; s.verify_steps; }) {
-    if (s.draft_tokens > 0 || s.verify_steps > 0) {
-      j["draft_tokens"] = s.draft_tokens;
-      j["accepted_tokens"] = s.accepted_tokens;
-      j["verify_steps"] = s.verify_steps;
-    }
-  }
-}
-
-/// MTP draft depth, where this engine's options have it. Returns false when it cannot be set.
-template <class Options>
-bool set_mtp_depth(Options& o, std::size_t depth) {
-  if constexpr (requires { o.mtp_depth; }) {
-    o.mtp_depth = depth;
-    return true;
-  } else {
-    return depth == 0;
-  }
-}
-
-}  // namespace
 
 EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokenizer> tokenizer,
                            const std::string& schema_text, const std::function<void(const std::string&)>& log)
@@ -43,8 +17,7 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   opt.n_threads = job.engine.threads;
   opt.max_num_seqs = job.engine.max_inflight;
   opt.kv_cache_mb = job.engine.kv_cache_mb;
-  if (!set_mtp_depth(opt, job.engine.mtp_depth) && log)
-    log("engine: this build has no MTP drafting; mtp_depth " + std::to_string(job.engine.mtp_depth) + " ignored");
+  opt.mtp_depth = job.engine.mtp_depth;
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);
   // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,
@@ -73,7 +46,12 @@ json EngineWorker::stats_json(const eng::RequestStats& s) {
             {"forced_tokens", s.forced_tokens},
             {"ttft_ms", s.ttft_s * 1e3},
             {"decode_tok_s", s.decode_tok_s()}};
-  add_draft_stats(j, s);
+  if (s.verify_steps > 0) {  // speculative decoding ran
+    j["draft_tokens"] = s.draft_tokens;
+    j["accepted_tokens"] = s.accepted_tokens;
+    j["verify_steps"] = s.verify_steps;
+    j["mean_acceptance_length"] = s.mean_acceptance_length();
+  }
   return j;
 }
 

@@ -33,7 +33,7 @@ struct EngineSettings {
   std::size_t threads = 0;          ///< engine worker threads (0: all hardware threads)
   std::size_t max_tokens = 2048;    ///< output tokens per request at most (clamped to the context left)
   std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
-  std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off); used once the engine supports it
+  std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off; EngineOptions::mtp_depth)
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
