@@ -449,12 +449,14 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       reqs.push_back(make_request(mix[i % mix.size()], o_.mtp));
       names.push_back(mix[i % mix.size()].name);
     }
-    std::vector<double> agg, wall, ttft, dec, outs, bps;
+    std::vector<double> agg, wall, ttft, dec, outs, bps, shares;
     for (std::size_t r = 0; r <= o_.runs; ++r) {
       const eng::EngineStats before = engine.stats();
+      const double cpu0 = process_cpu_s();
       const eng::Stopwatch sw;
       const auto res = engine.generate(std::span<const eng::GenerationRequest>(reqs));
       const double w = sw.seconds();
+      const double share = (process_cpu_s() - cpu0) / (w * static_cast<double>(threads_));
       const eng::EngineStats after = engine.stats();
       std::size_t total = 0;
       for (const auto& x : res) total += x.stats.generated_tokens;
@@ -463,6 +465,7 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       if (r == 0) continue;
       agg.push_back(static_cast<double>(total) / w);
       wall.push_back(w);
+      shares.push_back(share);
       outs.push_back(static_cast<double>(total));
       if (after.decode_steps > before.decode_steps)
         bps.push_back(static_cast<double>(after.decode_bytes - before.decode_bytes) /
@@ -483,6 +486,7 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
     l["decode_tok_s_per_request"] = {{"p50", percentile(dec, 50)}, {"p95", percentile(dec, 95)},
                                      {"p5", percentile(dec, 5)}};
     l["samples"] = ttft.size();
+    l["cpu_share"] = median(shares);
     l["bytes_per_decode_step"] = median(bps);
     levels.push_back(l);
   }

@@ -163,12 +163,13 @@ std::string report_markdown(const json& r) {
     if (m.contains("concurrency")) {
       s << "### Concurrency (requests submitted together: qa, code, json-kie, hungarian in turn)\n\n";
       s << "| concurrency | aggregate tok/s | TTFT p50 s | TTFT p95 s | decode tok/s per request p50 | p95 | "
-           "achieved GB/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+           "achieved GB/s | CPU share |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
       for (const auto& l : m["concurrency"])
         s << "| " << l.value("concurrency", 0) << " | " << num(get(l, "aggregate_tok_s"), 2) << " | "
           << num(get(l["ttft_s"], "p50"), 3) << " | " << num(get(l["ttft_s"], "p95"), 3) << " | "
           << num(get(l["decode_tok_s_per_request"], "p50"), 2) << " | "
-          << num(get(l["decode_tok_s_per_request"], "p95"), 2) << " | " << num(get(l, "achieved_gb_s"), 2) << " |\n";
+          << num(get(l["decode_tok_s_per_request"], "p95"), 2) << " | " << num(get(l, "achieved_gb_s"), 2) << " | "
+          << num(get(l, "cpu_share"), 2) << " |\n";
       s << "\n";
     }
     if (m.contains("pp_tg")) {
