@@ -106,21 +106,39 @@ struct Ctx {
   }
 };
 
+// An optional document-level amount (totals.allowance_total, totals.charge_total): 0 when absent or
+// null (the document states none), nullopt when it holds a value of another type (unknown).
+std::optional<double> optional_amount(const json& totals, std::string_view key) {
+  const json* v = member(totals, key);
+  if (!v || v->is_null()) return 0.0;
+  return number(v);
+}
+
 void rule_line_sum(Ctx& c) {
   const json& lines = array_at(c.doc, "line_items");
-  auto net = number_at(object_at(c.doc, "totals"), "net");
-  if (lines.empty() || !net) return;
+  const json& totals = object_at(c.doc, "totals");
+  auto net = number_at(totals, "net");
+  auto allowances = optional_amount(totals, "allowance_total");
+  auto charges = optional_amount(totals, "charge_total");
+  if (lines.empty() || !net || !allowances || !charges) return;
   double sum = 0;
   for (const auto& line : lines) {
     auto a = number_at(line, "net_amount");
     if (!a) return;  // a line without a stated net amount: the sum is unknown
     sum += *a;
   }
-  double tol = (static_cast<double>(lines.size()) + 1) * c.q / 2;
-  if (!close(sum, *net, tol))
-    c.add("/totals/net", "rule:line_sum",
-          cat({"totals.net ", fmt_amount(*net), " differs from the sum of the ", std::to_string(lines.size()),
-               " line net amounts ", fmt_amount(sum), " by more than the rounding tolerance ", fmt_amount(tol)}));
+  const double expected = sum - *allowances + *charges;
+  // N rounded line amounts, the rounded total, and each stated allowance / charge total.
+  const double terms = static_cast<double>(lines.size()) + 1 + (*allowances != 0) + (*charges != 0);
+  const double tol = terms * c.q / 2;
+  if (close(expected, *net, tol)) return;
+  std::string what = cat({"the sum of the ", std::to_string(lines.size()), " line net amounts ", fmt_amount(sum)});
+  if (*allowances != 0) what += cat({" less the document-level allowances ", fmt_amount(*allowances)});
+  if (*charges != 0) what += cat({" plus the document-level charges ", fmt_amount(*charges)});
+  if (*allowances != 0 || *charges != 0) what += cat({" (", fmt_amount(expected), ")"});
+  c.add("/totals/net", "rule:line_sum",
+        cat({"totals.net ", fmt_amount(*net), " differs from ", what, " by more than the rounding tolerance ",
+             fmt_amount(tol)}));
 }
 
 void rule_gross(Ctx& c) {

@@ -7,9 +7,10 @@
 // missing data never counts as a rule violation. The rules never throw, whatever the input.
 //
 // Rule ids (Violation::keyword) and where they come from:
-//   rule:line_sum        sum of line_items[*].net_amount = totals.net (EN 16931 BR-CO-10; our schema has
-//                        no document-level allowances/charges, see below). Checked when every line has a
-//                        net amount and there is at least one line.
+//   rule:line_sum        sum of line_items[*].net_amount - totals.allowance_total + totals.charge_total
+//                        = totals.net (EN 16931 BR-CO-10 with BR-CO-13; the document-level allowances
+//                        BT-107 and charges BT-108 count as 0 when absent or null). Checked when every
+//                        line has a net amount and there is at least one line.
 //   rule:gross           totals.net + totals.vat = totals.gross (BR-CO-15).
 //   rule:vat_sum         sum of vat_breakdown[*].vat_amount = totals.vat (BR-CO-14).
 //   rule:taxable_sum     sum of vat_breakdown[*].taxable_amount = totals.net (each BT-116 is its
@@ -32,11 +33,11 @@
 //   rule:country         an address country that is not an ISO 3166-1 alpha-2 code.
 // Code lists (ISO 4217, ISO 3166-1) are converted at build time from Debian's iso-codes package data.
 //
-// Real documents do break some of these rules (tests/rules lists each with its reason): EN 16931 and
-// ZUGFeRD invoices with document-level allowances or charges (BT-107/BT-108, which our schema cannot
-// carry) fail rule:line_sum; example IBANs with made-up check digits fail rule:iban; NAV advance
-// invoices paid before they were issued fail rule:date_order; two NAV samples have VAT totals that do
-// not add up. A caller that must accept such documents decides per rule id what makes a record invalid.
+// Real documents do break some of these rules (tests/rules lists each with its reason): example IBANs
+// with made-up check digits fail rule:iban; NAV advance invoices paid before they were issued and two
+// EN 16931 examples with due dates before their issue dates fail rule:date_order; two NAV samples have
+// VAT totals that do not add up. A caller that must accept such documents decides per rule id what
+// makes a record invalid.
 //
 // Rounding tolerance. Amounts are rounded to a quantum q: 1 when every amount of the document is a whole
 // number (a document kept in whole units, such as a HUF invoice), else 0.01 (cents). A total compared

@@ -31,13 +31,14 @@ const std::set<std::string>& handled_keywords() {
       "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "not", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf"};
+      "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "not", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf",
+      "x-quarry-not-strings", "x-quarry-not-patterns", "contains", "minContains", "maxContains", "if", "then", "else",
+      "dependencies", "dependentRequired", "dependentSchemas"};
   return k;
 }
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k{
-      "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-      "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+      "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
       "$recursiveAnchor"};
   return k;
 }
@@ -283,8 +284,16 @@ class Compiler {
   std::uint32_t number_rule() {
     if (r_number_) return *r_number_;
     r_number_ = b_.add_rule("number");
-    b_.set_body(*r_number_, regex_frag("-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", ""));
+    b_.set_body(*r_number_, regex_frag("-?(?:0|[1-9][0-9]*)(?:\\." + frac_digits() + ")?(?:[eE][+-]?[0-9]+)?", ""));
     return *r_number_;
+  }
+
+  // Fraction digits as generated: at most SchemaOptions::max_fraction_digits (0 = unbounded).
+  std::string frac_digits() const {
+    return opt_.max_fraction_digits > 0 ? "[0-9]{1," + std::to_string(opt_.max_fraction_digits) + "}" : "[0-9]+";
+  }
+  const Dfa& frac_cap() {
+    return regex_dfa("-?[0-9]+(?:\\." + frac_digits() + ")?(?:[eE][+-]?[0-9]+)?", true, "");
   }
 
   const Dfa& regex_dfa(const std::string& re, bool full, const std::string& ptr) {
@@ -463,17 +472,237 @@ class Compiler {
     for (auto it = s.begin(); it != s.end(); ++it) {
       const std::string& k = it.key();
       bool bad = unsupported_keywords().count(k) > 0;
-      if (k == "uniqueItems" && it.value() == true) bad = true;
+      bool known = handled_keywords().count(k) || annotation_keywords().count(k);
+      // Keywords of later drafts are unknown (ignored) in earlier ones.
+      if ((k == "if" || k == "then" || k == "else") && (draft_ == Draft::k4 || draft_ == Draft::k6)) known = false;
+      if ((k == "contains") && draft_ == Draft::k4) known = false;
+      if ((k == "minContains" || k == "maxContains" || k == "dependentRequired" || k == "dependentSchemas") && legacy_ref())
+        known = false;
       if (bad) {
         std::string at = ptr + "/" + escape_pointer_token(k);
         if (!opt_.lenient)
           throw SchemaError(at, k, "unsupported keyword '" + k + "' (use lenient mode to ignore it)");
         warn(at, "unsupported keyword '" + k + "' ignored (lenient)");
-      } else if (!handled_keywords().count(k) && !annotation_keywords().count(k)) {
+      } else if (!known) {
         // Unknown keywords are ignored by JSON Schema; say so.
         warn(ptr + "/" + escape_pointer_token(k), "unknown keyword '" + k + "' ignored");
       }
     }
+  }
+
+  // Whether a keyword means something in the schema's draft (later drafts' keywords are unknown,
+  // hence ignored, in earlier ones).
+  bool keyword_active(const std::string& k) const {
+    if (k == "if" || k == "then" || k == "else") return !(draft_ == Draft::k4 || draft_ == Draft::k6);
+    if (k == "contains") return draft_ != Draft::k4;
+    if (k == "minContains" || k == "maxContains" || k == "dependentRequired" || k == "dependentSchemas") return !legacy_ref();
+    return true;
+  }
+
+  // ---- conditional keywords, rewritten as allOf / anyOf ------------------------------------------
+  //
+  //   dependentRequired {A: [B..]}  = anyOf [ A absent, required [A, B..] ]
+  //   dependentSchemas  {A: S}      = anyOf [ A absent, allOf [required [A], S] ]
+  //   dependencies (drafts 4-7)     = either of the two, by the value's form
+  //   if I then T else E            = anyOf [ allOf [I, T], allOf [not I, E] ]
+  // "A absent" is {"properties": {A: false}}. `not I` is built by negate() for the keywords it
+  // knows; otherwise the second branch is E alone (a superset: instances that pass I and E but
+  // fail T are then accepted) and the schema is listed in post_validation.
+
+  bool has_conditional(const ordered_json& s) const {
+    if (!s.is_object()) return false;
+    for (const char* k : {"if", "dependencies", "dependentRequired", "dependentSchemas"})
+      if (s.contains(k) && keyword_active(k)) return true;
+    return false;
+  }
+
+  ordered_json desugar(const ordered_json& s, const std::string& ptr) {
+    if (!has_conditional(s)) return s;
+    ordered_json out = s;
+    ordered_json extra = ordered_json::array();
+    auto absent = [](const std::string& k) { return ordered_json{{"properties", ordered_json{{k, false}}}}; };
+    auto dep_required = [&](const std::string& k, const ordered_json& list, const std::string& at) {
+      if (!list.is_array()) throw SchemaError(at, "dependentRequired", "dependent property names must be an array");
+      ordered_json req = ordered_json::array({k});
+      for (const auto& x : list) {
+        if (!x.is_string()) throw SchemaError(at, "dependentRequired", "dependent property names must be strings");
+        req.push_back(x);
+      }
+      extra.push_back(ordered_json{{"anyOf", ordered_json::array({absent(k), ordered_json{{"required", req}}})}});
+    };
+    auto dep_schema = [&](const std::string& k, const ordered_json& sch) {
+      ordered_json both = all_of(ordered_json{{"required", ordered_json::array({k})}}, sch);
+      extra.push_back(ordered_json{{"anyOf", ordered_json::array({absent(k), both})}});
+    };
+    auto each = [&](const char* key, auto&& fn) {
+      if (!out.contains(key) || !keyword_active(key)) return;
+      const ordered_json v = out[key];
+      out.erase(key);
+      if (!v.is_object()) throw SchemaError(ptr + "/" + key, key, std::string(key) + " must be an object");
+      for (auto it = v.begin(); it != v.end(); ++it)
+        fn(it.key(), it.value(), ptr + "/" + key + "/" + escape_pointer_token(it.key()));
+    };
+    each("dependencies", [&](const std::string& k, const ordered_json& v, const std::string& at) {
+      if (v.is_array()) dep_required(k, v, at);
+      else dep_schema(k, v);
+    });
+    each("dependentRequired", [&](const std::string& k, const ordered_json& v, const std::string& at) { dep_required(k, v, at); });
+    each("dependentSchemas", [&](const std::string& k, const ordered_json& v, const std::string&) { dep_schema(k, v); });
+    if (out.contains("if") && keyword_active("if")) {
+      ordered_json cond = out["if"];
+      bool has_then = out.contains("then"), has_else = out.contains("else");
+      ordered_json then_s = has_then ? out["then"] : ordered_json(true);
+      ordered_json else_s = has_else ? out["else"] : ordered_json(true);
+      out.erase("if");
+      out.erase("then");
+      out.erase("else");
+      if (has_then || has_else) {
+        std::optional<ordered_json> neg = negate(cond, ptr + "/if");
+        ordered_json second;
+        if (neg) {
+          second = all_of(*neg, else_s);
+        } else {
+          second = else_s;
+          post_.push_back((ptr.empty() ? "(root)" : ptr) +
+                          ": if/then/else: 'if' cannot be negated in the grammar, so the else branch also admits "
+                          "instances that pass 'if'; checked by validation afterwards");
+        }
+        extra.push_back(ordered_json{{"anyOf", ordered_json::array({all_of(cond, then_s), second})}});
+      }
+    } else {
+      out.erase("then");
+      out.erase("else");
+    }
+    if (!extra.empty()) {
+      if (!out.contains("allOf")) out["allOf"] = ordered_json::array();
+      for (auto& e : extra) out["allOf"].push_back(std::move(e));
+    }
+    return out;
+  }
+
+  // A number bound as a schema: x < v (or x > v), in the draft's spelling.
+  ordered_json num_bound(const ordered_json& v, bool below, bool strict) const {
+    ordered_json r{{"type", "number"}};
+    if (!strict) {
+      r[below ? "maximum" : "minimum"] = v;
+    } else if (draft_ == Draft::k4) {
+      r[below ? "maximum" : "minimum"] = v;
+      r[below ? "exclusiveMaximum" : "exclusiveMinimum"] = true;
+    } else {
+      r[below ? "exclusiveMaximum" : "exclusiveMinimum"] = v;
+    }
+    return r;
+  }
+
+  // The complement of a schema, for the keywords whose complement the grammar can express
+  // (boolean schemas, type, const / enum of scalars, required, properties, number bounds, lengths,
+  // pattern, item / property counts, items, anyOf, not); std::nullopt otherwise.
+  std::optional<ordered_json> negate(const ordered_json& s0, const std::string& ptr) {
+    if (s0.is_boolean()) return ordered_json(!s0.get<bool>());
+    ordered_json s = inline_top(s0, ptr);
+    if (s.is_boolean()) return ordered_json(!s.get<bool>());
+    const std::vector<std::string> kAll{"null", "boolean", "number", "string", "array", "object"};
+    auto not_types = [&](const std::set<std::string>& ts) {
+      ordered_json r = ordered_json::array();
+      for (const auto& t : kAll)
+        if (!ts.count(t)) r.push_back(t);
+      return ordered_json{{"type", r}};
+    };
+    ordered_json alts = ordered_json::array();
+    auto num = [&](const char* k) { return s[k]; };
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      const ordered_json& v = it.value();
+      if (annotation_keywords().count(k) && k != "format") continue;
+      if (!keyword_active(k)) continue;
+      if (k == "type") {
+        alts.push_back(ordered_json{{"not", ordered_json{{"type", v}}}});
+      } else if (k == "const" || k == "enum") {
+        ordered_json vals = k == "const" ? ordered_json::array({v}) : v;
+        if (!vals.is_array()) return std::nullopt;
+        std::set<std::string> types;
+        std::vector<std::string> strs;
+        std::vector<double> nums;
+        std::set<bool> bools;
+        for (const auto& x : vals) {
+          std::string t = type_of(x);
+          if (t == "integer") t = "number";
+          if (t == "array" || t == "object") return std::nullopt;
+          types.insert(t);
+          if (t == "string") strs.push_back(x.get<std::string>());
+          else if (t == "number") nums.push_back(x.get<double>());
+          else if (t == "boolean") bools.insert(x.get<bool>());
+        }
+        ordered_json any = ordered_json::array({not_types(types)});
+        if (!strs.empty()) any.push_back(ordered_json{{"type", "string"}, {"x-quarry-not-strings", strs}});
+        if (bools.size() == 1) any.push_back(ordered_json{{"const", !*bools.begin()}});
+        if (!nums.empty()) {
+          std::sort(nums.begin(), nums.end());
+          nums.erase(std::unique(nums.begin(), nums.end()), nums.end());
+          any.push_back(num_bound(nums.front(), true, true));
+          for (std::size_t i = 0; i + 1 < nums.size(); ++i)
+            any.push_back(all_of(num_bound(nums[i], false, true), num_bound(nums[i + 1], true, true)));
+          any.push_back(num_bound(nums.back(), false, true));
+        }
+        alts.push_back(ordered_json{{"anyOf", any}});
+      } else if (k == "required") {
+        for (const auto& r : v) {
+          if (!r.is_string()) return std::nullopt;
+          alts.push_back(ordered_json{{"type", "object"}, {"properties", ordered_json{{r.get<std::string>(), false}}}});
+        }
+      } else if (k == "properties") {
+        for (auto p = v.begin(); p != v.end(); ++p) {
+          auto n = negate(p.value(), ptr + "/properties/" + escape_pointer_token(p.key()));
+          if (!n) return std::nullopt;
+          if (*n == false) continue;
+          alts.push_back(ordered_json{{"type", "object"},
+                                      {"required", ordered_json::array({p.key()})},
+                                      {"properties", ordered_json{{p.key(), *n}}}});
+        }
+      } else if (k == "minimum" || k == "maximum") {
+        bool excl = draft_ == Draft::k4 && s.contains(k == "minimum" ? "exclusiveMinimum" : "exclusiveMaximum") &&
+                    s[k == "minimum" ? "exclusiveMinimum" : "exclusiveMaximum"] == true;
+        alts.push_back(num_bound(num(k.c_str()), k == "minimum", !excl));
+      } else if (k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+        if (v.is_boolean()) continue;  // draft 4: part of minimum / maximum
+        alts.push_back(num_bound(v, k == "exclusiveMinimum", false));
+      } else if (k == "minLength" || k == "minItems" || k == "minProperties") {
+        std::size_t n = v.get<std::size_t>();
+        if (n == 0) continue;
+        const char* t = k == "minLength" ? "string" : k == "minItems" ? "array" : "object";
+        const char* mx = k == "minLength" ? "maxLength" : k == "minItems" ? "maxItems" : "maxProperties";
+        alts.push_back(ordered_json{{"type", t}, {mx, n - 1}});
+      } else if (k == "maxLength" || k == "maxItems" || k == "maxProperties") {
+        std::size_t n = v.get<std::size_t>();
+        const char* t = k == "maxLength" ? "string" : k == "maxItems" ? "array" : "object";
+        const char* mn = k == "maxLength" ? "minLength" : k == "maxItems" ? "minItems" : "minProperties";
+        alts.push_back(ordered_json{{"type", t}, {mn, n + 1}});
+      } else if (k == "pattern") {
+        alts.push_back(ordered_json{{"type", "string"}, {"x-quarry-not-patterns", ordered_json::array({v})}});
+      } else if (k == "items" && !v.is_array() && !s.contains("additionalItems")) {
+        auto n = negate(v, ptr + "/items");
+        if (!n) return std::nullopt;
+        if (*n == false) continue;
+        alts.push_back(ordered_json{{"type", "array"}, {"contains", *n}});
+      } else if (k == "anyOf") {
+        ordered_json all = ordered_json::array();
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          auto n = negate(v[i], ptr + "/anyOf/" + std::to_string(i));
+          if (!n) return std::nullopt;
+          all.push_back(*n);
+        }
+        alts.push_back(ordered_json{{"allOf", all}});
+      } else if (k == "not") {
+        alts.push_back(v);
+      } else if (k == "format" && !format_regexes().count(v.get<std::string>())) {
+        continue;  // an annotation
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (alts.empty()) return ordered_json(false);
+    if (alts.size() == 1) return alts[0];
+    return ordered_json{{"anyOf", alts}};
   }
 
   // ---- merging (allOf, $ref with siblings, anyOf distribution) --------------------------------
@@ -486,7 +715,7 @@ class Compiler {
       --inline_depth_;
       throw SchemaError(ptr, "$ref", "recursive $ref inside allOf (or next to other keywords) cannot be merged");
     }
-    ordered_json out = s;
+    ordered_json out = desugar(s, ptr);
     if (s.contains("$ref")) {
       std::string tp;
       const ordered_json& t = resolve(s["$ref"].get<std::string>(), ptr, tp);
@@ -563,6 +792,8 @@ class Compiler {
           if (std::find(eb.begin(), eb.end(), x) != eb.end()) r.push_back(x);
         out.erase(k);
         out["enum"] = r;
+      } else if (k == "x-quarry-not-strings" || k == "x-quarry-not-patterns") {
+        for (const auto& x : v) out[k].push_back(x);
       } else if (k == "pattern" || k == "format" || k == "multipleOf") {
         if (av != v) {
           std::string lk = k == "pattern" ? "x-quarry-patterns" : k == "format" ? "x-quarry-formats" : "x-quarry-multipleOf";
@@ -693,7 +924,7 @@ class Compiler {
         return b_.call(rule_for(t, tp));
       }
     }
-    ordered_json s = s0;
+    ordered_json s = desugar(s0, ptr);
     if (s.contains("$ref") || s.contains("allOf")) {
       s = inline_top(s, ptr);
       if (s.is_boolean()) return body(s, ptr);
@@ -1058,11 +1289,16 @@ class Compiler {
     };
     bound(bd.lo, bd.lo_ex, true);
     bound(bd.hi, bd.hi_ex, false);
-    if (res.empty()) return mult ? lower(*mult, false) : b_.call(number_rule());
+    if (res.empty()) {
+      if (!mult) return b_.call(number_rule());
+      if (opt_.max_fraction_digits <= 0) return lower(*mult, false);
+      return lower(dfa_intersect(*mult, frac_cap()), false);
+    }
     try {
       Dfa d = regex_dfa(res[0], true, ptr);
       for (std::size_t i = 1; i < res.size(); ++i) d = dfa_intersect(d, regex_dfa(res[i], true, ptr));
       if (mult) d = dfa_intersect(d, *mult);
+      if (opt_.max_fraction_digits > 0) d = dfa_intersect(d, frac_cap());
       if (dfa_is_empty(d)) return b_.never();
       return lower(d, false);
     } catch (const RegexError& e) {
@@ -1110,8 +1346,19 @@ class Compiler {
         meet(format_dfas().at(f));
         trivial = false;
       }
+      if (s.contains("x-quarry-not-patterns"))
+        for (const auto& p : s["x-quarry-not-patterns"]) {
+          meet(dfa_complement(regex_dfa(p.get<std::string>(), false, ptr + "/pattern")));
+          trivial = false;
+        }
     } catch (const RegexError& e) {
       throw SchemaError(ptr + "/pattern", "pattern", e.what());
+    }
+    if (s.contains("x-quarry-not-strings")) {
+      std::vector<std::string> words;
+      for (const auto& w : s["x-quarry-not-strings"]) words.push_back(w.get<std::string>());
+      meet(dfa_complement(dfa_literals(words)));
+      trivial = false;
     }
     if (any) d = dfa_any_string();
     return d;
@@ -1171,8 +1418,13 @@ class Compiler {
           non_integer_numbers = true;
         }
         if (types.empty()) return b_.never();
+      } else if (auto neg = negate(ns, np)) {
+        // The complement is expressible: compile (the other keywords) and (not's complement).
+        ordered_json rest = s;
+        rest.erase("not");
+        return body(merge(rest, inline_top(*neg, np), ptr), ptr);
       } else if (!opt_.lenient) {
-        throw SchemaError(np, "not", "unsupported keyword 'not' (only boolean, {} or type-only schemas; use lenient mode to ignore it)");
+        throw SchemaError(np, "not", "unsupported keyword 'not' (its schema uses keywords whose complement the grammar cannot express; use lenient mode to ignore it)");
       } else {
         warn(np, "'not' with this schema ignored (lenient)");
       }
@@ -1198,9 +1450,13 @@ class Compiler {
         post_.push_back((ptr.empty() ? "(root)" : ptr) + ": enum/const values are not checked against nested schemas");
       return b_.alt(alts);
     }
+    if (types.count("array") && s.contains("uniqueItems") && s["uniqueItems"] == true &&
+        !(s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() <= 1))
+      post_.push_back((ptr.empty() ? "(root)" : ptr) +
+                      ": uniqueItems not enforced by the grammar (duplicate items are possible); checked by validation afterwards");
     bool only_any = types.size() == 7;
     for (auto it = s.begin(); it != s.end(); ++it)
-      if (handled_keywords().count(it.key()) && it.key() != "uniqueItems") only_any = false;
+      if (handled_keywords().count(it.key()) && it.key() != "uniqueItems" && keyword_active(it.key())) only_any = false;
     if (s.contains("format") && format_regexes().count(s["format"].get<std::string>())) only_any = false;
     if (only_any) return b_.call(any_rule());
     std::vector<Frag> alts;
@@ -1255,32 +1511,60 @@ class Compiler {
     if (s.contains("maxItems")) mx = s["maxItems"].get<std::size_t>();
     if (rest == false && (!mx || *mx > prefix.size())) mx = prefix.size();
     if (mx && *mx < mn) return b_.never();
+    // contains / minContains: the element chain counts the elements that match the contains schema
+    // (saturating at the minimum needed); an element may be taken as matching or not (the language is
+    // exact: "at least m elements match"). maxContains needs the complement of the contains schema:
+    // not enforced, listed in post_validation.
+    std::size_t need = 0;
+    ordered_json contains_s;
+    if (s.contains("contains") && keyword_active("contains")) {
+      contains_s = s["contains"];
+      need = 1;
+      if (s.contains("minContains") && keyword_active("minContains")) need = s["minContains"].get<std::size_t>();
+      if (s.contains("maxContains") && keyword_active("maxContains"))
+        post_.push_back((ptr.empty() ? "(root)" : ptr) + ": maxContains not enforced by the grammar; checked by validation afterwards");
+      if (need > 64) throw SchemaError(ptr + "/minContains", "minContains", "minContains over 64 is not supported");
+      if (mx && need > *mx) return b_.never();
+      mn = std::max(mn, need);
+    }
     std::size_t unroll = std::max<std::size_t>({prefix.size(), mn, 1});
     if (mx) unroll = *mx;
     if (unroll > 5000) throw SchemaError(ptr + "/maxItems", "maxItems", "array bounds too large for the grammar (over 5000)");
-    auto elem_rule = [&](std::size_t i) {
-      if (i < prefix.size()) return rule_for(prefix[i], ptr + (s.contains("prefixItems") ? "/prefixItems/" : "/items/") + std::to_string(i));
-      return rule_for(rest, rest_ptr);
+    if (unroll * (need + 1) > 20000) throw SchemaError(ptr + "/minContains", "minContains", "array bounds with contains too large for the grammar");
+    auto elem_schema = [&](std::size_t i) { return i < prefix.size() ? prefix[i] : rest; };
+    auto elem_ptr = [&](std::size_t i) {
+      return i < prefix.size() ? ptr + (s.contains("prefixItems") ? "/prefixItems/" : "/items/") + std::to_string(i) : rest_ptr;
+    };
+    auto elem_rule = [&](std::size_t i) { return rule_for(elem_schema(i), elem_ptr(i)); };
+    auto match_rule = [&](std::size_t i) {
+      return rule_for(merge(elem_schema(i), inline_top(contains_s, ptr + "/contains"), ptr + "/contains"), ptr + "/contains");
     };
     Frag open = lit("[");
     std::uint32_t close_in = b_.node();
     Frag close = lit("]");
     b_.eps(close_in, close.in);
-    std::vector<std::uint32_t> S;
-    for (std::size_t i = 0; i <= unroll; ++i) S.push_back(b_.node());
-    b_.eps(open.out, S[0]);
+    std::vector<std::vector<std::uint32_t>> S(unroll + 1, std::vector<std::uint32_t>(need + 1));
+    for (auto& row : S)
+      for (auto& x : row) x = b_.node();
+    b_.eps(open.out, S[0][0]);
+    auto edge = [&](std::uint32_t from, std::uint32_t to, std::uint32_t rule, bool comma) {
+      Frag e = comma ? b_.seq({lit(","), b_.call(rule)}) : b_.call(rule);
+      b_.eps(from, e.in);
+      b_.eps(e.out, to);
+    };
     for (std::size_t i = 0; i <= unroll; ++i) {
-      if (i >= mn) b_.eps(S[i], close_in);
-      if (i < unroll) {
-        Frag e = i == 0 ? b_.call(elem_rule(i)) : b_.seq({lit(","), b_.call(elem_rule(i))});
-        b_.eps(S[i], e.in);
-        b_.eps(e.out, S[i + 1]);
-      }
+      if (i >= mn) b_.eps(S[i][need], close_in);
+      if (i < unroll)
+        for (std::size_t c = 0; c <= need; ++c) {
+          edge(S[i][c], S[i + 1][c], elem_rule(i), i > 0);
+          if (need) edge(S[i][c], S[i + 1][std::min(c + 1, need)], match_rule(i), i > 0);
+        }
     }
     if (!mx && rest != false) {  // unbounded tail
-      Frag e = b_.seq({lit(","), b_.call(rule_for(rest, rest_ptr))});
-      b_.eps(S[unroll], e.in);
-      b_.eps(e.out, S[unroll]);
+      for (std::size_t c = 0; c <= need; ++c) {
+        edge(S[unroll][c], S[unroll][c], rule_for(rest, rest_ptr), true);
+        if (need) edge(S[unroll][c], S[unroll][std::min(c + 1, need)], match_rule(unroll), true);
+      }
     }
     return {open.in, close.out};
   }

@@ -22,12 +22,17 @@
 // - enum / const values are checked against the sibling type / length / bound / pattern keywords.
 // - Duplicate keys among additional properties are not prevented; keys are compared as written
 //   (escapes like \u0061 are not normalised).
-// `not` is supported when its schema is a boolean, {} or type-only (the type set is complemented;
-// "not integer" numbers are those with a non-zero fraction digit, no exponent).
-// Unsupported keywords (not with other schemas, if/then/else, dependencies, dependentRequired, dependentSchemas,
-// contains, min/maxContains, uniqueItems: true,
-// unevaluated*, $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its
-// JSON pointer; with `lenient` they are ignored with a warning.
+// - Conditional keywords are rewritten exactly (see engine/grammar/README.md): if/then/else (draft 7+),
+//   dependencies, dependentRequired, dependentSchemas (2019-09+), contains / minContains; `not` when
+//   the complement of its schema is expressible (type, scalar const / enum, required, properties,
+//   number bounds, lengths, pattern, counts, items, anyOf, not).
+// - Over-approximations, listed in `post_validation` (validation afterwards rejects what they let
+//   through): uniqueItems: true, maxContains, non-disjoint oneOf, an if whose complement is not
+//   expressible (the else branch then also admits instances passing if).
+// - Generated numbers have at most SchemaOptions::max_fraction_digits fraction digits (default 16).
+// Unsupported keywords (not with a complement the grammar cannot express, unevaluated*,
+// $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its JSON pointer;
+// with `lenient` they are ignored with a warning.
 #pragma once
 
 #include <memory>
@@ -55,6 +60,9 @@ struct SchemaOptions {
   /// Treat a missing additionalProperties / items as false (closed objects and arrays), as
   /// structured-output APIs do. Off by default (JSON Schema semantics).
   bool strict = false;
+  /// Most fraction digits a generated number may have (0 = unbounded). Keeps a model from
+  /// writing digits forever; instances with more fraction digits are rejected by the grammar.
+  int max_fraction_digits = 16;
 };
 
 /// A schema the compiler cannot handle: `what()` = "<pointer>: <reason>".

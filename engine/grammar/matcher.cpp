@@ -2,6 +2,7 @@
 #include "engine/grammar/matcher.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -47,6 +48,171 @@ TokenizerInfo::TokenizerInfo(std::vector<std::string> token_bytes, std::vector<T
     while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
     lcp_[k] = static_cast<std::uint16_t>(std::min<std::size_t>(l, 65535));
   }
+  build_trie();
+}
+
+namespace {
+
+// UTF-8 validation automaton (RFC 3629 well-formed sequences): 0 = at a character boundary,
+// 1..3 = that many continuation bytes (80-BF) still needed, 4 = after E0 (A0-BF next),
+// 5 = after ED (80-9F next), 6 = after F0 (90-BF next), 7 = after F4 (80-8F next), 8 = invalid.
+constexpr int kUtf8Dead = 8;
+inline int utf8_step(int u, std::uint8_t b) {
+  switch (u) {
+    case 0:
+      if (b < 0x80) return 0;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 4;
+      if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 2;
+      if (b == 0xED) return 5;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 3;
+      if (b == 0xF4) return 7;
+      return kUtf8Dead;
+    case 1: return b >= 0x80 && b <= 0xBF ? 0 : kUtf8Dead;
+    case 2: return b >= 0x80 && b <= 0xBF ? 1 : kUtf8Dead;
+    case 3: return b >= 0x80 && b <= 0xBF ? 2 : kUtf8Dead;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : kUtf8Dead;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : kUtf8Dead;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : kUtf8Dead;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : kUtf8Dead;
+    default: return kUtf8Dead;
+  }
+}
+inline bool is_cont(std::uint8_t b) { return (b & 0xC0) == 0x80; }
+
+}  // namespace
+
+std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vector<std::uint32_t>* pos,
+                                                                const std::vector<std::uint8_t>& plain,
+                                                                const std::vector<std::uint8_t>& chars) const {
+  const std::size_t n = pos ? pos->size() : sorted_.size();
+  auto P = [&](std::size_t k) -> std::size_t { return pos ? (*pos)[k] : k; };
+  auto tok_len = [&](std::size_t k) { return sorted_off_[P(k) + 1] - sorted_off_[P(k)]; };
+  // Trie nodes in depth-first order from the sorted list and its common-prefix lengths.
+  std::vector<TrieNode> trie_(1, TrieNode{});
+  trie_[0].hi = static_cast<std::uint32_t>(n);
+  std::vector<std::uint32_t> path{0};
+  for (std::size_t k = 0; k < n; ++k) {
+    std::size_t l = 0, len = tok_len(k);
+    if (k > 0) {
+      std::string_view a = sorted_token(P(k - 1)), b = sorted_token(P(k));
+      while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
+    }
+    while (path.size() > l + 1) {
+      TrieNode& v = trie_[path.back()];
+      v.hi = static_cast<std::uint32_t>(k);
+      v.next = static_cast<std::uint32_t>(trie_.size());
+      path.pop_back();
+    }
+    std::string_view t = sorted_token(P(k));
+    for (std::size_t d = l + 1; d <= len; ++d) {
+      TrieNode v;
+      v.lo = static_cast<std::uint32_t>(k);
+      v.depth = static_cast<std::uint16_t>(d);
+      v.byte = static_cast<std::uint8_t>(t[d - 1]);
+      path.push_back(static_cast<std::uint32_t>(trie_.size()));
+      trie_.push_back(v);
+    }
+  }
+  while (!path.empty()) {
+    TrieNode& v = trie_[path.back()];
+    v.hi = static_cast<std::uint32_t>(n);
+    v.next = static_cast<std::uint32_t>(trie_.size());
+    path.pop_back();
+  }
+  // Subtree summaries, children before parents (reverse depth-first order).
+  std::vector<std::uint16_t> utf8_ok(trie_.size(), 0);  // bit u: valid from automaton state u
+  for (std::size_t vi = trie_.size(); vi-- > 1;) {
+    TrieNode& v = trie_[vi];
+    bool all_plain = true, nonascii = v.byte >= 0x80;
+    std::uint8_t maxc = 0, smaxc = 0, sminc = 255;
+    std::uint64_t sa[2] = {0, 0};
+    if (v.byte < 0x80) sa[v.byte >> 6] |= 1ull << (v.byte & 63);
+    bool has_token = false;
+    for (std::size_t p = v.lo; p < v.hi && tok_len(p) == v.depth; ++p) {
+      has_token = true;
+      all_plain = all_plain && plain[P(p)];
+      maxc = std::max(maxc, chars[P(p)]);
+    }
+    std::uint16_t child_ok = 0x1FF;
+    for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < v.next; c = trie_[c].next) {
+      const TrieNode& ch = trie_[c];
+      all_plain = all_plain && (ch.flags & kAllPlain);
+      nonascii = nonascii || (ch.flags & kSuffixNonAscii);
+      maxc = std::max(maxc, ch.max_chars);
+      smaxc = std::max(smaxc, ch.suffix_max_chars);
+      sminc = std::min(sminc, ch.suffix_min_chars);
+      sa[0] |= ch.suffix_ascii[0];
+      sa[1] |= ch.suffix_ascii[1];
+      child_ok &= utf8_ok[c];
+    }
+    std::uint16_t ok = 0;
+    for (int u = 0; u < 8; ++u) {
+      int u2 = utf8_step(u, v.byte);
+      if (u2 != kUtf8Dead && (!has_token || u2 == 0) && ((child_ok >> u2) & 1)) ok |= static_cast<std::uint16_t>(1u << u);
+    }
+    utf8_ok[vi] = ok;
+    v.flags = static_cast<std::uint8_t>((all_plain ? kAllPlain : 0) | ((ok & 1) ? kSuffixUtf8 : 0) |
+                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0));
+    v.max_chars = maxc;
+    v.suffix_max_chars = static_cast<std::uint8_t>(std::min(255, smaxc + (is_cont(v.byte) ? 0 : 1)));
+    if (has_token) sminc = 0;
+    v.suffix_min_chars = static_cast<std::uint8_t>(std::min(255, sminc + (is_cont(v.byte) ? 0 : 1)));
+    v.suffix_ascii[0] = sa[0];
+    v.suffix_ascii[1] = sa[1];
+  }
+  // skip_plain: the first sibling at or after a node that is not all-plain (or the parent's end).
+  std::vector<std::uint32_t> kids;
+  for (std::size_t vi = 0; vi < trie_.size(); ++vi) {
+    const std::uint32_t end = trie_[vi].next;
+    kids.clear();
+    for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < end; c = trie_[c].next) kids.push_back(c);
+    std::uint32_t nxt = end;
+    for (std::size_t i = kids.size(); i-- > 0;) {
+      if (!(trie_[kids[i]].flags & kAllPlain)) nxt = kids[i];
+      trie_[kids[i]].skip_plain = nxt;
+    }
+  }
+  return trie_;
+}
+
+void TokenizerInfo::build_trie() {
+  const std::size_t n = sorted_.size();
+  // Per token (sorted position): plain text? code points.
+  std::vector<std::uint8_t> plain(n), chars(n);
+  max_plain_chars_ = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    std::string_view t = sorted_token(k);
+    int u = 0;
+    bool ok = true;
+    std::size_t c = 0;
+    for (char ch : t) {
+      auto b = static_cast<std::uint8_t>(ch);
+      u = utf8_step(u, b);
+      if (u == kUtf8Dead || b < 0x20 || b == 0x7F || b == '"' || b == '\\') ok = false;
+      if (!is_cont(b)) ++c;
+    }
+    plain[k] = ok && u == 0;
+    chars[k] = static_cast<std::uint8_t>(std::min<std::size_t>(c, 255));
+    if (plain[k]) max_plain_chars_ = std::max<std::size_t>(max_plain_chars_, chars[k]);
+  }
+  trie_ = build_nodes(nullptr, plain, chars);
+  nonplain_pos_.clear();
+  for (std::size_t k = 0; k < n; ++k)
+    if (!plain[k]) nonplain_pos_.push_back(static_cast<std::uint32_t>(k));
+  nonplain_trie_ = build_nodes(&nonplain_pos_, plain, chars);
+  sorted_chars_ = std::move(chars);
+  // Plain tokens by code point count, cumulative.
+  const std::size_t words = mask_words();
+  plain_upto_.assign((max_plain_chars_ + 1) * words, 0u);
+  for (std::size_t k = 0; k < n; ++k)
+    if (plain[k]) {
+      TokenId id = sorted_[k];
+      plain_upto_[sorted_chars_[k] * words + (static_cast<std::size_t>(id) >> 5)] |= 1u << (id & 31);
+    }
+  for (std::size_t c = 1; c <= max_plain_chars_; ++c)
+    for (std::size_t w = 0; w < words; ++w) plain_upto_[c * words + w] |= plain_upto_[(c - 1) * words + w];
 }
 
 std::shared_ptr<const TokenizerInfo> TokenizerInfo::from_tokenizer(const Tokenizer& tok) {
@@ -143,8 +309,11 @@ struct StoredMask {
         for (std::uint32_t b = mask[w]; b; b &= b - 1) m.data.push_back(static_cast<std::uint32_t>(w * 32 + __builtin_ctz(b)));
     } else if (vocab - ones <= limit) {
       m.kind = kDisallowedList;
-      for (std::size_t i = 0; i < vocab; ++i)
-        if (!((mask[i >> 5] >> (i & 31)) & 1u)) m.data.push_back(static_cast<std::uint32_t>(i));
+      for (std::size_t w = 0; w < words; ++w)
+        for (std::uint32_t b = ~mask[w]; b; b &= b - 1) {
+          std::size_t i = w * 32 + static_cast<std::size_t>(__builtin_ctz(b));
+          if (i < vocab) m.data.push_back(static_cast<std::uint32_t>(i));
+        }
     } else {
       m.data.assign(mask, mask + words);
     }
@@ -174,10 +343,274 @@ struct CompiledGrammar::StateCache {
   std::size_t bytes = 0;
 };
 
+// ---------------------------------------------------------------------------------------------
+// Code-point-level node analysis (for the trie walk)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kCumChars = 32;  // character-class runs are analysed up to this many code points
+constexpr std::uint8_t kInf = 255;     // "unbounded" for the plain-text lengths (tokens have fewer)
+
+// A set of characters: ASCII bytes (bit per byte) and "every multibyte character".
+struct CharSet {
+  std::uint64_t a[2] = {0, 0};
+  bool mb = false;
+  void meet(const CharSet& o) {
+    a[0] &= o.a[0];
+    a[1] &= o.a[1];
+    mb = mb && o.mb;
+  }
+};
+constexpr CharSet kAllChars{{~0ull, ~0ull}, true};
+// Plain ASCII: 0x20..0x7E without '"' and '\\'.
+constexpr std::uint64_t kPlainLo = 0xFFFFFFFB00000000ull;  // 0x20..0x3F without 0x22
+constexpr std::uint64_t kPlainHi = 0x7FFFFFFFEFFFFFFFull;  // 0x40..0x7E without 0x5C
+constexpr std::uint64_t kQuote = 1ull << '"';
+constexpr std::uint64_t kBackslash = 1ull << ('\\' - 64);
+
+}  // namespace
+
+struct CompiledGrammar::NodeInfo {
+  // Every string of at most j code points whose characters all lie in cum[j] is accepted from the
+  // node (by a single thread of byte edges, no rule calls). cum[0] = everything.
+  std::array<CharSet, kCumChars + 1> cum;
+  std::uint8_t plain_all = 0;  // B: every plain string of <= B code points is accepted (kInf: any)
+  std::uint8_t plain_max = 0;  // L: no string of more than L text characters is accepted (kInf: unbounded)
+  bool safe = false;           // no rule end nor call is reachable through text characters
+};
+
+struct CompiledGrammar::InfoCache {
+  explicit InfoCache(std::size_t nodes) : ready(nodes) {}
+  std::mutex mu;
+  std::unordered_map<std::uint32_t, std::unique_ptr<NodeInfo>> infos;
+  // Lock-free reads of finished analyses (published after the lock-protected computation).
+  std::vector<std::atomic<const NodeInfo*>> ready;
+};
+
+// One code point step from a grammar node over "text" characters (every character except '"' and
+// '\\', which end strings or start escapes): which ASCII bytes have an edge, whether every
+// well-formed multibyte character is covered, the nodes reached after one character, and whether
+// the intermediate (mid-character) nodes are plain byte nodes (no calls, no rule end).
+namespace {
+struct CharStep {
+  std::uint64_t cov[2] = {0, 0};
+  bool mb_all = true;
+  bool mids_ok = true;
+  std::vector<std::uint32_t> succ;
+};
+
+// Continuation ranges required from each UTF-8 automaton state (see utf8_step).
+inline void utf8_need(int u, std::uint8_t& lo, std::uint8_t& hi) {
+  switch (u) {
+    case 4: lo = 0xA0; hi = 0xBF; break;
+    case 5: lo = 0x80; hi = 0x9F; break;
+    case 6: lo = 0x90; hi = 0xBF; break;
+    case 7: lo = 0x80; hi = 0x8F; break;
+    default: lo = 0x80; hi = 0xBF; break;
+  }
+}
+
+CharStep char_step(const Grammar& g, std::uint32_t n) {
+  CharStep r;
+  const GNode& nd = g.nodes[n];
+  for (const ByteEdge& e : nd.bytes) {
+    if (e.lo >= 0x80) break;
+    for (unsigned b = e.lo; b <= std::min<unsigned>(e.hi, 0x7F); ++b) {
+      if (b == '"' || b == '\\') continue;
+      r.cov[b >> 6] |= 1ull << (b & 63);
+      r.succ.push_back(e.to);
+    }
+  }
+  // Multibyte characters: product of the node's byte edges with the UTF-8 automaton.
+  struct Item { std::uint32_t node; int u; };
+  std::vector<Item> work;
+  std::vector<std::pair<std::uint32_t, int>> seen;
+  // Lead bytes C2..F4 from n.
+  {
+    std::uint32_t covered = 0;  // count of lead bytes with an edge
+    for (const ByteEdge& e : nd.bytes) {
+      unsigned lo = std::max<unsigned>(e.lo, 0xC2), hi = std::min<unsigned>(e.hi, 0xF4);
+      for (unsigned b = lo; b <= hi; ++b) {
+        ++covered;
+        work.push_back({e.to, utf8_step(0, static_cast<std::uint8_t>(b))});
+      }
+    }
+    if (covered < 0xF4 - 0xC2 + 1) r.mb_all = false;
+  }
+  while (!work.empty()) {
+    Item it = work.back();
+    work.pop_back();
+    if (std::find(seen.begin(), seen.end(), std::make_pair(it.node, it.u)) != seen.end()) continue;
+    seen.push_back({it.node, it.u});
+    if (seen.size() > 4096) { r.mb_all = false; r.mids_ok = false; break; }
+    const GNode& m = g.nodes[it.node];
+    if (!m.calls.empty() || m.final) r.mids_ok = false;
+    std::uint8_t lo, hi;
+    utf8_need(it.u, lo, hi);
+    unsigned covered = 0;
+    for (const ByteEdge& e : m.bytes) {
+      unsigned a = std::max<unsigned>(e.lo, lo), b = std::min<unsigned>(e.hi, hi);
+      if (a > b) continue;
+      covered += b - a + 1;
+      int u2 = utf8_step(it.u, static_cast<std::uint8_t>(a));
+      if (u2 == 0) r.succ.push_back(e.to);
+      else work.push_back({e.to, u2});
+    }
+    if (covered < static_cast<unsigned>(hi - lo + 1)) r.mb_all = false;
+  }
+  std::sort(r.succ.begin(), r.succ.end());
+  r.succ.erase(std::unique(r.succ.begin(), r.succ.end()), r.succ.end());
+  return r;
+}
+}  // namespace
+
+const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) const {
+  if (const NodeInfo* r = info_cache_->ready[n0].load(std::memory_order_acquire)) return *r;
+  std::lock_guard lk(info_cache_->mu);
+  auto& infos = info_cache_->infos;
+  if (auto it = infos.find(n0); it != infos.end()) return *it->second;
+  const Grammar& g = *grammar_;
+  // The graph of text-character steps reachable from n0 (nodes not analysed yet).
+  std::unordered_map<std::uint32_t, std::uint32_t> index;  // grammar node -> local index
+  std::vector<std::uint32_t> nodes;
+  std::vector<CharStep> steps;
+  std::vector<char> simple;
+  auto add = [&](std::uint32_t n) {
+    if (infos.count(n) || index.count(n)) return;
+    index.emplace(n, static_cast<std::uint32_t>(nodes.size()));
+    nodes.push_back(n);
+    simple.push_back(g.nodes[n].calls.empty());
+    steps.push_back(simple.back() ? char_step(g, n) : CharStep{});
+  };
+  add(n0);
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (std::uint32_t m : steps[i].succ) add(m);
+  const std::size_t n = nodes.size();
+  auto local = [&](std::uint32_t m) -> std::uint32_t {
+    auto it = index.find(m);
+    return it == index.end() ? UINT32_MAX : it->second;
+  };
+  // Strongly connected components (Tarjan, iterative); emitted sinks first.
+  std::vector<std::uint32_t> low(n), num(n, UINT32_MAX), comp(n, UINT32_MAX), stk;
+  std::vector<char> on(n, 0);
+  std::vector<std::vector<std::uint32_t>> comps;
+  std::uint32_t counter = 0;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (num[r] != UINT32_MAX) continue;
+    std::vector<std::pair<std::uint32_t, std::size_t>> call{{r, 0}};
+    num[r] = low[r] = counter++;
+    stk.push_back(r);
+    on[r] = 1;
+    while (!call.empty()) {
+      auto& [v, i] = call.back();
+      if (i < steps[v].succ.size()) {
+        std::uint32_t w = local(steps[v].succ[i++]);
+        if (w == UINT32_MAX) continue;
+        if (num[w] == UINT32_MAX) {
+          num[w] = low[w] = counter++;
+          stk.push_back(w);
+          on[w] = 1;
+          call.push_back({w, 0});
+        } else if (on[w]) {
+          low[v] = std::min(low[v], num[w]);
+        }
+        continue;
+      }
+      if (low[v] == num[v]) {
+        comps.emplace_back();
+        std::uint32_t w;
+        do {
+          w = stk.back();
+          stk.pop_back();
+          on[w] = 0;
+          comp[w] = static_cast<std::uint32_t>(comps.size() - 1);
+          comps.back().push_back(w);
+        } while (w != v);
+      }
+      std::uint32_t done = v;
+      call.pop_back();
+      if (!call.empty()) low[call.back().first] = std::min(low[call.back().first], low[done]);
+    }
+  }
+  // Values per component (greatest fixpoints inside a component; see NodeInfo).
+  std::vector<std::unique_ptr<NodeInfo>> out(n);
+  for (std::uint32_t v = 0; v < n; ++v) out[v] = std::make_unique<NodeInfo>();
+  auto info_of = [&](std::uint32_t m) -> const NodeInfo& {
+    std::uint32_t w = local(m);
+    return w == UINT32_MAX ? *infos.at(m) : *out[w];
+  };
+  for (std::size_t c = 0; c < comps.size(); ++c) {
+    const auto& C = comps[c];
+    bool cyclic = C.size() > 1;
+    for (std::uint32_t v : C)
+      for (std::uint32_t m : steps[v].succ)
+        if (m == nodes[v]) cyclic = true;
+    // L and safe are shared by the whole component.
+    unsigned L = 0;
+    bool safe = true;
+    for (std::uint32_t v : C) {
+      const GNode& gn = g.nodes[nodes[v]];
+      if (!simple[v] || gn.final || !steps[v].mids_ok) safe = false;
+      if (!simple[v]) L = kInf;
+      for (std::uint32_t m : steps[v].succ) {
+        std::uint32_t w = local(m);
+        if (w != UINT32_MAX && comp[w] == c) continue;
+        const NodeInfo& o = info_of(m);
+        safe = safe && o.safe;
+        L = std::max<unsigned>(L, o.plain_max >= kInf ? kInf : o.plain_max + 1u);
+      }
+      if (!steps[v].succ.empty()) L = std::max(L, 1u);
+    }
+    if (cyclic) L = kInf;
+    for (std::uint32_t v : C) {
+      out[v]->plain_max = static_cast<std::uint8_t>(std::min<unsigned>(L, kInf));
+      out[v]->safe = safe;
+    }
+    // B: start from "unbounded" and lower until stable.
+    auto plain_cov = [&](std::uint32_t v) {
+      const CharStep& st = steps[v];
+      return simple[v] && (st.cov[0] & kPlainLo) == kPlainLo && (st.cov[1] & kPlainHi) == kPlainHi && st.mb_all;
+    };
+    for (std::uint32_t v : C) out[v]->plain_all = plain_cov(v) ? kInf : 0;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::uint32_t v : C) {
+        if (!out[v]->plain_all) continue;
+        unsigned mn = kInf;
+        for (std::uint32_t m : steps[v].succ) mn = std::min<unsigned>(mn, info_of(m).plain_all);
+        unsigned b = mn >= kInf ? kInf : 1 + mn;
+        if (b < out[v]->plain_all) {
+          out[v]->plain_all = static_cast<std::uint8_t>(b);
+          changed = true;
+        }
+      }
+    }
+    // cum, layer by layer (layer j only reads layer j - 1).
+    for (std::uint32_t v : C) {
+      out[v]->cum[0] = kAllChars;
+      for (std::size_t j = 1; j <= kCumChars; ++j) out[v]->cum[j] = CharSet{};
+    }
+    for (std::size_t j = 1; j <= kCumChars; ++j)
+      for (std::uint32_t v : C) {
+        if (!simple[v]) continue;
+        CharSet s{{steps[v].cov[0], steps[v].cov[1]}, steps[v].mb_all};
+        for (std::uint32_t m : steps[v].succ) s.meet(info_of(m).cum[j - 1]);
+        out[v]->cum[j] = s;
+      }
+  }
+  for (std::uint32_t v = 0; v < n; ++v) {
+    info_cache_->ready[nodes[v]].store(out[v].get(), std::memory_order_release);
+    infos.emplace(nodes[v], std::move(out[v]));
+  }
+  return *infos.at(n0);
+}
+
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
-                                 SchemaCompileResult meta)
-    : grammar_(std::move(g)), tok_(std::move(tok)), meta_(std::move(meta)),
-      state_cache_(std::make_unique<StateCache>()), node_cache_(std::make_unique<NodeCache>()) {
+                                 SchemaCompileResult meta, NodeTableMode mode)
+    : grammar_(std::move(g)), tok_(std::move(tok)), meta_(std::move(meta)), mode_(mode),
+      info_cache_(std::make_unique<InfoCache>(grammar_ ? grammar_->nodes.size() : 0)), state_cache_(std::make_unique<StateCache>()),
+      node_cache_(std::make_unique<NodeCache>()) {
   if (!grammar_ || !tok_) throw std::invalid_argument("CompiledGrammar: null grammar or tokenizer");
   meta_.grammar = grammar_;
 }
@@ -209,6 +642,158 @@ void CompiledGrammar::fill_mask_walk(Parser& parser, const ParseState& st, std::
 }
 
 void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
+  if (mode_ == NodeTableMode::kFullWalk) return build_node_table_full(node, t);
+  const TokenizerInfo& tok = *tok_;
+  const std::size_t words = tok.mask_words();
+  const auto& ids = tok.sorted_ids();
+  Parser local(*grammar_);
+  std::vector<Thread> seeds{{node, 0}};
+  const std::size_t maxd = tok.max_token_len() + 1;
+  std::vector<ParseState> st(maxd);
+  std::vector<char> exitf(maxd, 0);
+  std::vector<const NodeInfo*> info(maxd, nullptr);
+  std::vector<char> info_known(maxd, 0);
+  std::vector<std::uint16_t> pchars(maxd, 0);  // code points of the prefix at each depth
+  local.close(seeds, st[0]);
+  st[0].can_end = false;  // an exit before the first byte is covered by the other threads of a state
+  auto single = [&](const ParseState& s) { return s.threads.size() == 1 && s.threads[0].stack == 0; };
+  // Plain text decided from the start position (see the class comment).
+  std::uint8_t plain_all = 0;
+  bool plain_exact = false;
+  if (single(st[0])) {
+    const NodeInfo& I = node_info(st[0].threads[0].node);
+    plain_all = I.plain_all;
+    plain_exact = I.safe && I.plain_max == I.plain_all;
+  }
+  if (plain_all > 0) {
+    const std::uint32_t* p = tok.plain_upto(plain_all);
+    t.accepted.assign(p, p + words);
+  } else {
+    t.accepted.assign(words, 0u);
+  }
+  std::uint32_t* acc = t.accepted.data();
+  std::uint32_t last_node = UINT32_MAX;
+  const NodeInfo* last_info = nullptr;
+  const auto& g_nodes = grammar_->nodes;
+  // With an exact plain decision only the non-plain tokens are left: walk their (small) trie.
+  const bool np = plain_exact && plain_all > 0;
+  const auto& trie = np ? tok.nonplain_trie() : tok.trie();
+  const std::uint32_t* np_pos = tok.nonplain_positions().data();
+  auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };
+  const std::uint32_t end = trie[0].next;
+  for (std::uint32_t v = 1; v < end;) {
+    const TokenizerInfo::TrieNode& tn = trie[v];
+    const std::size_t d = tn.depth;
+    if (plain_all > 0 && (tn.flags & TokenizerInfo::kAllPlain) && (plain_exact || tn.max_chars <= plain_all)) {
+      // Every token below is plain and already decided; with an exact decision, so are the
+      // all-plain siblings that follow.
+      v = plain_exact ? tn.skip_plain : tn.next;
+      continue;
+    }
+    const ParseState& ps = st[d - 1];
+    // (Not in the non-plain trie: its tokens hold quotes, escapes, controls or broken UTF-8, which
+    // the character-class rules never settle.)
+    if (!np && (tn.flags & TokenizerInfo::kSuffixUtf8)) {
+      if (!info_known[d - 1]) {
+        info_known[d - 1] = 1;
+        info[d - 1] = nullptr;
+        if (single(ps)) {
+          std::uint32_t gn = ps.threads[0].node;
+          if (gn != last_node) { last_node = gn; last_info = &node_info(gn); }
+          info[d - 1] = last_info;
+        }
+      }
+      if (const NodeInfo* I = info[d - 1]) {
+        // Rejections below are final only if no rule end was passed on the way (else they are
+        // context-dependent: the walk records them as uncertain).
+        const bool no_exit = !exitf[d - 1];
+        if (no_exit && I->safe && tn.suffix_min_chars > I->plain_max && !(tn.suffix_ascii[0] & kQuote) &&
+            !(tn.suffix_ascii[1] & kBackslash)) {
+          v = tn.next;  // only text characters, more than the grammar accepts from here: rejected
+          continue;
+        }
+        // j = the longest suffix length (code points) up to which every string over the
+        // subtree's characters is accepted (cum is decreasing in j).
+        auto fits = [&](std::size_t j) {
+          const CharSet& c = I->cum[j];
+          return (tn.suffix_ascii[0] & ~c.a[0]) == 0 && (tn.suffix_ascii[1] & ~c.a[1]) == 0 &&
+                 (c.mb || !(tn.flags & TokenizerInfo::kSuffixNonAscii));
+        };
+        std::size_t top = std::min<std::size_t>(tn.suffix_max_chars, kCumChars), j = 0;
+        if (fits(top)) {
+          j = top;
+        } else {
+          std::size_t lo = 0, hi = top;  // fits(lo), !fits(hi)
+          while (hi - lo > 1) {
+            std::size_t mid = (lo + hi) / 2;
+            (fits(mid) ? lo : hi) = mid;
+          }
+          j = lo;
+        }
+        if (j == tn.suffix_max_chars) {
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+        if (no_exit && j >= tn.suffix_min_chars && j == I->plain_max && I->safe && !(tn.suffix_ascii[0] & kQuote) &&
+            !(tn.suffix_ascii[1] & kBackslash)) {
+          // Suffixes of at most j code points accepted, longer ones rejected (no rule end on the way).
+          const std::size_t base = pchars[d - 1] + j;
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p)
+            if (tok.sorted_chars(P(p)) <= base) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+      }
+    }
+    bool alive;
+    if (single(ps) && g_nodes[ps.threads[0].node].calls.empty()) {
+      // One thread of byte edges: follow the edge directly; close() only where a rule may end or call.
+      std::uint32_t to = UINT32_MAX;
+      bool more = false;
+      for (const ByteEdge& e : g_nodes[ps.threads[0].node].bytes) {
+        if (e.lo > tn.byte) break;
+        if (tn.byte <= e.hi) {
+          if (to == UINT32_MAX) to = e.to;
+          else more = true;
+        }
+      }
+      if (to == UINT32_MAX) {
+        alive = false;
+      } else if (!more && g_nodes[to].calls.empty() && !g_nodes[to].final) {
+        st[d].threads.assign(1, Thread{to, 0});
+        st[d].can_end = false;
+        alive = true;
+      } else {
+        alive = local.advance(ps, tn.byte, st[d]);
+      }
+    } else {
+      alive = local.advance(ps, tn.byte, st[d]);
+    }
+    if (!alive) {
+      if (exitf[d - 1])
+        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      v = tn.next;
+      continue;
+    }
+    exitf[d] = exitf[d - 1] || st[d].can_end;
+    pchars[d] = pchars[d - 1] + (is_cont(tn.byte) ? 0 : 1);
+    info_known[d] = 0;
+    std::uint32_t p = tn.lo;
+    if (tn.flags & TokenizerInfo::kHasToken)
+      for (; p < tn.hi && tok.sorted_token(P(p)).size() == d; ++p) set_bit(acc, ids[P(p)]);
+    if (st[d].threads.empty()) {
+      // The rule ended here and nothing inside it goes on: every longer token below depends on the
+      // context (exitf[d] holds).
+      for (; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      v = tn.next;
+      continue;
+    }
+    ++v;
+  }
+}
+
+void CompiledGrammar::build_node_table_full(std::uint32_t node, NodeTable& t) const {
   const TokenizerInfo& tok = *tok_;
   t.accepted.assign(tok.mask_words(), 0u);
   Parser local(*grammar_);
@@ -320,7 +905,8 @@ GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenizerInfo> tok, std::
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile_json_schema(std::string_view schema_text,
                                                                             const SchemaOptions& o) {
   std::string key = std::string(schema_text) + '\0' + std::to_string(static_cast<int>(o.draft)) + ',' +
-                    std::to_string(o.lenient) + ',' + std::to_string(o.max_whitespace) + ',' + std::to_string(o.strict);
+                    std::to_string(o.lenient) + ',' + std::to_string(o.max_whitespace) + ',' + std::to_string(o.strict) + ',' +
+                    std::to_string(o.max_fraction_digits);
   {
     std::lock_guard lk(mu_);
     auto it = cache_.find(key);

@@ -11,6 +11,7 @@
 // (vocab_size + 31) / 32 words.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -61,7 +62,48 @@ class TokenizerInfo {
   }
   bool is_regular(TokenId id) const { return id >= 0 && static_cast<std::size_t>(id) < kind_.size() && kind_[id] == kRegular; }
 
+  /// The sorted vocabulary as an explicit byte trie in depth-first (= sorted) order, with per-subtree
+  /// summaries that let a mask walk decide whole subtrees at once. Node 0 is the root (empty prefix).
+  /// The children of node v are v + 1, trie()[v + 1].next, ... up to trie()[v].next.
+  struct TrieNode {
+    std::uint32_t lo = 0, hi = 0;  ///< tokens of the subtree: sorted positions [lo, hi)
+    std::uint32_t next = 0;        ///< first node after this subtree
+    std::uint32_t skip_plain = 0;  ///< first sibling at or after this node that is not kAllPlain (else the parent's next)
+    std::uint16_t depth = 0;       ///< prefix length in bytes
+    std::uint8_t byte = 0;         ///< edge byte into the node (its prefix's last byte)
+    std::uint8_t flags = 0;        ///< kAllPlain | kSuffixUtf8 | kSuffixNonAscii | kHasToken
+    std::uint8_t max_chars = 0;    ///< max code points of a token in the subtree (255 = more)
+    std::uint8_t suffix_max_chars = 0;  ///< max code points of the edge-inclusive suffixes (see below)
+    std::uint8_t suffix_min_chars = 0;  ///< min code points of the edge-inclusive suffixes
+    std::uint64_t suffix_ascii[2] = {0, 0};  ///< ASCII bytes occurring in the edge-inclusive suffixes
+  };
+  /// Every token of the subtree is plain text: complete valid UTF-8 without '"', '\\' or bytes
+  /// below 0x20 or 0x7F (what a free JSON string body accepts unescaped).
+  static constexpr std::uint8_t kAllPlain = 1;
+  /// The edge-inclusive suffixes (token bytes from depth - 1 on) are all complete valid UTF-8.
+  static constexpr std::uint8_t kSuffixUtf8 = 2;
+  /// Some edge-inclusive suffix holds a byte >= 0x80.
+  static constexpr std::uint8_t kSuffixNonAscii = 4;
+  /// A token ends at this node (its bytes are the node's prefix).
+  static constexpr std::uint8_t kHasToken = 8;
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
+  /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
+  const std::vector<TrieNode>& nonplain_trie() const { return nonplain_trie_; }
+  const std::vector<std::uint32_t>& nonplain_positions() const { return nonplain_pos_; }
+  /// Token id bitset (mask_words() words) of the plain tokens with at most c code points,
+  /// c <= max_plain_chars() (cumulative: plain_upto(c) includes plain_upto(c - 1)).
+  const std::uint32_t* plain_upto(std::size_t c) const {
+    return plain_upto_.data() + std::min(c, max_plain_chars_) * mask_words();
+  }
+  std::size_t max_plain_chars() const { return max_plain_chars_; }
+  /// Code points of the k-th token in sorted order (bytes that are not UTF-8 continuation bytes).
+  std::uint8_t sorted_chars(std::size_t k) const { return sorted_chars_[k]; }
+
  private:
+  void build_trie();
+  std::vector<TrieNode> build_nodes(const std::vector<std::uint32_t>* pos, const std::vector<std::uint8_t>& plain,
+                                    const std::vector<std::uint8_t>& chars) const;
   enum Kind : std::uint8_t { kRegular, kEos, kSpecial, kEmpty };
   std::vector<std::string> tokens_;
   std::vector<TokenId> eos_;
@@ -71,6 +113,12 @@ class TokenizerInfo {
   std::string sorted_blob_;
   std::vector<std::uint32_t> sorted_off_;
   std::size_t max_len_ = 0;
+  std::vector<TrieNode> trie_;
+  std::vector<std::uint32_t> plain_upto_;
+  std::vector<std::uint8_t> sorted_chars_;
+  std::vector<TrieNode> nonplain_trie_;
+  std::vector<std::uint32_t> nonplain_pos_;
+  std::size_t max_plain_chars_ = 0;
 };
 
 /// Counters of one compiled grammar (atomic; read at any time).
@@ -78,12 +126,37 @@ struct MaskCacheStats {
   std::uint64_t hits = 0, misses = 0, node_tables = 0;
 };
 
+/// How the per-node adaptive mask tables are built.
+enum class NodeTableMode {
+  /// Walk of the vocabulary trie that decides whole subtrees at once (the default; see
+  /// CompiledGrammar::fill_mask).
+  kTrie,
+  /// Walk over the whole sorted vocabulary, token by token with shared prefixes (the earlier
+  /// implementation; kept as the bench baseline and a test reference).
+  kFullWalk,
+};
+
 /// A grammar bound to a vocabulary, with the token-mask caches. Immutable from the outside and
 /// shareable across threads: the caches fill lazily under a lock.
+///
+/// Node tables (XGrammar's adaptive token mask cache, built on first use of a grammar position):
+/// tokens accepted from the position whatever the stack holds, and the context-dependent ones
+/// (which run past the end of the position's rule) left for a run-time check. They are built by a
+/// walk of the vocabulary trie that settles whole subtrees without visiting them:
+///  - plain text (complete UTF-8 without '"', '\\', controls): from the position, a per-node
+///    analysis of the byte grammar over code points gives B = the length up to which every plain
+///    string is accepted and L = the longest accepted plain string; plain tokens of at most B code
+///    points come from a bitset precomputed per tokenizer, and when L == B (and no rule end is
+///    reachable on the way) every other plain token is rejected: only subtrees holding non-plain
+///    tokens are walked. This covers free text and length-bounded strings (where every position
+///    would otherwise need a full walk).
+///  - character-class runs: at a trie node reached in a single-thread state, if every character of
+///    every token suffix below lies in a set the grammar accepts at each step (per-node analysis,
+///    up to 32 code points), the subtree is accepted in one step.
 class CompiledGrammar {
  public:
   CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
-                  SchemaCompileResult meta = {});
+                  SchemaCompileResult meta = {}, NodeTableMode mode = NodeTableMode::kTrie);
   ~CompiledGrammar();
   const Grammar& grammar() const { return *grammar_; }
   std::shared_ptr<const Grammar> grammar_ptr() const { return grammar_; }
@@ -103,10 +176,17 @@ class CompiledGrammar {
   struct NodeTable;
   const NodeTable& node_table(std::uint32_t node) const;
   void build_node_table(std::uint32_t node, NodeTable& t) const;
+  void build_node_table_full(std::uint32_t node, NodeTable& t) const;
+  struct NodeInfo;
+  /// Code-point-level analysis of a grammar node (memoised; see the class comment).
+  const NodeInfo& node_info(std::uint32_t node) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenizerInfo> tok_;
   SchemaCompileResult meta_;
+  NodeTableMode mode_;
+  struct InfoCache;
+  std::unique_ptr<InfoCache> info_cache_;
   struct StateCache;
   std::unique_ptr<StateCache> state_cache_;
   struct NodeCache;

@@ -9,6 +9,7 @@
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/grammar/constraint.hpp"
 #include "engine/grammar/matcher.hpp"
+#include "engine/runtime/speculative.hpp"
 
 namespace quarry::engine {
 
@@ -21,6 +22,10 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::cancelled: return "cancelled";
   }
   return "?";
+}
+
+void TokenConstraint::rollback(std::size_t) {
+  throw std::logic_error("TokenConstraint: this constraint does not support rollback");
 }
 
 namespace {
@@ -83,6 +88,14 @@ struct Engine::Sequence {
   std::string error;
   double t_submit = 0.0, t_first = -1.0;
   std::size_t stop_scan_from = 0;
+  // Speculative decoding (MTP drafts; engine/runtime/speculative.hpp).
+  std::unique_ptr<MtpState> mtp;  ///< null: no drafting for this request
+  std::size_t mtp_cap = 0;
+  DraftJob job;          ///< this step's drafts
+  bool drafted = false;  ///< job holds this step's draft round
+  // This step's rows in the batch.
+  std::size_t row_first = 0, n_rows = 0, pos_first = 0, logit_first = 0;
+  bool has_logits = false;
 
   Sequence(RequestId i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling) {}
   std::size_t n_prompt() const { return req.prompt.size(); }
@@ -107,7 +120,18 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   if (options_.max_batch_tokens == 0) options_.max_batch_tokens = 1;
   options_.max_num_seqs = std::clamp<std::size_t>(options_.max_num_seqs, 1, options_.max_batch_tokens);
   pool_ = std::make_unique<ThreadPool>(options_.n_threads);
-  const KvCacheShape shape = model_->kv_shape();
+  // MTP draft depths beyond the cap get no KV layers.
+  mtp_depth_ = std::min(options_.mtp_depth, model_->mtp_depths());
+  KvCacheShape shape = model_->kv_shape();
+  shape.n_layers = model_->config().num_hidden_layers + mtp_depth_;
+  if (mtp_depth_ > 0) {
+    stats_.draft_proposed.assign(mtp_depth_, 0);
+    stats_.draft_accepted.assign(mtp_depth_, 0);
+  }
+  std::size_t draft_vocab = options_.mtp_draft_vocab;
+  const std::size_t V = model_->config().vocab_size;
+  if (draft_vocab == 0) draft_vocab = std::max(V / 4, std::min<std::size_t>(V, 4096));
+  mtp_draft_vocab_ = std::min(draft_vocab, V);
   std::size_t kv_tokens = options_.max_kv_tokens;
   if (options_.kv_cache_mb > 0) {
     const std::size_t block_bytes = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * 4 * shape.block_size;
@@ -333,6 +357,15 @@ void Engine::admit_waiting() {
     s.kv = kv_->create_sequence();
     kv_->attach_prefix(s.kv, blocks, s.prompt_keys);
     s.n_computed = blocks.size() * bs;
+    // MTP drafting from the first computed position (the cached prefix's MTP rows are reused as
+    // they are: at worst lower acceptance, never other output).
+    const std::size_t cap = std::min(s.req.mtp_depth.value_or(mtp_depth_), mtp_depth_);
+    if (cap > 0 && !(s.constraint && !s.constraint->supports_rollback())) {
+      s.mtp = std::make_unique<MtpState>(cap, model_->config().hidden_size, s.n_computed);
+      s.mtp_cap = cap;
+      s.result.stats.draft_proposed.assign(cap, 0);
+      s.result.stats.draft_accepted.assign(cap, 0);
+    }
     s.reserve_tokens = target;
     s.result.stats.cached_tokens = s.n_computed;
     s.result.stats.prefill_tokens = s.n_prompt() - s.n_computed;
@@ -363,19 +396,33 @@ void Engine::schedule_batch() {
     const std::size_t total = s.tokens.size();
     const std::size_t n = std::min(total - s.n_computed, budget);
     if (n == 0) continue;
+    const std::size_t k = s.drafted ? s.job.drafts.size() : 0;  // KV for them reserved when drafting
     if (!kv_->reserve(s.kv, s.n_computed + n)) {
       kv_full(s);
       continue;
     }
+    s.row_first = batch_.size();
+    s.pos_first = s.n_computed;
+    s.n_rows = n + k;
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t p = s.n_computed + i;
       const bool last = p + 1 == total;
+      if (last) {
+        s.has_logits = true;
+        s.logit_first = batch_.n_logits();
+      }
       batch_.add(s.tokens[p], static_cast<std::int32_t>(p), s.kv, last);
       if (last) row_owner_.push_back(&s);
       step_kv_read_ += (p + 1) * kv_->bytes_per_token();
     }
+    // The drafts (speculative: not counted in n_computed, never committed to the prefix cache).
+    for (std::size_t i = 0; i < k; ++i) {
+      batch_.add(s.job.drafts[i], static_cast<std::int32_t>(total + i), s.kv, true);
+      step_kv_read_ += (total + i + 1) * kv_->bytes_per_token();
+    }
+    step_draft_rows_ += k;
     s.n_computed += n;
-    budget -= n;
+    budget -= std::min(budget, n + k);
   }
   // Then prefill chunks, in admission order, with what budget is left.
   for (auto& sp : running_) {
@@ -386,9 +433,16 @@ void Engine::schedule_batch() {
       kv_full(s);
       continue;
     }
+    s.row_first = batch_.size();
+    s.pos_first = s.n_computed;
+    s.n_rows = n;
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t p = s.n_computed + i;
       const bool last = p + 1 == s.n_prompt();
+      if (last) {
+        s.has_logits = true;
+        s.logit_first = batch_.n_logits();
+      }
       batch_.add(s.tokens[p], static_cast<std::int32_t>(p), s.kv, last);
       if (last) row_owner_.push_back(&s);
     }
@@ -400,10 +454,10 @@ void Engine::schedule_batch() {
 
 // ---------------------------------------------------------------- outputs
 
-bool Engine::append_token(Sequence& s, TokenId tok, bool sampled) {
+bool Engine::append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen) {
   s.result.tokens.push_back(tok);
   s.tokens.push_back(tok);
-  if (sampled && s.constraint) s.constraint->accept(tok);
+  if (sampled && !constraint_seen && s.constraint) s.constraint->accept(tok);
   if (s.req.on_token) s.req.on_token(tok);
   if (tokenizer_ && !tokenizer_->is_special(tok) && static_cast<std::size_t>(tok) < tokenizer_->vocab_size())
     s.result.text += tokenizer_->token_bytes(tok);
@@ -431,27 +485,133 @@ bool Engine::append_token(Sequence& s, TokenId tok, bool sampled) {
   return false;
 }
 
-void Engine::sample_outputs() {
-  const std::size_t V = model_->config().vocab_size;
-  for (std::size_t r = 0; r < row_owner_.size(); ++r) {
-    Sequence& s = *row_owner_[r];
+bool Engine::is_end_token(const Sequence& s, TokenId tok) const {
+  const bool is_eos = !s.req.ignore_eos && std::binary_search(eos_ids_.begin(), eos_ids_.end(), tok);
+  return is_eos ||
+         std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), tok) != s.req.stop_token_ids.end();
+}
+
+void Engine::draft_step() {
+  step_draft_s_ = 0.0;
+  std::vector<DraftJob*> jobs;
+  std::size_t left = options_.max_batch_tokens;  // decode rows come first, in running order
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    s.drafted = false;
+    s.has_logits = false;
+    s.n_rows = 0;
+    if (s.done || s.prefilling() || left == 0) continue;
+    const std::size_t need = s.tokens.size() - s.n_computed;
+    left -= std::min(left, need);
+    if (!s.mtp || need != 1) continue;
+    std::size_t k = std::min({s.mtp->choose_depth(s.mtp_cap), s.req.max_tokens - s.result.tokens.size() - 1, left});
+    if (k > 0 && !kv_->reserve(s.kv, s.tokens.size() + k)) k = 0;
+    left -= k;
+    DraftJob& j = s.job;
+    j.seq = s.kv;
+    j.state = s.mtp.get();
+    j.token_at = [&s](std::size_t i) { return s.tokens[i]; };
+    j.n_committed = s.tokens.size();
+    j.max_drafts = k;
+    j.sampler = &s.sampler;
+    j.constraint = s.constraint.get();
+    j.ends_sequence = [this, &s](TokenId t) { return is_end_token(s, t); };
+    j.mask_words = mask_.size();
+    s.drafted = true;
+    jobs.push_back(&j);
+  }
+  if (jobs.empty()) return;
+  const Stopwatch w;
+  MtpDrafter drafter(*model_, *kv_, pool_.get(), mtp_draft_vocab_);
+  stats_.mtp_rows += drafter.draft(jobs);
+  step_draft_s_ = w.seconds();
+  stats_.draft_s += step_draft_s_;
+}
+
+std::size_t Engine::sample_outputs() {
+  const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
+  std::size_t emitted = 0;
+  // Prefill chunks before the prompt's end: only their hidden states (for the MTP module).
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (!s.done && s.mtp && s.n_rows > 0 && !s.has_logits && !hidden_.empty())
+      s.mtp->push_main_hidden(hidden_.data() + s.row_first * H, s.n_rows, s.pos_first);
+  }
+  for (Sequence* sp : row_owner_) {
+    Sequence& s = *sp;
     if (s.done) continue;
-    std::span<const std::uint32_t> allowed;
+    const bool prefill_rows = s.pos_first < s.n_prompt();
+    const std::size_t k = s.drafted ? s.job.drafts.size() : 0;
+    const std::size_t C = s.tokens.size();  // committed tokens; the last one was just fed
+    // Bitmasks of the target rows: the drafter's k + 1, or the current one.
+    std::vector<std::vector<std::uint32_t>> own;
+    std::span<const std::vector<std::uint32_t>> masks;
     if (s.constraint) {
-      std::fill(mask_.begin(), mask_.end(), 0u);
-      s.constraint->fill_bitmask(mask_);
-      allowed = mask_;
+      if (s.drafted && s.job.masks.size() == k + 1) {
+        masks = s.job.masks;
+      } else {
+        own.emplace_back(mask_.size(), 0u);
+        s.constraint->fill_bitmask(own.back());
+        masks = own;
+      }
     }
-    const TokenId tok = s.sampler.sample(std::span<const float>(logits_.data() + r * V, V), allowed);
+    VerifyResult r;
+    const std::span<const float> rows(logits_.data() + s.logit_first * V, (k + 1) * V);
+    if (!s.mtp && !s.constraint) {
+      r.next = s.sampler.sample(rows);
+    } else {
+      r = verify_drafts(s.sampler, rows, V, masks, std::span<const TokenId>(s.job.drafts.data(), k),
+                        std::span<const TokenDistribution>(s.job.dists.data(), s.drafted ? s.job.dists.size() : 0),
+                        /*want_bonus=*/!(s.drafted && s.job.ended && k > 0));
+    }
+    const std::size_t m = r.n_accepted;
+    if (s.mtp && !hidden_.empty())  // main hidden states of the rows holding committed tokens
+      s.mtp->push_main_hidden(hidden_.data() + s.row_first * H, prefill_rows ? s.n_rows : s.n_rows - (k - m),
+                              s.pos_first);
     if (s.t_first < 0) {
       s.t_first = clock_.seconds();
       s.result.stats.ttft_s = s.t_first - s.t_submit;
     }
-    if (tok < 0) {  // the constraint allows nothing
+    if (s.mtp && !prefill_rows) {
+      auto& st = s.result.stats;
+      ++st.verify_steps;
+      ++stats_.verify_steps;
+      st.draft_tokens += k;
+      st.accepted_tokens += m;
+      stats_.draft_tokens += k;
+      stats_.accepted_tokens += m;
+      if (s.drafted) {
+        st.forced_drafts += s.job.n_forced;
+        stats_.forced_drafts += s.job.n_forced;
+      }
+      for (std::size_t j = 0; j < k; ++j) {
+        ++st.draft_proposed[j];
+        ++stats_.draft_proposed[j];
+        if (j < m) {
+          ++st.draft_accepted[j];
+          ++stats_.draft_accepted[j];
+        }
+      }
+      if (k > 0) s.mtp->record(k, m);
+    }
+    if (s.constraint && k > m) s.constraint->rollback(k - m);
+    // The accepted drafts (already seen by the constraint), then the target's token.
+    bool finished = false;
+    for (std::size_t j = 0; j < m && !finished; ++j) {
+      finished = append_token(s, s.job.drafts[j], /*sampled=*/true, /*constraint_seen=*/true);
+      ++emitted;
+    }
+    if (finished) continue;
+    if (r.next >= 0) {
+      ++emitted;
+      if (append_token(s, r.next, /*sampled=*/true)) continue;
+    } else if (!(s.drafted && s.job.ended && k > 0 && m == k)) {  // the constraint allows nothing
       finish(s, FinishReason::constraint);
       continue;
     }
-    if (append_token(s, tok, /*sampled=*/true)) continue;
+    // Rejected drafts leave the KV cache (positions from C + m on); accepted ones are computed.
+    s.n_computed = C + m;
+    if (k > m) kv_->truncate(s.kv, s.n_computed);
     if (s.constraint && s.req.jump_forward && s.result.tokens.size() < s.req.max_tokens) {
       auto forced = s.constraint->take_forced_tokens();
       forced.resize(std::min(forced.size(), s.req.max_tokens - s.result.tokens.size()));
@@ -465,6 +625,7 @@ void Engine::sample_outputs() {
     }
     if (s.result.tokens.size() >= s.req.max_tokens) finish(s, FinishReason::length);
   }
+  return emitted;
 }
 
 // ---------------------------------------------------------------- step
@@ -481,27 +642,38 @@ std::vector<FinishedRequest> Engine::step() {
 
   step_kv_read_ = 0;
   step_prefill_tokens_ = 0;
+  step_draft_rows_ = 0;
+  draft_step();
   schedule_batch();
   if (batch_.size() > 0) {
     const std::size_t V = model_->config().vocab_size;
-    logits_.resize(row_owner_.size() * V);
+    logits_.resize(batch_.n_logits() * V);
+    // Hidden states for the MTP module when a drafting sequence has rows in the batch.
+    const bool want_hidden =
+        std::any_of(running_.begin(), running_.end(), [](const auto& s) { return s->mtp && s->n_rows > 0; });
+    hidden_.resize(want_hidden ? batch_.size() * model_->config().hidden_size : 0);
     const Stopwatch watch;
-    model_->forward(batch_, *kv_, logits_.data(), pool_.get());
+    model_->forward(batch_, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, pool_.get());
     const double dt = watch.seconds();
     if (step_prefill_tokens_ > 0) {
       stats_.prefill_tokens += step_prefill_tokens_;
       stats_.prefill_s += dt;
       ++stats_.prefill_steps;
-    } else {
-      stats_.decode_tokens += batch_.size();
-      stats_.decode_s += dt;
+    }
+    // Every position computed so far holds a committed token (drafts are not counted in n_computed):
+    // full blocks become shareable.
+    for (auto& s : running_)
+      if (!s->done) kv_->commit(s->kv, std::span<const TokenId>(s->tokens.data(), s->n_computed));
+    const Stopwatch accept_watch;
+    const std::size_t emitted = sample_outputs();
+    const double accept_s = accept_watch.seconds();
+    if (step_prefill_tokens_ == 0) {  // decode: output tokens, with the drafting and acceptance time
+      stats_.decode_tokens += emitted;
+      stats_.decode_s += dt + step_draft_s_ + accept_s;
       ++stats_.decode_steps;
       stats_.decode_bytes += model_->weight_bytes_per_step() + step_kv_read_;
     }
-    // Every position computed so far holds a committed token: full blocks become shareable.
-    for (auto& s : running_)
-      if (!s->done) kv_->commit(s->kv, std::span<const TokenId>(s->tokens.data(), s->n_computed));
-    sample_outputs();
+    if (step_draft_rows_ > 0) stats_.verify_s += dt + accept_s;
   } else if (running_.empty() && !waiting_.empty()) {
     // Nothing runs and nothing could be admitted: only a scheduler bug leads here; fail the head
     // rather than spin.

@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +58,13 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   /// Sequences in the running set at most (more wait in the queue); clamped to [1, max_batch_tokens].
   std::size_t max_num_seqs = 64;
+  /// MTP speculative decoding: the most drafts per verify step (0: off). The depth used per sequence
+  /// adapts to its recent acceptance up to this cap, which is also capped by the model's MTP module
+  /// (Model::mtp_depths(); no module: off). Output is unchanged (lossless), only faster.
+  std::size_t mtp_depth = 0;
+  /// MTP drafts are chosen among the first token ids only (byte-level BPE ids run roughly by frequency;
+  /// FR-Spec, Zhao et al. 2025): 0 = auto (max(vocab / 4, min(vocab, 4096))); >= vocab: all ids.
+  std::size_t mtp_draft_vocab = 0;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };
@@ -76,6 +84,12 @@ class TokenConstraint {
   /// accepted by it. The engine appends them to the output without sampling and feeds them to the
   /// model like prompt tokens in the next forward call. Default: none.
   virtual std::vector<TokenId> take_forced_tokens() { return {}; }
+  /// Undoes the last `n` accepted tokens (speculative decoding drops rejected drafts; XGrammar's
+  /// rollback). Tokens taken through take_forced_tokens() count one each. Only called when
+  /// supports_rollback() is true; the default throws std::logic_error.
+  virtual void rollback(std::size_t n);
+  /// True if rollback() works (the engine drafts only for sequences whose constraint can roll back).
+  virtual bool supports_rollback() const { return false; }
 };
 
 struct GenerationRequest {
@@ -98,6 +112,8 @@ struct GenerationRequest {
   bool jump_forward = false;
   /// Optional: called after each generated token with its id (streaming).
   std::function<void(TokenId)> on_token;
+  /// Per-request MTP draft depth cap (see EngineOptions::mtp_depth, which bounds it); unset: the engine's.
+  std::optional<std::size_t> mtp_depth;
 };
 
 enum class FinishReason { length, eos, stop_string, constraint, cancelled };
@@ -153,7 +169,9 @@ class Engine {
   /// One scheduler iteration: finishes cancelled requests, admits waiting ones (KV budget,
   /// max_num_seqs, longest cached prefix first), then runs at most one forward call over the running
   /// set and samples. Returns the requests that finished in it (in no particular order). A request
-  /// that can never fit the KV cache finishes with an error instead of waiting forever.
+  /// that can never fit the KV cache finishes with an error instead of waiting forever. If the
+  /// model's forward call throws, the exception propagates and the running requests are left
+  /// mid-step: cancel them (or discard the engine).
   std::vector<FinishedRequest> step();
   /// Anything waiting or running (or finished but not yet returned by step()).
   bool has_unfinished() const;
@@ -183,9 +201,15 @@ class Engine {
   void admit_waiting();
   std::size_t reserved_blocks_left() const;
   void schedule_batch();
-  void sample_outputs();
+  /// MTP drafts for the running sequences in decode (before schedule_batch adds them to the batch).
+  void draft_step();
+  /// Samples / verifies each sequence's logits rows and appends its tokens; returns the tokens emitted.
+  std::size_t sample_outputs();
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
-  bool append_token(Sequence& s, TokenId tok, bool sampled);
+  /// `constraint_seen`: the constraint already accepted it (an accepted draft).
+  bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
+  /// EOS (unless ignore_eos) or one of the request's stop ids.
+  bool is_end_token(const Sequence& s, TokenId tok) const;
   void finish(Sequence& s, FinishReason why, std::string error = {});
   void retire_finished(std::vector<FinishedRequest>& out);
   void drop(RequestId id);
@@ -196,6 +220,8 @@ class Engine {
   std::vector<TokenId> eos_ids_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> kv_;
+  std::size_t mtp_depth_ = 0;  ///< MTP draft depth cap (KV layers reserved for it)
+  std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
   EngineStats stats_;
   std::shared_ptr<const grammar::TokenizerInfo> grammar_vocab_;
   std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
@@ -209,9 +235,12 @@ class Engine {
   Batch batch_;
   std::vector<Sequence*> row_owner_;  ///< the sequence of each logits row of batch_
   std::vector<float> logits_;
+  std::vector<float> hidden_;  ///< [batch, hidden] final hidden states when a sequence drafts
   std::vector<std::uint32_t> mask_;
   std::uint64_t step_kv_read_ = 0;       ///< K/V bytes the decode rows of this step attend over
   std::size_t step_prefill_tokens_ = 0;  ///< prompt tokens in this step's batch
+  std::size_t step_draft_rows_ = 0;      ///< draft rows (verification) in this step's batch
+  double step_draft_s_ = 0.0;            ///< seconds spent drafting this step
 };
 
 }  // namespace quarry::engine

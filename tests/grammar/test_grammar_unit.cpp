@@ -18,6 +18,17 @@ bool accepts(const g::SchemaCompileResult& r, const std::string& text) {
   return g::check_instance(*r.grammar, ordered_json::parse(text), false);
 }
 
+// The grammar run on the raw bytes (no JSON normalisation).
+bool accepts_text(const g::SchemaCompileResult& r, const std::string& text) {
+  g::Parser p(*r.grammar);
+  g::ParseState a = p.initial(), b;
+  for (char c : text) {
+    if (!p.advance(a, static_cast<std::uint8_t>(c), b)) return false;
+    std::swap(a, b);
+  }
+  return a.can_end;
+}
+
 }  // namespace
 
 // Regex search semantics against std::regex_search (ECMAScript grammar) on ASCII strings.
@@ -158,13 +169,13 @@ TEST(Schema, PropertiesInSchemaOrderAndAnyOrderCheck) {
 }
 
 TEST(Schema, UnsupportedKeywordNamesPointer) {
-  ordered_json s = ordered_json::parse(R"({"properties":{"x":{"if":{"type":"string"}}}})");
+  ordered_json s = ordered_json::parse(R"({"properties":{"x":{"unevaluatedProperties":false}}})");
   try {
     g::compile_json_schema(s);
     FAIL();
   } catch (const g::SchemaError& e) {
-    EXPECT_EQ(e.keyword, "if");
-    EXPECT_EQ(e.pointer, "/properties/x/if");
+    EXPECT_EQ(e.keyword, "unevaluatedProperties");
+    EXPECT_EQ(e.pointer, "/properties/x/unevaluatedProperties");
   }
   g::SchemaOptions lenient;
   lenient.lenient = true;
@@ -341,5 +352,70 @@ TEST(Schema, NotWithTypes) {
   auto ni = g::compile_json_schema(ordered_json::parse(R"({"type":"number","not":{"type":"integer"}})"));
   for (const char* t : {"1.5", "-0.01", "3.10"}) EXPECT_TRUE(accepts(ni, t)) << t;
   for (const char* t : {"1", "2.0", "-7", "0"}) EXPECT_FALSE(accepts(ni, t)) << t;
-  EXPECT_THROW(g::compile_json_schema(ordered_json::parse(R"({"not":{"minimum":3}})")), g::SchemaError);
+  // Complements of other keywords where the grammar can express them; a clear error otherwise.
+  auto nm = g::compile_json_schema(ordered_json::parse(R"({"not":{"minimum":3}})"));
+  for (const char* t : {"2", "2.99", "-1"}) EXPECT_TRUE(accepts(nm, t)) << t;
+  for (const char* t : {"3", "4.5", "\"x\"", "null"}) EXPECT_FALSE(accepts(nm, t)) << t;  // non-numbers pass minimum
+  EXPECT_THROW(g::compile_json_schema(ordered_json::parse(R"({"not":{"multipleOf":3}})")), g::SchemaError);
+}
+
+TEST(Schema, ConditionalKeywordsAreExact) {
+  // if/then/else with a negatable condition.
+  auto r = g::compile_json_schema(ordered_json::parse(
+      R"({"if":{"properties":{"c":{"const":"US"}}},"then":{"properties":{"z":{"pattern":"^[0-9]{5}$"}}},
+          "else":{"properties":{"z":{"maxLength":3}}}})"));
+  EXPECT_TRUE(r.post_validation.empty());
+  EXPECT_TRUE(accepts(r, R"({"c":"US","z":"12345"})"));
+  EXPECT_FALSE(accepts(r, R"({"c":"US","z":"1234"})"));
+  EXPECT_TRUE(accepts(r, R"({"c":"CA","z":"A1"})"));
+  EXPECT_FALSE(accepts(r, R"({"c":"CA","z":"12345"})"));
+  EXPECT_TRUE(accepts(r, R"({"z":"12345"})"));  // no "c": the condition holds vacuously, "then" applies
+  EXPECT_FALSE(accepts(r, R"({"z":"abc"})"));
+  // dependentRequired / dependencies (array and schema forms).
+  auto d = g::compile_json_schema(ordered_json::parse(
+      R"({"dependentRequired":{"a":["b"]},"dependentSchemas":{"b":{"properties":{"a":{"type":"integer"}}}}})"));
+  EXPECT_TRUE(accepts(d, R"({})"));
+  EXPECT_TRUE(accepts(d, R"({"b":1})"));
+  EXPECT_FALSE(accepts(d, R"({"a":1})"));
+  EXPECT_TRUE(accepts(d, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(accepts(d, R"({"a":"x","b":2})"));
+  // contains with minContains: at least two matching items, wherever they are.
+  auto c = g::compile_json_schema(ordered_json::parse(R"({"items":{"type":"integer"},"contains":{"minimum":10},"minContains":2})"));
+  EXPECT_TRUE(accepts(c, R"([1,10,2,11])"));
+  EXPECT_FALSE(accepts(c, R"([1,10,2])"));
+  EXPECT_FALSE(accepts(c, R"([])"));
+  // not with a complement the grammar can express.
+  auto n = g::compile_json_schema(ordered_json::parse(R"({"type":"string","not":{"enum":["a","b"]}})"));
+  EXPECT_TRUE(accepts(n, R"("c")"));
+  EXPECT_FALSE(accepts(n, R"("a")"));
+}
+
+TEST(Schema, OverApproximationsAreListedForValidation) {
+  // uniqueItems: duplicates are not prevented; the schema says so.
+  auto u = g::compile_json_schema(ordered_json::parse(R"({"type":"array","uniqueItems":true})"));
+  ASSERT_EQ(u.post_validation.size(), 1u);
+  EXPECT_NE(u.post_validation[0].find("uniqueItems"), std::string::npos);
+  EXPECT_TRUE(accepts(u, "[1,1]"));
+  // if whose complement is not expressible (multipleOf): else is taken as a superset.
+  auto i = g::compile_json_schema(ordered_json::parse(R"({"if":{"multipleOf":3},"then":{"minimum":9},"else":{"maximum":100}})"));
+  ASSERT_FALSE(i.post_validation.empty());
+  EXPECT_TRUE(accepts(i, "9"));
+  EXPECT_TRUE(accepts(i, "4"));
+  EXPECT_FALSE(accepts(i, "101"));
+}
+
+TEST(Schema, FractionDigitsAreCapped) {
+  auto r = g::compile_json_schema(ordered_json::parse(R"({"type":"number"})"));
+  EXPECT_TRUE(accepts(r, "0.1234567890123456"));    // 16 fraction digits (the default cap)
+  EXPECT_FALSE(accepts(r, "0.12345678901234567"));  // 17
+  auto b = g::compile_json_schema(ordered_json::parse(R"({"type":"number","minimum":0,"maximum":1})"));
+  EXPECT_FALSE(accepts(b, "0.12345678901234567"));
+  g::SchemaOptions o;
+  o.max_fraction_digits = 2;
+  auto two = g::compile_json_schema(ordered_json::parse(R"({"type":"number","multipleOf":0.01})"), o);
+  EXPECT_TRUE(accepts_text(two, "1.25"));
+  EXPECT_FALSE(accepts_text(two, "1.250"));  // as bytes: check_instance would normalise to 1.25
+  o.max_fraction_digits = 0;  // unbounded
+  auto any = g::compile_json_schema(ordered_json::parse(R"({"type":"number"})"), o);
+  EXPECT_TRUE(accepts(any, "0.123456789012345678901234567890"));
 }

@@ -108,6 +108,48 @@ void run_walks(const fs::path& schema_path, int walks, std::uint64_t seed) {
 }  // namespace
 
 TEST(GrammarWalks, Invoice) { run_walks(invoice_schema(), 20, 11); }
+TEST(GrammarWalks, ShipmentConditionalKeywords) { run_walks(schema_dir() / "shipment.schema.json", 20, 17); }
+
+// The trie-walk node tables (default) against the earlier full-vocabulary walk, at every step of
+// random walks over every schema: the masks must be identical.
+TEST(GrammarWalks, TrieTablesEqualFullWalk) {
+  std::vector<fs::path> schemas{invoice_schema()};
+  for (const auto& e : fs::directory_iterator(schema_dir()))
+    if (e.path().extension() == ".json" && e.path().filename() != "invoice.schema.json") schemas.push_back(e.path());
+  std::sort(schemas.begin(), schemas.end());
+  for (const auto& sp : schemas) {
+    SCOPED_TRACE(sp.filename().string());
+    auto res = eg::compile_json_schema(read(sp));
+    auto trie = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, eg::NodeTableMode::kTrie);
+    auto full = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, eg::NodeTableMode::kFullWalk);
+    std::mt19937_64 rng(5);
+    std::vector<std::uint32_t> a(vocab()->mask_words()), b(vocab()->mask_words());
+    int steps = 0;
+    for (int w = 0; w < 6; ++w) {
+      eg::GrammarMatcher mt(trie), mf(full);
+      for (int t = 0; t < 300 && !mt.is_terminated(); ++t) {
+        mt.fill_bitmask(a);
+        mf.fill_bitmask(b);
+        ++steps;
+        ASSERT_EQ(a, b) << "step " << steps;
+        std::vector<eg::TokenId> allowed;
+        for (std::size_t i = 0; i < a.size() * 32; ++i)
+          if ((a[i / 32] >> (i % 32)) & 1) allowed.push_back(static_cast<eg::TokenId>(i));
+        ASSERT_FALSE(allowed.empty());
+        // Prefer tokens that end values now and then, so that walks finish.
+        eg::TokenId pick = allowed[rng() % allowed.size()];
+        if (rng() % 3 == 0)
+          for (int k = 0; k < 16; ++k) {
+            eg::TokenId c = allowed[rng() % allowed.size()];
+            if (vocab()->is_eos(c) || vocab()->token(c).find_first_of("\"}],") != std::string::npos) { pick = c; break; }
+          }
+        ASSERT_TRUE(mt.accept(pick));
+        ASSERT_TRUE(mf.accept(pick));
+      }
+    }
+    std::cout << sp.filename().string() << ": " << steps << " masks equal\n";
+  }
+}
 TEST(GrammarWalks, ProductCatalog) { run_walks(schema_dir() / "product_catalog.schema.json", 20, 12); }
 TEST(GrammarWalks, FileTree) { run_walks(schema_dir() / "file_tree.schema.json", 20, 13); }
 TEST(GrammarWalks, EventLog) { run_walks(schema_dir() / "event_log.schema.json", 20, 14); }
