@@ -412,11 +412,15 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
     pre.push_back(f.prefill_tok_s);
     measured.push_back(std::move(f));
   }
-  std::vector<double> outs, bytes_per_step, cached;
+  std::vector<double> outs, bytes_per_step, cached, tokens_per_step;
   for (const auto& f : measured) {
     outs.push_back(static_cast<double>(f.output_tokens));
     cached.push_back(static_cast<double>(f.cached_tokens));
-    if (f.decode_steps) bytes_per_step.push_back(static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps));
+    if (f.decode_steps) {
+      bytes_per_step.push_back(static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps));
+      // Tokens each decode step emitted (the first token comes from prefill): 1 without drafting.
+      tokens_per_step.push_back(static_cast<double>(f.output_tokens - 1) / static_cast<double>(f.decode_steps));
+    }
   }
   out["output_tokens"] = median(outs);
   out["ttft_warm_s"] = median(ttft);
@@ -430,7 +434,9 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   const double wbytes = static_cast<double>(engine.model().weight_bytes_per_step());
   out["weight_bytes_per_decode_step"] = wbytes;
   out["kv_bytes_per_decode_step"] = std::max(0.0, bps - wbytes);
-  out["achieved_gb_s"] = median(dec) * bps / 1e9;
+  const double tps = tokens_per_step.empty() ? 1.0 : median(tokens_per_step);
+  out["tokens_per_decode_step"] = tps;
+  out["achieved_gb_s"] = median(dec) / tps * bps / 1e9;
   const auto& c = engine.model().config();
   const double flops = prefill_flops(c, 0, out["prompt_tokens"].get<std::size_t>());
   out["prefill_gflop"] = flops / 1e9;
@@ -449,7 +455,7 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       reqs.push_back(make_request(mix[i % mix.size()], o_.mtp));
       names.push_back(mix[i % mix.size()].name);
     }
-    std::vector<double> agg, wall, ttft, dec, outs, bps, shares;
+    std::vector<double> agg, wall, ttft, dec, outs, bps, shares, gbs;
     for (std::size_t r = 0; r <= o_.runs; ++r) {
       const eng::EngineStats before = engine.stats();
       const double cpu0 = process_cpu_s();
@@ -467,6 +473,7 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       wall.push_back(w);
       shares.push_back(share);
       outs.push_back(static_cast<double>(total));
+      gbs.push_back(static_cast<double>(after.decode_bytes - before.decode_bytes) / w / 1e9);
       if (after.decode_steps > before.decode_steps)
         bps.push_back(static_cast<double>(after.decode_bytes - before.decode_bytes) /
                       static_cast<double>(after.decode_steps - before.decode_steps));
@@ -488,6 +495,7 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
     l["samples"] = ttft.size();
     l["cpu_share"] = median(shares);
     l["bytes_per_decode_step"] = median(bps);
+    l["achieved_gb_s"] = median(gbs);
     levels.push_back(l);
   }
   return levels;
@@ -560,8 +568,9 @@ json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
           pp_s.push_back(n / f.ttft);
           tg_s.push_back(f.decode_tok_s);
           ttft.push_back(f.ttft);
-          if (f.decode_steps)
-            gbs.push_back(f.decode_tok_s * static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps) / 1e9);
+          if (f.decode_steps)  // decode steps per second x bytes per step
+            gbs.push_back(f.decode_tok_s * static_cast<double>(f.decode_bytes) /
+                          static_cast<double>(f.output_tokens - 1) / 1e9);
         }
         e["pp_tok_s"] = {{"median", median(pp_s)}, {"mean", mean(pp_s)}, {"std", stddev(pp_s)}};
         e["tg_tok_s"] = {{"median", median(tg_s)}, {"mean", mean(tg_s)}, {"std", stddev(tg_s)}};
@@ -776,15 +785,15 @@ json Runner::run() {
   for (auto& m : models) {
     for (auto& w : m["workloads"]) {
       const double bps = w["bytes_per_decode_step"].get<double>();
-      const double roof = bps > 0 ? bw_best * 1e9 / bps : 0.0;
+      // With drafting a step emits several tokens: the ceiling scales with tokens per step.
+      const double roof = bps > 0 ? bw_best * 1e9 / bps * w["tokens_per_decode_step"].get<double>() : 0.0;
       w["roofline_tok_s"] = roof;
       w["fraction_of_roofline"] = roof > 0 ? w["decode_tok_s"].get<double>() / roof : 0.0;
       w["fraction_of_gemm_peak_cold"] = w["prefill_gflop_s_cold"].get<double>() / (gemm / 1e9);
     }
     if (m.contains("concurrency"))
       for (auto& l : m["concurrency"]) {
-        const double bps = l["bytes_per_decode_step"].get<double>();
-        l["achieved_gb_s"] = bps * l["aggregate_tok_s"].get<double>() / l["concurrency"].get<double>() / 1e9;
+        (void)l;  // achieved_gb_s of a level: decode bytes / wall time of the batch (set in run_concurrency)
       }
     if (m.contains("pp_tg"))
       for (auto& t : m["pp_tg"])
