@@ -620,12 +620,12 @@ json Runner::run_model(const ModelUnderTest& mut) {
   // KV capacity: room for the request twice over (the cached prompt blocks of the previous run stay
   // while the next run's output blocks are allocated); the cache allocates blocks on use.
   double load_s = 0;
-  auto open_engine = [&](std::size_t need) {
+  auto open_engine = [&](std::size_t need, std::size_t mtp_depth) {
     eng::EngineOptions eo;
     eo.n_threads = threads_;
     eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
     eo.enable_prefix_caching = o_.prefix_caching;
-    set_mtp_depth(eo, o_.mtp);
+    set_mtp_depth(eo, mtp_depth);
     if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
     const eng::Stopwatch load;
     auto engine = eng::Engine::open(mut.dir, tok, eo);
@@ -641,7 +641,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
 
   json m;
   {
-    auto probe = open_engine(4096);
+    auto probe = open_engine(4096, o_.mtp);
     m["model"] = model_info(*probe, mut.dir, mut.label);
   }
   {
@@ -664,8 +664,25 @@ json Runner::run_model(const ModelUnderTest& mut) {
 
   json wl = json::array();
   for (const auto& w : built) {
-    auto engine = open_engine(2 * (w.prompt.size() + w.max_tokens) + 256);
-    wl.push_back(run_workload(*engine, w));
+    const std::size_t need = 2 * (w.prompt.size() + w.max_tokens) + 256;
+    json r;
+    {
+      auto engine = open_engine(need, o_.mtp);
+      r = run_workload(*engine, w);
+    }
+    if (r.contains("acceptance_by_position")) {
+      // The same workload without drafting, in the same run: the baseline of the draft speedup.
+      log_("  " + w.name + ": baseline without drafting");
+      auto engine = open_engine(need, 0);
+      const json b = run_workload(*engine, w);
+      r["no_draft"] = {{"decode_tok_s", b["decode_tok_s"]},
+                       {"decode_tok_s_runs", b["decode_tok_s_runs"]},
+                       {"ttft_warm_s", b["ttft_warm_s"]},
+                       {"cpu_share", b["cpu_share"]}};
+      const double base = b["decode_tok_s"].get<double>();
+      r["draft_speedup"] = base > 0 ? r["decode_tok_s"].get<double>() / base : 0.0;
+    }
+    wl.push_back(r);
   }
   m["workloads"] = wl;
   m["skipped_workloads"] = skipped;
@@ -673,7 +690,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
     std::size_t sum = 0, cmax = *std::max_element(o_.concurrency.begin(), o_.concurrency.end());
     for (std::size_t i = 0; i < cmax; ++i)
       sum += short_mix[i % short_mix.size()].prompt.size() + short_mix[i % short_mix.size()].max_tokens + 64;
-    auto engine = open_engine(2 * sum + 256);
+    auto engine = open_engine(2 * sum + 256, o_.mtp);
     m["concurrency"] = run_concurrency(*engine, short_mix);
   }
   if (!o_.pp.empty() && !o_.tg.empty()) {
@@ -682,7 +699,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
       for (std::size_t p : o_.pp)
         for (std::size_t t : o_.tg)
           if (d + p + t <= cfg.max_position_embeddings) need = std::max(need, 2 * (d + p + t) + 256);
-    auto engine = open_engine(need);
+    auto engine = open_engine(need, o_.mtp);
     m["pp_tg"] = run_pp_tg(*engine, *tok);
   }
   bool drafted = false;

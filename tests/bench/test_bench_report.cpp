@@ -244,9 +244,13 @@ TEST(BenchReport, DraftingFiguresWithMtp) {
   EXPECT_GE(w["mean_acceptance_length"].get<double>(), 1.0);
   EXPECT_LE(w["mean_acceptance_length"].get<double>(), 3.0);
   EXPECT_GT(w["tokens_per_decode_step"].get<double>(), 1.0);  // drafts were accepted: fewer steps than tokens
+  // The no-draft baseline of the same run: one token per step.
+  ASSERT_TRUE(w.contains("no_draft"));
+  expect_positive(w["no_draft"], "decode_tok_s", "no_draft");
+  expect_positive(w, "draft_speedup", "json-kie");
   check_numbers(r, "");
   const fs::path out = temp_dir("bench_out_mtp");
   (void)quarry::bench::write_report(r, out);
   EXPECT_TRUE(fs::exists(out / "acceptance_by_position.svg"));
-  EXPECT_NE(read(out / "report.md").find("### Drafting (MTP depth 2)"), std::string::npos);
+  EXPECT_NE(read(out / "report.md").find("### Drafting (MTP depth 2;"), std::string::npos);
 }
