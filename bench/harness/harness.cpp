@@ -412,11 +412,15 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
     pre.push_back(f.prefill_tok_s);
     measured.push_back(std::move(f));
   }
-  std::vector<double> outs, bytes_per_step, cached;
+  std::vector<double> outs, bytes_per_step, cached, tokens_per_step;
   for (const auto& f : measured) {
     outs.push_back(static_cast<double>(f.output_tokens));
     cached.push_back(static_cast<double>(f.cached_tokens));
-    if (f.decode_steps) bytes_per_step.push_back(static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps));
+    if (f.decode_steps) {
+      bytes_per_step.push_back(static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps));
+      // Tokens each decode step emitted (the first token comes from prefill): 1 without drafting.
+      tokens_per_step.push_back(static_cast<double>(f.output_tokens - 1) / static_cast<double>(f.decode_steps));
+    }
   }
   out["output_tokens"] = median(outs);
   out["ttft_warm_s"] = median(ttft);
@@ -430,7 +434,9 @@ json Runner::run_workload(eng::Engine& engine, const Workload& w) {
   const double wbytes = static_cast<double>(engine.model().weight_bytes_per_step());
   out["weight_bytes_per_decode_step"] = wbytes;
   out["kv_bytes_per_decode_step"] = std::max(0.0, bps - wbytes);
-  out["achieved_gb_s"] = median(dec) * bps / 1e9;
+  const double tps = tokens_per_step.empty() ? 1.0 : median(tokens_per_step);
+  out["tokens_per_decode_step"] = tps;
+  out["achieved_gb_s"] = median(dec) / tps * bps / 1e9;
   const auto& c = engine.model().config();
   const double flops = prefill_flops(c, 0, out["prompt_tokens"].get<std::size_t>());
   out["prefill_gflop"] = flops / 1e9;
@@ -449,12 +455,14 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       reqs.push_back(make_request(mix[i % mix.size()], o_.mtp));
       names.push_back(mix[i % mix.size()].name);
     }
-    std::vector<double> agg, wall, ttft, dec, outs, bps;
+    std::vector<double> agg, wall, ttft, dec, outs, bps, shares, gbs;
     for (std::size_t r = 0; r <= o_.runs; ++r) {
       const eng::EngineStats before = engine.stats();
+      const double cpu0 = process_cpu_s();
       const eng::Stopwatch sw;
       const auto res = engine.generate(std::span<const eng::GenerationRequest>(reqs));
       const double w = sw.seconds();
+      const double share = (process_cpu_s() - cpu0) / (w * static_cast<double>(threads_));
       const eng::EngineStats after = engine.stats();
       std::size_t total = 0;
       for (const auto& x : res) total += x.stats.generated_tokens;
@@ -463,7 +471,9 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
       if (r == 0) continue;
       agg.push_back(static_cast<double>(total) / w);
       wall.push_back(w);
+      shares.push_back(share);
       outs.push_back(static_cast<double>(total));
+      gbs.push_back(static_cast<double>(after.decode_bytes - before.decode_bytes) / w / 1e9);
       if (after.decode_steps > before.decode_steps)
         bps.push_back(static_cast<double>(after.decode_bytes - before.decode_bytes) /
                       static_cast<double>(after.decode_steps - before.decode_steps));
@@ -483,7 +493,9 @@ json Runner::run_concurrency(eng::Engine& engine, const std::vector<Workload>& m
     l["decode_tok_s_per_request"] = {{"p50", percentile(dec, 50)}, {"p95", percentile(dec, 95)},
                                      {"p5", percentile(dec, 5)}};
     l["samples"] = ttft.size();
+    l["cpu_share"] = median(shares);
     l["bytes_per_decode_step"] = median(bps);
+    l["achieved_gb_s"] = median(gbs);
     levels.push_back(l);
   }
   return levels;
@@ -556,8 +568,9 @@ json Runner::run_pp_tg(eng::Engine& engine, const eng::Tokenizer& tok) {
           pp_s.push_back(n / f.ttft);
           tg_s.push_back(f.decode_tok_s);
           ttft.push_back(f.ttft);
-          if (f.decode_steps)
-            gbs.push_back(f.decode_tok_s * static_cast<double>(f.decode_bytes) / static_cast<double>(f.decode_steps) / 1e9);
+          if (f.decode_steps)  // decode steps per second x bytes per step
+            gbs.push_back(f.decode_tok_s * static_cast<double>(f.decode_bytes) /
+                          static_cast<double>(f.output_tokens - 1) / 1e9);
         }
         e["pp_tok_s"] = {{"median", median(pp_s)}, {"mean", mean(pp_s)}, {"std", stddev(pp_s)}};
         e["tg_tok_s"] = {{"median", median(tg_s)}, {"mean", mean(tg_s)}, {"std", stddev(tg_s)}};
@@ -607,12 +620,12 @@ json Runner::run_model(const ModelUnderTest& mut) {
   // KV capacity: room for the request twice over (the cached prompt blocks of the previous run stay
   // while the next run's output blocks are allocated); the cache allocates blocks on use.
   double load_s = 0;
-  auto open_engine = [&](std::size_t need) {
+  auto open_engine = [&](std::size_t need, std::size_t mtp_depth) {
     eng::EngineOptions eo;
     eo.n_threads = threads_;
     eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
     eo.enable_prefix_caching = o_.prefix_caching;
-    set_mtp_depth(eo, o_.mtp);
+    set_mtp_depth(eo, mtp_depth);
     if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
     const eng::Stopwatch load;
     auto engine = eng::Engine::open(mut.dir, tok, eo);
@@ -628,7 +641,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
 
   json m;
   {
-    auto probe = open_engine(4096);
+    auto probe = open_engine(4096, o_.mtp);
     m["model"] = model_info(*probe, mut.dir, mut.label);
   }
   {
@@ -651,8 +664,25 @@ json Runner::run_model(const ModelUnderTest& mut) {
 
   json wl = json::array();
   for (const auto& w : built) {
-    auto engine = open_engine(2 * (w.prompt.size() + w.max_tokens) + 256);
-    wl.push_back(run_workload(*engine, w));
+    const std::size_t need = 2 * (w.prompt.size() + w.max_tokens) + 256;
+    json r;
+    {
+      auto engine = open_engine(need, o_.mtp);
+      r = run_workload(*engine, w);
+    }
+    if (r.contains("acceptance_by_position")) {
+      // The same workload without drafting, in the same run: the baseline of the draft speedup.
+      log_("  " + w.name + ": baseline without drafting");
+      auto engine = open_engine(need, 0);
+      const json b = run_workload(*engine, w);
+      r["no_draft"] = {{"decode_tok_s", b["decode_tok_s"]},
+                       {"decode_tok_s_runs", b["decode_tok_s_runs"]},
+                       {"ttft_warm_s", b["ttft_warm_s"]},
+                       {"cpu_share", b["cpu_share"]}};
+      const double base = b["decode_tok_s"].get<double>();
+      r["draft_speedup"] = base > 0 ? r["decode_tok_s"].get<double>() / base : 0.0;
+    }
+    wl.push_back(r);
   }
   m["workloads"] = wl;
   m["skipped_workloads"] = skipped;
@@ -660,7 +690,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
     std::size_t sum = 0, cmax = *std::max_element(o_.concurrency.begin(), o_.concurrency.end());
     for (std::size_t i = 0; i < cmax; ++i)
       sum += short_mix[i % short_mix.size()].prompt.size() + short_mix[i % short_mix.size()].max_tokens + 64;
-    auto engine = open_engine(2 * sum + 256);
+    auto engine = open_engine(2 * sum + 256, o_.mtp);
     m["concurrency"] = run_concurrency(*engine, short_mix);
   }
   if (!o_.pp.empty() && !o_.tg.empty()) {
@@ -669,7 +699,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
       for (std::size_t p : o_.pp)
         for (std::size_t t : o_.tg)
           if (d + p + t <= cfg.max_position_embeddings) need = std::max(need, 2 * (d + p + t) + 256);
-    auto engine = open_engine(need);
+    auto engine = open_engine(need, o_.mtp);
     m["pp_tg"] = run_pp_tg(*engine, *tok);
   }
   bool drafted = false;
@@ -772,15 +802,15 @@ json Runner::run() {
   for (auto& m : models) {
     for (auto& w : m["workloads"]) {
       const double bps = w["bytes_per_decode_step"].get<double>();
-      const double roof = bps > 0 ? bw_best * 1e9 / bps : 0.0;
+      // With drafting a step emits several tokens: the ceiling scales with tokens per step.
+      const double roof = bps > 0 ? bw_best * 1e9 / bps * w["tokens_per_decode_step"].get<double>() : 0.0;
       w["roofline_tok_s"] = roof;
       w["fraction_of_roofline"] = roof > 0 ? w["decode_tok_s"].get<double>() / roof : 0.0;
       w["fraction_of_gemm_peak_cold"] = w["prefill_gflop_s_cold"].get<double>() / (gemm / 1e9);
     }
     if (m.contains("concurrency"))
       for (auto& l : m["concurrency"]) {
-        const double bps = l["bytes_per_decode_step"].get<double>();
-        l["achieved_gb_s"] = bps * l["aggregate_tok_s"].get<double>() / l["concurrency"].get<double>() / 1e9;
+        (void)l;  // achieved_gb_s of a level: decode bytes / wall time of the batch (set in run_concurrency)
       }
     if (m.contains("pp_tg"))
       for (auto& t : m["pp_tg"])

@@ -163,12 +163,13 @@ std::string report_markdown(const json& r) {
     if (m.contains("concurrency")) {
       s << "### Concurrency (requests submitted together: qa, code, json-kie, hungarian in turn)\n\n";
       s << "| concurrency | aggregate tok/s | TTFT p50 s | TTFT p95 s | decode tok/s per request p50 | p95 | "
-           "achieved GB/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+           "achieved GB/s | CPU share |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
       for (const auto& l : m["concurrency"])
         s << "| " << l.value("concurrency", 0) << " | " << num(get(l, "aggregate_tok_s"), 2) << " | "
           << num(get(l["ttft_s"], "p50"), 3) << " | " << num(get(l["ttft_s"], "p95"), 3) << " | "
           << num(get(l["decode_tok_s_per_request"], "p50"), 2) << " | "
-          << num(get(l["decode_tok_s_per_request"], "p95"), 2) << " | " << num(get(l, "achieved_gb_s"), 2) << " |\n";
+          << num(get(l["decode_tok_s_per_request"], "p95"), 2) << " | " << num(get(l, "achieved_gb_s"), 2) << " | "
+          << num(get(l, "cpu_share"), 2) << " |\n";
       s << "\n";
     }
     if (m.contains("pp_tg")) {
@@ -193,13 +194,18 @@ std::string report_markdown(const json& r) {
     }
     const json& d = m["drafting"];
     if (d.value("available", false)) {
-      s << "### Drafting (MTP depth " << d.value("mtp_depth", 0) << ")\n\n| workload | acceptance by position | mean "
-           "acceptance length |\n| --- | --- | ---: |\n";
+      s << "### Drafting (MTP depth " << d.value("mtp_depth", 0)
+        << "; the no-draft baseline runs the same workload without drafting in the same run)\n\n"
+           "| workload | acceptance by position | mean acceptance length | decode tok/s | no-draft tok/s | speedup |\n"
+           "| --- | --- | ---: | ---: | ---: | ---: |\n";
       for (const auto& w : m["workloads"]) {
         if (!w.contains("acceptance_by_position")) continue;
         std::string acc;
         for (const auto& a : w["acceptance_by_position"]) acc += (acc.empty() ? "" : ", ") + num(100 * a.get<double>(), 1) + "%";
-        s << "| " << w.value("workload", "") << " | " << acc << " | " << num(get(w, "mean_acceptance_length"), 2) << " |\n";
+        s << "| " << w.value("workload", "") << " | " << acc << " | " << num(get(w, "mean_acceptance_length"), 2) << " | "
+          << num(get(w, "decode_tok_s"), 2) << " | "
+          << (w.contains("no_draft") ? num(get(w["no_draft"], "decode_tok_s"), 2) : std::string("-")) << " | "
+          << (w.contains("draft_speedup") ? num(get(w, "draft_speedup"), 2) + "x" : std::string("-")) << " |\n";
       }
       s << "\n";
     } else {

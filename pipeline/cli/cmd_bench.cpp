@@ -99,11 +99,11 @@ int run_bench_command(const BenchArgs& a) {
   // 15 minutes on a 2-core machine; "seed" uses the seed's sizes unchanged (docs/benchmarks.md).
   std::vector<std::string> random_default;
   if (a.preset == "quick") {
-    o.context_scale = 0.125;
+    o.context_scale = 0.25;
     o.output_scale = 1.0;
     random_default = {"qwen3-0.6b:1"};
     o.scaling_note =
-        "long-rag contexts x0.125 (~938 and ~3,750 prompt tokens instead of 7,500 and 30,000) and the random "
+        "long-rag contexts x0.25 (~1,875 and ~7,500 prompt tokens instead of 7,500 and 30,000) and the random "
         "Qwen3-0.6B-shaped checkpoint cut to 1 of its 28 layers (widths, vocabulary and LM head kept): the CPU "
         "attention is O(n^2) per layer, so a 30,000-token prefill of one Qwen3-0.6B layer alone is ~3.7 TFLOP, "
         "far beyond a 15-minute run on 2 cores; outputs keep the seed's lengths";

@@ -220,3 +220,37 @@ TEST(BenchCli, WritesReportAndRejectsBadOptions) {
   EXPECT_EQ(bad_r.code, 1);
   EXPECT_NE(bad_r.out.find("layers"), std::string::npos) << bad_r.out;
 }
+
+TEST(BenchReport, DraftingFiguresWithMtp) {
+  // The shipped model has an MTP module: --mtp 2 gives acceptance per draft position (a rate in
+  // [0, 1] at each of the 2 positions) and a mean acceptance length in [1, 3], and their plot.
+  quarry::bench::BenchOptions o = tiny_options(temp_dir("bench_work_mtp"));
+  o.random_models.clear();
+  o.workloads = {"json-kie"};
+  o.concurrency.clear();
+  o.pp.clear();
+  o.runs = 1;
+  o.output_scale = 0.1;  // 30 tokens
+  o.mtp = 2;
+  const json r = quarry::bench::run_bench(o, [](std::string_view) {});
+  const json& m = r["models"][0];
+  ASSERT_TRUE(m["drafting"]["available"].get<bool>()) << m["drafting"].dump();
+  const json& w = m["workloads"][0];
+  ASSERT_EQ(w["acceptance_by_position"].size(), 2u) << w.dump();
+  for (const auto& a : w["acceptance_by_position"]) {
+    EXPECT_GE(a.get<double>(), 0.0);
+    EXPECT_LE(a.get<double>(), 1.0);
+  }
+  EXPECT_GE(w["mean_acceptance_length"].get<double>(), 1.0);
+  EXPECT_LE(w["mean_acceptance_length"].get<double>(), 3.0);
+  EXPECT_GT(w["tokens_per_decode_step"].get<double>(), 1.0);  // drafts were accepted: fewer steps than tokens
+  // The no-draft baseline of the same run: one token per step.
+  ASSERT_TRUE(w.contains("no_draft"));
+  expect_positive(w["no_draft"], "decode_tok_s", "no_draft");
+  expect_positive(w, "draft_speedup", "json-kie");
+  check_numbers(r, "");
+  const fs::path out = temp_dir("bench_out_mtp");
+  (void)quarry::bench::write_report(r, out);
+  EXPECT_TRUE(fs::exists(out / "acceptance_by_position.svg"));
+  EXPECT_NE(read(out / "report.md").find("### Drafting (MTP depth 2;"), std::string::npos);
+}
