@@ -26,21 +26,11 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
   libzmq3-dev cppzmq-dev libsqlite3-dev libvalijson-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite python3-jsonschema
-  python3 zlib1g-dev unicode-data
+  python3 python3-stdnum zlib1g-dev unicode-data iso-codes
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+. "$here/scripts/lib/apt-install.sh"
+apt_install_missing setup "${packages[@]}"
 
 if [ $do_build = 1 ]; then
   jobs=$(nproc)

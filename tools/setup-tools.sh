@@ -7,15 +7,6 @@
 # usage: tools/setup-tools.sh
 set -euo pipefail
 packages=(python3 python3-reportlab python3-regex fonts-dejavu-core poppler-utils)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup-tools: installing ${missing[*]}"
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/scripts/lib/apt-install.sh"
+apt_install_missing setup-tools "${packages[@]}"

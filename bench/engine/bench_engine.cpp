@@ -25,7 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench/common/stream_read.hpp"
+#include "bench/harness/harness.hpp"
+#include "bench/harness/roofline.hpp"
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/gemm.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
@@ -34,14 +35,11 @@
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
+using quarry::bench::measure_bandwidth;
+using quarry::bench::measure_gemm_flops;
+using quarry::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -59,52 +57,6 @@ std::string git_commit() {
   pclose(p);
   s.erase(std::remove(s.begin(), s.end(), '\n'), s.end());
   return s;
-}
-
-/// GB/s of a multi-threaded streaming read of `bytes`: each thread reads its slice with the probe of
-/// bench/common/stream_read.hpp (the same ceiling bench_kernels reports), so that decode, which reads
-/// each weight once per step, is compared with the best read rate this machine shows.
-std::vector<double> measure_bandwidth(ThreadPool& pool, std::size_t bytes) {
-  bytes = bytes / 4096 * 4096;
-  std::unique_ptr<std::uint8_t, decltype(&std::free)> buf(static_cast<std::uint8_t*>(std::aligned_alloc(64, bytes)),
-                                                           &std::free);
-  const auto feat = cpu::detect_cpu_features();
-  const std::size_t blocks = bytes / 256;
-  pool.parallel_for(blocks, [&](std::size_t a, std::size_t b) {  // first touch by the reading thread
-    std::memset(buf.get() + a * 256, static_cast<int>(a & 0xff), (b - a) * 256);
-  });
-  std::vector<double> runs;
-  std::vector<std::uint64_t> sums(pool.size());
-  for (int r = 0; r < 5; ++r) {
-    const Stopwatch sw;
-    pool.run([&](std::size_t t, std::size_t nt) {
-      const std::size_t a = blocks * t / nt, b = blocks * (t + 1) / nt;
-      sums[t] = quarry::bench::stream_read(feat, buf.get() + a * 256, (b - a) * 256);
-    });
-    runs.push_back(static_cast<double>(bytes) / sw.seconds() / 1e9);
-  }
-  if (std::accumulate(sums.begin(), sums.end(), std::uint64_t{0}) == 1) std::cerr << " ";  // keep the sums alive
-  return runs;
-}
-
-/// FLOP/s of cpu::gemm on [m, k] x [n, k]^T with weights in `wt`.
-double measure_gemm(ThreadPool& pool, std::size_t m, std::size_t k, std::size_t n, cpu::WeightType wt) {
-  std::vector<float> x(m * k), y(m * n);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f;
-  const std::size_t esize = wt == cpu::WeightType::f32 ? 4 : 2;
-  std::vector<std::uint8_t> w(n * k * esize);
-  for (std::size_t i = 0; i < w.size(); i += 2) {
-    w[i] = static_cast<std::uint8_t>(i * 7);
-    w[i + 1] = 0x3c;  // small finite values in bf16 and f16 alike
-  }
-  cpu::gemm(x.data(), m, k, k, w.data(), wt, n, y.data(), n, &pool);  // warm-up
-  std::vector<double> runs;
-  for (int r = 0; r < 3; ++r) {
-    const Stopwatch sw;
-    cpu::gemm(x.data(), m, k, k, w.data(), wt, n, y.data(), n, &pool);
-    runs.push_back(2.0 * static_cast<double>(m * k * n) / sw.seconds());
-  }
-  return median(runs);
 }
 
 }  // namespace
@@ -139,10 +91,10 @@ int main(int argc, char** argv) {
 
   ThreadPool pool(threads);
   std::cerr << "measuring memory bandwidth ...\n";
-  std::vector<double> bw_runs = measure_bandwidth(pool, std::size_t{1} << 30);
+  std::vector<double> bw_runs = measure_bandwidth(pool, std::size_t{1} << 30, 5);
   std::cerr << "  best " << *std::max_element(bw_runs.begin(), bw_runs.end()) << " GB/s\nmeasuring gemm ...\n";
   const std::size_t gm = 256, gk = 1024, gn = 1024;
-  const double gemm_flops = measure_gemm(pool, gm, gk, gn, wt);
+  const double gemm_flops = measure_gemm_flops(pool, gm, gk, gn, wt);
   std::cerr << "  " << gemm_flops / 1e9 << " GFLOP/s\n";
 
   EngineOptions opt;
@@ -185,7 +137,7 @@ int main(int argc, char** argv) {
   // Bandwidth again after the engine runs (shared machines drift); the roofline uses the best run of
   // all (STREAM convention: the best is what the machine can do), the median is reported beside it.
   {
-    auto more = measure_bandwidth(pool, std::size_t{1} << 30);
+    auto more = measure_bandwidth(pool, std::size_t{1} << 30, 5);
     bw_runs.insert(bw_runs.end(), more.begin(), more.end());
   }
   const double bw_gb_s = *std::max_element(bw_runs.begin(), bw_runs.end());

@@ -35,6 +35,12 @@ void GrammarConstraint::accept(TokenId token) {
     throw std::logic_error("GrammarConstraint: token " + std::to_string(token) + " rejected by the grammar");
 }
 
+void GrammarConstraint::rollback(std::size_t n) {
+  if (n == 0) return;
+  matcher_.rollback(n);
+  cache_valid_ = false;
+}
+
 bool GrammarConstraint::is_terminated() const {
   if (matcher_.is_terminated()) return true;
   if (!matcher_.can_terminate()) return false;

@@ -44,6 +44,9 @@ class GrammarConstraint final : public TokenConstraint {
   /// The tokens of the forced text but its last one, accepted (stops at the first token the grammar rejects, e.g. a
   /// special token the tokenizer matched in the text). Empty without a tokenizer or a forced text.
   std::vector<TokenId> take_forced_tokens() override;
+  /// Undoes the last n accepted tokens (GrammarMatcher::rollback); n beyond the history resets.
+  void rollback(std::size_t n) override;
+  bool supports_rollback() const override { return true; }
 
   const GrammarMatcher& matcher() const { return matcher_; }
   std::size_t mask_words() const { return matcher_.compiled().tokenizer().mask_words(); }

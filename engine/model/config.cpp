@@ -100,6 +100,17 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
     c.partial_rotary_factor = get_or<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor, origin);
   }
 
+  c.mtp_num_hidden_layers = get_or<std::size_t>(j, "mtp_num_hidden_layers", 0, origin);
+  c.num_nextn_predict_layers = get_or<std::size_t>(j, "num_nextn_predict_layers", 0, origin);
+  c.mtp_hidden_state = get_or<std::string>(j, "mtp_hidden_state", "post_norm", origin);
+  c.mtp_trained_depths = get_or<std::size_t>(j, "mtp_trained_depths", 0, origin);
+  if (c.mtp_num_hidden_layers > 1)
+    fail(origin, "mtp_num_hidden_layers " + std::to_string(c.mtp_num_hidden_layers) + " is not supported (0 or 1)");
+  if (c.mtp_num_hidden_layers > 0 && c.num_nextn_predict_layers > 0)
+    fail(origin, "both mtp_num_hidden_layers and num_nextn_predict_layers are set (one MTP layout only)");
+  if (c.mtp_hidden_state != "post_norm" && c.mtp_hidden_state != "pre_norm")
+    fail(origin, "mtp_hidden_state must be \"post_norm\" or \"pre_norm\", not \"" + c.mtp_hidden_state + "\"");
+
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(origin, "num_attention_heads (" + std::to_string(c.num_attention_heads) +
                      ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");

@@ -39,6 +39,20 @@ struct ModelConfig {
   std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id as int or list (may be empty)
   std::int64_t bos_token_id = -1;
 
+  // Multi-token prediction (MTP) heads (ARCHITECTURE.md "MTP").
+  /// Qwen3-Next / Qwen3.5 layout: decoder layers of the one `mtp.*` module (0: none; only 1 is supported).
+  std::size_t mtp_num_hidden_layers = 0;
+  /// DeepSeek-V3 layout: number of MTP modules, stored as model.layers.{num_hidden_layers + k}.*.
+  std::size_t num_nextn_predict_layers = 0;
+  /// Which main-model hidden state feeds the MTP module: "post_norm" (after model.norm; vLLM) or
+  /// "pre_norm" (before it; llama.cpp, mlx-lm). Default post_norm.
+  std::string mtp_hidden_state = "post_norm";
+  /// Draft depths the module was trained for (recursive use); 0 when the config does not say.
+  std::size_t mtp_trained_depths = 0;
+
+  /// True if the config declares an MTP module of either layout.
+  bool has_mtp() const { return mtp_num_hidden_layers > 0 || num_nextn_predict_layers > 0; }
+
   /// Number of leading dimensions of each head that RoPE rotates (even).
   std::size_t rotary_dim() const;
 };

@@ -7,6 +7,10 @@
 
 namespace quarry::engine {
 
+void Model::mtp_forward(std::size_t, const Batch&, const float*, KvCache&, float*, float*, ThreadPool*, std::size_t) {
+  throw std::invalid_argument("mtp_forward: the model has no MTP module");
+}
+
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir) {
   const auto config_path = dir / "config.json";
   ModelConfig config = load_model_config(config_path);

@@ -1,5 +1,6 @@
 #include "engine/model/qwen3.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,35 @@ cpu::WeightType weight_type(DType t) {
 struct Layer {
   std::vector<float> input_norm, post_norm, q_norm, k_norm;  // tiny: widened to f32 once
   cpu::Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::size_t bytes() const {
+    return wq.bytes() + wk.bytes() + wv.bytes() + wo.bytes() + w_gate.bytes() + w_up.bytes() + w_down.bytes() +
+           4 * (input_norm.size() + post_norm.size() + q_norm.size() + k_norm.size());
+  }
+};
+
+/// One MTP module: x = fc([norm_e(embed(t)), norm_h(h)]) -> decoder layer -> norm -> lm_head.
+struct MtpModule {
+  std::vector<float> norm_e, norm_h, norm;
+  cpu::Weight fc;       // [H, 2H]
+  cpu::Weight lm_head;  // the main model's unless the module carries its own (DeepSeek shared_head.head)
+  Layer layer;
+};
+
+/// Recursive use of the one Qwen3-Next module is unbounded; this caps the KV layers reserved for it.
+constexpr std::size_t kMaxRecursiveMtpDepth = 8;
+
+/// Scratch buffers of one forward call.
+struct Scratch {
+  std::vector<float> h, q, k, v, attn, gate, up;
+  void resize(std::size_t T, std::size_t H, std::size_t QD, std::size_t KD, std::size_t I) {
+    h.resize(T * H);
+    q.resize(T * QD);
+    k.resize(T * KD);
+    v.resize(T * KD);
+    attn.resize(T * QD);
+    gate.resize(T * I);
+    up.resize(T * I);
+  }
 };
 
 class Qwen3 final : public Model {
@@ -34,35 +64,52 @@ class Qwen3 final : public Model {
     const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
     const std::size_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
     embed_ = matrix("model.embed_tokens.weight", c.vocab_size, H);
-    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      Layer L;
-      L.input_norm = vec(p + "input_layernorm.weight", H);
-      L.post_norm = vec(p + "post_attention_layernorm.weight", H);
-      L.q_norm = vec(p + "self_attn.q_norm.weight", D);
-      L.k_norm = vec(p + "self_attn.k_norm.weight", D);
-      L.wq = matrix(p + "self_attn.q_proj.weight", QD, H);
-      L.wk = matrix(p + "self_attn.k_proj.weight", KD, H);
-      L.wv = matrix(p + "self_attn.v_proj.weight", KD, H);
-      L.wo = matrix(p + "self_attn.o_proj.weight", H, QD);
-      L.w_gate = matrix(p + "mlp.gate_proj.weight", I, H);
-      L.w_up = matrix(p + "mlp.up_proj.weight", I, H);
-      L.w_down = matrix(p + "mlp.down_proj.weight", H, I);
-      if (c.attention_bias)
-        throw std::runtime_error(store_->origin().string() + ": attention_bias=true is not supported for Qwen3");
-      layers_.push_back(std::move(L));
-    }
+    if (c.attention_bias)
+      throw std::runtime_error(store_->origin().string() + ": attention_bias=true is not supported for Qwen3");
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+      layers_.push_back(layer("model.layers." + std::to_string(l) + "."));
     final_norm_ = vec("model.norm.weight", H);
     // Tied checkpoints usually omit lm_head.weight (save_pretrained drops it); some keep a copy.
     if (c.tie_word_embeddings && !store_->has("lm_head.weight")) lm_head_ = embed_;
     else lm_head_ = matrix("lm_head.weight", c.vocab_size, H);
+    (void)QD;
+    (void)KD;
+    (void)I;
+    (void)D;
+
+    // MTP modules (ARCHITECTURE.md "MTP").
+    if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5: mtp.*
+      MtpModule m;
+      m.fc = matrix("mtp.fc.weight", H, 2 * H);
+      m.norm_e = vec("mtp.pre_fc_norm_embedding.weight", H);
+      m.norm_h = vec("mtp.pre_fc_norm_hidden.weight", H);
+      m.layer = layer("mtp.layers.0.");
+      m.norm = vec("mtp.norm.weight", H);
+      m.lm_head = lm_head_;
+      mtp_.push_back(std::move(m));
+      mtp_depths_ = kMaxRecursiveMtpDepth;
+    } else if (c.num_nextn_predict_layers > 0) {  // DeepSeek-V3: model.layers.{L + k}.*
+      for (std::size_t k = 0; k < c.num_nextn_predict_layers; ++k) {
+        const std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k) + ".";
+        MtpModule m;
+        m.fc = matrix(p + "eh_proj.weight", H, 2 * H);
+        m.norm_e = vec(p + "enorm.weight", H);
+        m.norm_h = vec(p + "hnorm.weight", H);
+        m.layer = layer(p);
+        m.norm = vec(p + "shared_head.norm.weight", H);
+        m.lm_head = store_->has(p + "shared_head.head.weight") ? matrix(p + "shared_head.head.weight", c.vocab_size, H)
+                                                              : lm_head_;
+        mtp_.push_back(std::move(m));
+      }
+      mtp_depths_ = std::max(kMaxRecursiveMtpDepth, c.num_nextn_predict_layers);
+    }
   }
 
   const ModelConfig& config() const override { return cfg_; }
 
   KvCacheShape kv_shape() const override {
     KvCacheShape s;
-    s.n_layers = cfg_.num_hidden_layers;
+    s.n_layers = cfg_.num_hidden_layers + mtp_depths_;
     s.n_kv_heads = cfg_.num_key_value_heads;
     s.head_dim = cfg_.head_dim;
     return s;
@@ -70,15 +117,48 @@ class Qwen3 final : public Model {
 
   std::size_t weight_bytes_per_step() const override {
     std::size_t n = lm_head_.bytes() + embed_.cols * (embed_.type == cpu::WeightType::f32 ? 4 : 2);
-    for (const auto& L : layers_)
-      n += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.w_gate.bytes() + L.w_up.bytes() +
-           L.w_down.bytes() + 4 * (L.input_norm.size() + L.post_norm.size() + L.q_norm.size() + L.k_norm.size());
+    for (const auto& L : layers_) n += L.bytes();
     return n + 4 * final_norm_.size();
   }
 
-  void forward(const Batch& b, KvCache& kv, float* logits, ThreadPool* pool) override;
+  std::size_t mtp_weight_bytes_per_step() const override {
+    if (mtp_.empty()) return 0;
+    const MtpModule& m = mtp_[0];
+    return m.fc.bytes() + m.layer.bytes() + 4 * (m.norm_e.size() + m.norm_h.size() + m.norm.size()) +
+           embed_.cols * (embed_.type == cpu::WeightType::f32 ? 4 : 2);
+  }
+
+  std::size_t mtp_depths() const override { return mtp_depths_; }
+
+  using Model::forward;
+  void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) override;
+  void mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
+                   float* logits, ThreadPool* pool, std::size_t draft_vocab = 0) override;
 
  private:
+  Layer layer(const std::string& p) {
+    const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
+    const std::size_t QD = cfg_.num_attention_heads * D, KD = cfg_.num_key_value_heads * D;
+    Layer L;
+    L.input_norm = vec(p + "input_layernorm.weight", H);
+    L.post_norm = vec(p + "post_attention_layernorm.weight", H);
+    L.q_norm = vec(p + "self_attn.q_norm.weight", D);
+    L.k_norm = vec(p + "self_attn.k_norm.weight", D);
+    L.wq = matrix(p + "self_attn.q_proj.weight", QD, H);
+    L.wk = matrix(p + "self_attn.k_proj.weight", KD, H);
+    L.wv = matrix(p + "self_attn.v_proj.weight", KD, H);
+    L.wo = matrix(p + "self_attn.o_proj.weight", H, QD);
+    L.w_gate = matrix(p + "mlp.gate_proj.weight", I, H);
+    L.w_up = matrix(p + "mlp.up_proj.weight", I, H);
+    L.w_down = matrix(p + "mlp.down_proj.weight", H, I);
+    return L;
+  }
+  /// Validates the batch; returns each token's block table.
+  std::vector<const std::int32_t*> resolve(const Batch& b, const KvCache& kv) const;
+  /// One decoder layer over x [T, H] in place, its K/V in KV layer `kv_layer`.
+  void run_layer(const Layer& L, std::size_t kv_layer, float* x, std::size_t T, const Batch& b,
+                 const std::vector<const std::int32_t*>& tables, KvCache& kv, Scratch& s, ThreadPool* pool) const;
+
   cpu::Weight matrix(const std::string& name, std::size_t rows, std::size_t cols) {
     const TensorView& t = store_->get(name, {rows, cols});
     return cpu::Weight{t.data, weight_type(t.dtype), rows, cols};
@@ -96,17 +176,12 @@ class Qwen3 final : public Model {
   cpu::Weight embed_, lm_head_;
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;
+  std::vector<MtpModule> mtp_;
+  std::size_t mtp_depths_ = 0;
 };
 
-void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, ThreadPool* pool) {
+std::vector<const std::int32_t*> Qwen3::resolve(const Batch& b, const KvCache& kv) const {
   const std::size_t T = b.size();
-  if (T == 0) return;
-  const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
-  const std::size_t NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads;
-  const std::size_t QD = NH * D, KD = NKV * D;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-
-  // Validate the batch and resolve each token's block table.
   std::vector<const std::int32_t*> tables(T);
   for (std::size_t t = 0; t < T; ++t) {
     if (b.tokens[t] < 0 || static_cast<std::size_t>(b.tokens[t]) >= cfg_.vocab_size)
@@ -118,35 +193,58 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, ThreadPool* pool
                                   " outside the block table of sequence " + std::to_string(b.seq_ids[t]));
     tables[t] = table.data();
   }
+  return tables;
+}
 
-  std::vector<float> x(T * H), h(T * H), q(T * QD), k(T * KD), v(T * KD), attn(T * QD), gate(T * I), up(T * I);
-  cpu::embedding(b.tokens.data(), T, embed_, x.data(), pool);
+void Qwen3::run_layer(const Layer& L, std::size_t kv_layer, float* x, std::size_t T, const Batch& b,
+                      const std::vector<const std::int32_t*>& tables, KvCache& kv, Scratch& s,
+                      ThreadPool* pool) const {
+  const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
+  const std::size_t NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads;
+  const std::size_t QD = NH * D, KD = NKV * D;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  float *h = s.h.data(), *q = s.q.data(), *k = s.k.data(), *v = s.v.data();
+  cpu::rms_norm(x, h, T, H, H, L.input_norm.data(), eps, pool);
+  cpu::matmul(h, T, L.wq, q, pool);
+  cpu::matmul(h, T, L.wk, k, pool);
+  cpu::matmul(h, T, L.wv, v, pool);
+  cpu::rms_norm(q, q, T * NH, D, D, L.q_norm.data(), eps, pool);
+  cpu::rms_norm(k, k, T * NKV, D, D, L.k_norm.data(), eps, pool);
+  cpu::rope(q, T, NH, D, QD, b.positions.data(), rope_, pool);
+  cpu::rope(k, T, NKV, D, KD, b.positions.data(), rope_, pool);
+  const cpu::KvLayerView view = kv.layer_view(kv_layer);
+  cpu::kv_store(k, v, KD, T, b.positions.data(), tables.data(), view, pool);
+  cpu::attention(q, QD, s.attn.data(), QD, T, NH, b.positions.data(), tables.data(), view, scale, pool);
+  cpu::matmul(s.attn.data(), T, L.wo, h, pool);
+  cpu::add_inplace(x, h, T * H, pool);
 
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    cpu::rms_norm(x.data(), h.data(), T, H, H, L.input_norm.data(), eps, pool);
-    cpu::matmul(h.data(), T, L.wq, q.data(), pool);
-    cpu::matmul(h.data(), T, L.wk, k.data(), pool);
-    cpu::matmul(h.data(), T, L.wv, v.data(), pool);
-    cpu::rms_norm(q.data(), q.data(), T * NH, D, D, L.q_norm.data(), eps, pool);
-    cpu::rms_norm(k.data(), k.data(), T * NKV, D, D, L.k_norm.data(), eps, pool);
-    cpu::rope(q.data(), T, NH, D, QD, b.positions.data(), rope_, pool);
-    cpu::rope(k.data(), T, NKV, D, KD, b.positions.data(), rope_, pool);
-    const cpu::KvLayerView view = kv.layer_view(l);
-    cpu::kv_store(k.data(), v.data(), KD, T, b.positions.data(), tables.data(), view, pool);
-    cpu::attention(q.data(), QD, attn.data(), QD, T, NH, b.positions.data(), tables.data(), view, scale, pool);
-    cpu::matmul(attn.data(), T, L.wo, h.data(), pool);
-    cpu::add_inplace(x.data(), h.data(), T * H, pool);
+  cpu::rms_norm(x, h, T, H, H, L.post_norm.data(), eps, pool);
+  cpu::matmul(h, T, L.w_gate, s.gate.data(), pool);
+  cpu::matmul(h, T, L.w_up, s.up.data(), pool);
+  cpu::silu_mul(s.gate.data(), I, s.up.data(), I, s.gate.data(), I, T, I, pool);
+  cpu::matmul(s.gate.data(), T, L.w_down, h, pool);
+  cpu::add_inplace(x, h, T * H, pool);
+}
 
-    cpu::rms_norm(x.data(), h.data(), T, H, H, L.post_norm.data(), eps, pool);
-    cpu::matmul(h.data(), T, L.w_gate, gate.data(), pool);
-    cpu::matmul(h.data(), T, L.w_up, up.data(), pool);
-    cpu::silu_mul(gate.data(), I, up.data(), I, gate.data(), I, T, I, pool);
-    cpu::matmul(gate.data(), T, L.w_down, h.data(), pool);
-    cpu::add_inplace(x.data(), h.data(), T * H, pool);
+void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) {
+  const std::size_t T = b.size();
+  if (T == 0) return;
+  const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
+  const std::size_t QD = cfg_.num_attention_heads * D, KD = cfg_.num_key_value_heads * D;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const auto tables = resolve(b, kv);
+
+  std::vector<float> x(T * H);
+  Scratch s;
+  s.resize(T, H, QD, KD, I);
+  cpu::embedding(b.tokens.data(), T, embed_, x.data(), pool);
+  for (std::size_t l = 0; l < layers_.size(); ++l) run_layer(layers_[l], l, x.data(), T, b, tables, kv, s, pool);
+
+  if (hidden) {  // every row's state for the MTP module
+    if (cfg_.mtp_hidden_state == "pre_norm") std::copy(x.begin(), x.end(), hidden);
+    else cpu::rms_norm(x.data(), hidden, T, H, H, final_norm_.data(), eps, pool);
   }
-
   // Final norm and LM head only for the rows whose logits are wanted.
   std::vector<float> sel;
   sel.reserve(b.n_logits() * H);
@@ -157,6 +255,48 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, ThreadPool* pool
   if (n_out == 0) return;
   cpu::rms_norm(sel.data(), sel.data(), n_out, H, H, final_norm_.data(), eps, pool);
   cpu::matmul(sel.data(), n_out, lm_head_, logits, pool);
+}
+
+void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
+                        float* logits, ThreadPool* pool, std::size_t draft_vocab) {
+  if (mtp_.empty()) throw std::invalid_argument("mtp_forward: the model has no MTP module");
+  if (depth == 0 || depth > mtp_depths_)
+    throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
+                                std::to_string(mtp_depths_));
+  const std::size_t kv_layer = cfg_.num_hidden_layers + depth - 1;
+  if (kv_layer >= kv.shape().n_layers)
+    throw std::invalid_argument("mtp_forward: the KV cache has no layer for draft depth " + std::to_string(depth));
+  const std::size_t T = b.size();
+  if (T == 0) return;
+  const MtpModule& m = mtp_[std::min(depth, mtp_.size()) - 1];
+  const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
+  const std::size_t QD = cfg_.num_attention_heads * D, KD = cfg_.num_key_value_heads * D;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const auto tables = resolve(b, kv);
+
+  // cat = [norm_e(embed(token)), norm_h(hidden)]  [T, 2H]; x = cat fc^T  [T, H]
+  std::vector<float> e(T * H), cat(T * 2 * H), x(T * H);
+  cpu::embedding(b.tokens.data(), T, embed_, e.data(), pool);
+  for (std::size_t t = 0; t < T; ++t) {
+    std::copy(e.data() + t * H, e.data() + (t + 1) * H, cat.data() + t * 2 * H);
+    std::copy(hidden_in + t * H, hidden_in + (t + 1) * H, cat.data() + t * 2 * H + H);
+  }
+  cpu::rms_norm(cat.data(), cat.data(), T, H, 2 * H, m.norm_e.data(), eps, pool);
+  cpu::rms_norm(cat.data() + H, cat.data() + H, T, H, 2 * H, m.norm_h.data(), eps, pool);
+  cpu::matmul(cat.data(), T, m.fc, x.data(), pool);
+  Scratch s;
+  s.resize(T, H, QD, KD, I);
+  run_layer(m.layer, kv_layer, x.data(), T, b, tables, kv, s, pool);
+  cpu::rms_norm(x.data(), hidden_out, T, H, H, m.norm.data(), eps, pool);
+
+  std::vector<float> sel;
+  sel.reserve(b.n_logits() * H);
+  for (std::size_t t = 0; t < T; ++t)
+    if (b.logits[t]) sel.insert(sel.end(), hidden_out + t * H, hidden_out + (t + 1) * H);
+  if (sel.empty()) return;
+  cpu::Weight head = m.lm_head;  // the first draft_vocab rows: same storage, fewer rows
+  if (draft_vocab > 0 && draft_vocab < head.rows) head.rows = draft_vocab;
+  cpu::matmul(sel.data(), sel.size() / H, head, logits, pool);
 }
 
 }  // namespace

@@ -108,8 +108,7 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
   const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   std::vector<Spec> specs;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, false});
-  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+  auto decoder_layer = [&](const std::string& p) {
     specs.push_back({p + "input_layernorm.weight", {H}, true});
     specs.push_back({p + "post_attention_layernorm.weight", {H}, true});
     specs.push_back({p + "self_attn.q_norm.weight", {D}, true});
@@ -121,9 +120,25 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
     specs.push_back({p + "mlp.gate_proj.weight", {I, H}, false});
     specs.push_back({p + "mlp.up_proj.weight", {I, H}, false});
     specs.push_back({p + "mlp.down_proj.weight", {H, I}, false});
-  }
+  };
+  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) decoder_layer("model.layers." + std::to_string(l) + ".");
   specs.push_back({"model.norm.weight", {H}, true});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}, false});
+  if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5 MTP layout
+    specs.push_back({"mtp.fc.weight", {H, 2 * H}, false});
+    specs.push_back({"mtp.pre_fc_norm_embedding.weight", {H}, true});
+    specs.push_back({"mtp.pre_fc_norm_hidden.weight", {H}, true});
+    decoder_layer("mtp.layers.0.");
+    specs.push_back({"mtp.norm.weight", {H}, true});
+  }
+  for (std::size_t k = 0; k < c.num_nextn_predict_layers; ++k) {  // DeepSeek-V3 MTP layout
+    const std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k) + ".";
+    specs.push_back({p + "eh_proj.weight", {H, 2 * H}, false});
+    specs.push_back({p + "enorm.weight", {H}, true});
+    specs.push_back({p + "hnorm.weight", {H}, true});
+    decoder_layer(p);
+    specs.push_back({p + "shared_head.norm.weight", {H}, true});
+  }
 
   const std::size_t esize = dtype_size(dtype);
   const char* st_dtype = dtype == DType::bf16 ? "BF16" : dtype == DType::f16 ? "F16" : "F32";

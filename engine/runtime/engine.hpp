@@ -7,8 +7,19 @@
 //   req.max_tokens = 256;
 //   GenerationResult r = engine->generate(req);   // r.tokens, r.text, r.finish, r.stats
 //
-// Several requests passed together run as one continuous batch: every forward call carries the decode
-// token of each running sequence plus prefill chunks of the others (up to max_batch_tokens).
+// Continuous batching (Orca, Yu et al. 2022; vLLM's scheduler): requests are submitted at any time,
+// wait in a queue, are admitted into the running set as KV blocks and max_num_seqs allow, and every
+// step() is one forward call carrying the decode token of each running sequence plus prefill chunks
+// of the others (chunked prefill, Sarathi-Serve; up to max_batch_tokens tokens per call):
+//
+//   RequestId a = engine->submit(req_a), b = engine->submit(req_b);
+//   while (engine->has_unfinished())
+//     for (FinishedRequest& f : engine->step()) use(f.id, f.result);
+//
+// generate() is submit-all + step-until-done. Prompts that start with token blocks computed before
+// (by a finished or running request) reuse their KV blocks instead of recomputing them (prefix
+// caching, see kv_cache.hpp); the waiting queue is ordered by longest cached prefix first (SGLang's
+// LPM policy), with a bound on how often a request can be passed over.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +50,21 @@ struct EngineOptions {
   std::size_t n_threads = 0;            ///< worker threads incl. the caller; 0: all hardware threads
   std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
   std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
+  /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (f32); 0: max_kv_tokens alone
+  /// decides. With both set, the smaller capacity wins. Blocks are allocated on use up to it.
+  std::size_t kv_cache_mb = 0;
+  /// Keep full blocks of committed tokens after their requests end and reuse them for prompts that
+  /// start with the same tokens (vLLM automatic prefix caching). Outputs are unchanged by it.
+  bool enable_prefix_caching = true;
+  /// Sequences in the running set at most (more wait in the queue); clamped to [1, max_batch_tokens].
+  std::size_t max_num_seqs = 64;
+  /// MTP speculative decoding: the most drafts per verify step (0: off). The depth used per sequence
+  /// adapts to its recent acceptance up to this cap, which is also capped by the model's MTP module
+  /// (Model::mtp_depths(); no module: off). Output is unchanged (lossless), only faster.
+  std::size_t mtp_depth = 0;
+  /// MTP drafts are chosen among the first token ids only (byte-level BPE ids run roughly by frequency;
+  /// FR-Spec, Zhao et al. 2025): 0 = auto (max(vocab / 4, min(vocab, 4096))); >= vocab: all ids.
+  std::size_t mtp_draft_vocab = 0;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };
@@ -57,6 +84,12 @@ class TokenConstraint {
   /// accepted by it. The engine appends them to the output without sampling and feeds them to the
   /// model like prompt tokens in the next forward call. Default: none.
   virtual std::vector<TokenId> take_forced_tokens() { return {}; }
+  /// Undoes the last `n` accepted tokens (speculative decoding drops rejected drafts; XGrammar's
+  /// rollback). Tokens taken through take_forced_tokens() count one each. Only called when
+  /// supports_rollback() is true; the default throws std::logic_error.
+  virtual void rollback(std::size_t n);
+  /// True if rollback() works (the engine drafts only for sequences whose constraint can roll back).
+  virtual bool supports_rollback() const { return false; }
 };
 
 struct GenerationRequest {
@@ -79,9 +112,11 @@ struct GenerationRequest {
   bool jump_forward = false;
   /// Optional: called after each generated token with its id (streaming).
   std::function<void(TokenId)> on_token;
+  /// Per-request MTP draft depth cap (see EngineOptions::mtp_depth, which bounds it); unset: the engine's.
+  std::optional<std::size_t> mtp_depth;
 };
 
-enum class FinishReason { length, eos, stop_string, constraint };
+enum class FinishReason { length, eos, stop_string, constraint, cancelled };
 const char* finish_reason_name(FinishReason r);
 
 struct GenerationResult {
@@ -89,6 +124,18 @@ struct GenerationResult {
   std::string text;             ///< decoded text of the tokens (special tokens skipped), cut before a stop string
   FinishReason finish = FinishReason::length;
   RequestStats stats;
+};
+
+/// Handle of a submitted request (unique per Engine, from 1).
+using RequestId = std::uint64_t;
+
+/// A request that left the engine in a step(): done, cancelled or failed.
+struct FinishedRequest {
+  RequestId id = 0;
+  GenerationResult result;  ///< tokens/text/finish/stats as generate() returns them
+  /// Non-empty: the request failed (e.g. its prompt does not fit the KV cache, "cancelled" for
+  /// cancel()); `result` holds what was generated until then.
+  std::string error;
 };
 
 /// Not thread-safe: one thread drives an Engine (the scheduler); its ThreadPool parallelises each op.
@@ -105,18 +152,42 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   /// Runs one request to completion. Throws std::invalid_argument on an empty prompt, an id out of
-  /// the vocabulary, stop strings without a tokenizer; std::runtime_error if the KV cache cannot
-  /// hold the sequence.
+  /// the vocabulary, stop strings without a tokenizer, a JSON Schema that does not compile;
+  /// std::runtime_error if the KV cache cannot hold the sequence.
   GenerationResult generate(const GenerationRequest& request);
 
-  /// Runs all requests together as one continuous batch; results in request order.
+  /// Runs all requests together as one continuous batch (submit all, step until they are done);
+  /// results in request order. All requests are validated before any runs. Other requests already
+  /// submitted keep running alongside; their FinishedRequests are returned by the next step().
+  /// Throws like generate(request); on a failure the call's other requests are dropped.
   std::vector<GenerationResult> generate(std::span<const GenerationRequest> requests);
+
+  // ---- continuous batching ----
+  /// Queues a request; it runs in the following step() calls. Validates now: throws
+  /// std::invalid_argument like generate(). Its stats' TTFT counts from this call.
+  RequestId submit(GenerationRequest request);
+  /// One scheduler iteration: finishes cancelled requests, admits waiting ones (KV budget,
+  /// max_num_seqs, longest cached prefix first), then runs at most one forward call over the running
+  /// set and samples. Returns the requests that finished in it (in no particular order). A request
+  /// that can never fit the KV cache finishes with an error instead of waiting forever. If the
+  /// model's forward call throws, the exception propagates and the running requests are left
+  /// mid-step: cancel them (or discard the engine).
+  std::vector<FinishedRequest> step();
+  /// Anything waiting or running (or finished but not yet returned by step()).
+  bool has_unfinished() const;
+  std::size_t n_running() const;
+  std::size_t n_waiting() const;
+  /// Finishes the request at the next step() with FinishReason::cancelled and error "cancelled"
+  /// (partial result). Unknown or already finished ids are ignored.
+  void cancel(RequestId id);
 
   const Model& model() const { return *model_; }
   /// Token ids that end generation (config.json, generation_config.json and the tokenizer's).
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
-  /// Totals since construction.
+  /// Totals since construction (kv_* fields: the cache's state after the last step()).
   const EngineStats& stats() const { return stats_; }
+  /// The paged KV cache (block tables, allocator state, prefix-cache counters).
+  const KvCache& kv_cache() const { return *kv_; }
   /// The grammar vocabulary of this engine (the tokenizer's byte strings; EOS = eos_ids()), built on
   /// first use. Throws std::invalid_argument without a tokenizer.
   std::shared_ptr<const grammar::TokenizerInfo> grammar_vocabulary();
@@ -125,15 +196,51 @@ class Engine {
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
 
  private:
+  struct Sequence;  // one request's live state (engine.cpp)
+  void validate(const GenerationRequest& r) const;
+  void admit_waiting();
+  std::size_t reserved_blocks_left() const;
+  void schedule_batch();
+  /// MTP drafts for the running sequences in decode (before schedule_batch adds them to the batch).
+  void draft_step();
+  /// Samples / verifies each sequence's logits rows and appends its tokens; returns the tokens emitted.
+  std::size_t sample_outputs();
+  /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
+  /// `constraint_seen`: the constraint already accepted it (an accepted draft).
+  bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
+  /// EOS (unless ignore_eos) or one of the request's stop ids.
+  bool is_end_token(const Sequence& s, TokenId tok) const;
+  void finish(Sequence& s, FinishReason why, std::string error = {});
+  void retire_finished(std::vector<FinishedRequest>& out);
+  void drop(RequestId id);
+
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   EngineOptions options_;
   std::vector<TokenId> eos_ids_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> kv_;
+  std::size_t mtp_depth_ = 0;  ///< MTP draft depth cap (KV layers reserved for it)
+  std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
   EngineStats stats_;
   std::shared_ptr<const grammar::TokenizerInfo> grammar_vocab_;
   std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
+
+  Stopwatch clock_;
+  RequestId next_request_id_ = 1;
+  std::vector<std::unique_ptr<Sequence>> waiting_;  ///< submission order
+  std::vector<std::unique_ptr<Sequence>> running_;  ///< admission order
+  std::vector<FinishedRequest> backlog_;            ///< finished inside generate() for other callers
+  // Scratch of one step.
+  Batch batch_;
+  std::vector<Sequence*> row_owner_;  ///< the sequence of each logits row of batch_
+  std::vector<float> logits_;
+  std::vector<float> hidden_;  ///< [batch, hidden] final hidden states when a sequence drafts
+  std::vector<std::uint32_t> mask_;
+  std::uint64_t step_kv_read_ = 0;       ///< K/V bytes the decode rows of this step attend over
+  std::size_t step_prefill_tokens_ = 0;  ///< prompt tokens in this step's batch
+  std::size_t step_draft_rows_ = 0;      ///< draft rows (verification) in this step's batch
+  double step_draft_s_ = 0.0;            ///< seconds spent drafting this step
 };
 
 }  // namespace quarry::engine

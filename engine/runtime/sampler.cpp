@@ -49,6 +49,34 @@ Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(seed_of(p)) {
 }
 
 TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {
+  if (params_.temperature == 0.f) {
+    distribution(logits, bitmask, dist_);
+    return dist_.empty() ? -1 : dist_.ids[0];
+  }
+  distribution(logits, bitmask, dist_);
+  return sample_from(dist_);
+}
+
+TokenId Sampler::sample_from(const TokenDistribution& d) {
+  if (d.empty()) return -1;
+  if (d.ids.size() == 1) {
+    if (params_.temperature > 0.f) rng_.uniform();  // one draw per sample, whatever the support
+    return d.ids[0];
+  }
+  double total = 0.0;
+  for (double p : d.probs) total += p;
+  double r = rng_.uniform() * total;
+  for (std::size_t i = 0; i < d.ids.size(); ++i) {
+    r -= d.probs[i];
+    if (r < 0.0) return d.ids[i];
+  }
+  return d.ids.back();
+}
+
+void Sampler::distribution(std::span<const float> logits, std::span<const std::uint32_t> bitmask,
+                           TokenDistribution& out) {
+  out.ids.clear();
+  out.probs.clear();
   const std::size_t V = logits.size();
   if (params_.temperature == 0.f) {
     TokenId best = -1;
@@ -57,7 +85,11 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint
       if (!bitmask_allows(bitmask, t)) continue;
       if (best < 0 || logits[i] > logits[static_cast<std::size_t>(best)]) best = t;
     }
-    return best;
+    if (best >= 0) {
+      out.ids.push_back(best);
+      out.probs.push_back(1.0);
+    }
+    return;
   }
   cand_.clear();
   const float inv_t = 1.f / params_.temperature;
@@ -65,7 +97,7 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint
     const auto t = static_cast<TokenId>(i);
     if (bitmask_allows(bitmask, t) && !std::isnan(logits[i])) cand_.emplace_back(logits[i] * inv_t, t);
   }
-  if (cand_.empty()) return -1;
+  if (cand_.empty()) return;
   // Sort by logit descending, ties by token id (deterministic).
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   std::size_t keep = cand_.size();
@@ -77,7 +109,8 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
   // Softmax over the kept candidates (in double for a stable cumulative sum).
-  std::vector<double> prob(keep);
+  std::vector<double>& prob = out.probs;
+  prob.resize(keep);
   const double mx = cand_[0].first;
   double sum = 0.0;
   for (std::size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first) - mx);
@@ -97,14 +130,14 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint
     while (n < keep && prob[n] >= floor) ++n;
     keep = n;
   }
+  prob.resize(keep);
   double total = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) total += prob[i];
-  double r = rng_.uniform() * total;
+  for (double p : prob) total += p;
+  out.ids.resize(keep);
   for (std::size_t i = 0; i < keep; ++i) {
-    r -= prob[i];
-    if (r < 0.0) return cand_[i].second;
+    out.ids[i] = cand_[i].second;
+    prob[i] /= total;
   }
-  return cand_[keep - 1].second;
 }
 
 }  // namespace quarry::engine

@@ -36,6 +36,20 @@ class Rng {
   std::uint64_t s_[4];
 };
 
+/// A token distribution as the sampler draws from it: the kept token ids and their probabilities
+/// (renormalised over the kept set, summing to 1), in descending probability (ties by id).
+struct TokenDistribution {
+  std::vector<TokenId> ids;
+  std::vector<double> probs;
+  /// Probability of `token` (0 when it is not kept).
+  double prob(TokenId token) const {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == token) return probs[i];
+    return 0.0;
+  }
+  bool empty() const { return ids.empty(); }
+};
+
 /// Per-request sampler. Not thread-safe; one per sequence.
 class Sampler {
  public:
@@ -47,12 +61,22 @@ class Sampler {
   /// probability 0. If the mask allows nothing, returns -1.
   TokenId sample(std::span<const float> logits, std::span<const std::uint32_t> bitmask = {});
 
+  /// The distribution sample() draws from: after the bitmask, temperature, top-k, top-p and min-p; for
+  /// temperature 0 the point mass on the argmax (first on ties). Empty when the mask allows nothing.
+  /// Speculative sampling (engine/runtime/speculative.hpp) needs both the draft's and the target's.
+  void distribution(std::span<const float> logits, std::span<const std::uint32_t> bitmask, TokenDistribution& out);
+  /// One draw from `d` (one uniform from this sampler's stream); -1 if `d` is empty.
+  TokenId sample_from(const TokenDistribution& d);
+  /// Uniform in [0, 1) from this sampler's stream.
+  double uniform() { return rng_.uniform(); }
+
   const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
   Rng rng_;
   std::vector<std::pair<float, TokenId>> cand_;
+  TokenDistribution dist_;
 };
 
 /// True if `bitmask` (see Sampler::sample) allows `token`; an empty mask allows everything.

@@ -3,6 +3,9 @@
 //
 // Usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config config.json) --out DIR
 //                               [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]
+//                               [--mtp next | --mtp deepseek:N]
+//   --mtp next: adds the Qwen3-Next MTP module (mtp.*, mtp_num_hidden_layers = 1);
+//   --mtp deepseek:N: adds N DeepSeek-V3 MTP modules (num_nextn_predict_layers = N).
 // Exit codes: 0 written; 1 usage or I/O error (message on stderr).
 #include <cstdio>
 #include <cstring>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/model/random_checkpoint.hpp"
@@ -17,11 +21,12 @@
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
-  std::string preset, config_file, out, dtype = "bf16", tokenizer;
+  std::string preset, config_file, out, dtype = "bf16", tokenizer, mtp;
   std::uint64_t seed = 0;
   auto usage = [] {
     std::cerr << "usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config FILE) --out DIR\n"
-                 "                              [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]\n";
+                 "                              [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]\n"
+                 "                              [--mtp next | --mtp deepseek:N]\n";
     return 1;
   };
   for (int i = 1; i < argc; ++i) {
@@ -38,6 +43,7 @@ int main(int argc, char** argv) {
     else if (a == "--dtype") dtype = v;
     else if (a == "--seed") seed = std::stoull(v);
     else if (a == "--tokenizer") tokenizer = v;
+    else if (a == "--mtp") mtp = v;
     else return usage();
   }
   if (out.empty() || preset.empty() == config_file.empty()) return usage();
@@ -54,6 +60,19 @@ int main(int argc, char** argv) {
       std::ostringstream ss;
       ss << in.rdbuf();
       cfg = ss.str();
+    }
+    if (!mtp.empty()) {
+      auto j = nlohmann::json::parse(cfg);
+      if (mtp == "next") {
+        j["mtp_num_hidden_layers"] = 1;
+        j["mtp_hidden_state"] = "post_norm";
+      } else if (mtp.rfind("deepseek:", 0) == 0 && mtp.size() > 9 &&
+                 mtp.find_first_not_of("0123456789", 9) == std::string::npos) {
+        j["num_nextn_predict_layers"] = std::stoul(mtp.substr(9));
+      } else {
+        throw std::invalid_argument("--mtp must be \"next\" or \"deepseek:N\", not \"" + mtp + "\"");
+      }
+      cfg = j.dump(2);
     }
     quarry::engine::write_random_checkpoint(cfg, out, dt, seed);
     if (!tokenizer.empty()) {

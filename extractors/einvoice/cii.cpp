@@ -24,7 +24,8 @@
 //                      [ram:ApplicablePercent] (BT-119), ram:BasisAmount (BT-116), ram:CalculatedAmount (BT-117);
 //                      ram:SpecifiedTradeSettlementHeaderMonetarySummation [SpecifiedTradeSettlementMonetarySummation]:
 //                      TaxBasisTotalAmount (BT-109), TaxTotalAmount in the invoice currency (BT-110),
-//                      GrandTotalAmount (BT-112), DuePayableAmount (BT-115)
+//                      GrandTotalAmount (BT-112), DuePayableAmount (BT-115), AllowanceTotalAmount (BT-107),
+//                      ChargeTotalAmount (BT-108)
 //   line_items         ram:IncludedSupplyChainTradeLineItem (BG-25): ram:SpecifiedTradeProduct/ram:Name (BT-153);
 //                      ram:SpecifiedLineTradeDelivery [SpecifiedSupplyChainTradeDelivery]/ram:BilledQuantity
 //                      (BT-129) with @unitCode (BT-130); ram:SpecifiedLineTradeAgreement
@@ -169,6 +170,8 @@ Json map_cii(const xmlNode* root) {
   totals["gross"] = num_or_null(xml::child(sum, "GrandTotalAmount"), "ram:GrandTotalAmount (BT-112)");
   if (totals["gross"].is_null()) fail("CII document without ram:GrandTotalAmount (BT-112)");
   totals["amount_due"] = num_or_null(xml::child(sum, "DuePayableAmount"), "ram:DuePayableAmount (BT-115)");
+  totals["allowance_total"] = num_or_null(xml::child(sum, "AllowanceTotalAmount"), "ram:AllowanceTotalAmount (BT-107)");
+  totals["charge_total"] = num_or_null(xml::child(sum, "ChargeTotalAmount"), "ram:ChargeTotalAmount (BT-108)");
 
   Json& pay = inv["payment"];
   if (const xmlNode* pm = xml::child(settlement, "SpecifiedTradeSettlementPaymentMeans")) {

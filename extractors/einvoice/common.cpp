@@ -32,7 +32,8 @@ Json skeleton() {
       {"buyer", party()},
       {"line_items", Json::array()},
       {"vat_breakdown", Json::array()},
-      {"totals", Json{{"net", nullptr}, {"vat", nullptr}, {"gross", nullptr}, {"amount_due", nullptr}}},
+      {"totals", Json{{"net", nullptr}, {"vat", nullptr}, {"gross", nullptr}, {"amount_due", nullptr},
+                       {"allowance_total", nullptr}, {"charge_total", nullptr}}},
       {"payment", Json{{"means", nullptr}, {"iban", nullptr}, {"account_number", nullptr}, {"bic", nullptr},
                        {"due_date", nullptr}}},
   };

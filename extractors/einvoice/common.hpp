@@ -24,7 +24,8 @@ struct MapError : std::runtime_error {
 [[noreturn]] void fail(const std::string& reason);
 
 /// The invoice JSON with every property of the schema present: strings and numbers null, arrays
-/// empty, seller/buyer/totals/payment objects with null members. `document_type` is "invoice".
+/// empty, seller/buyer/totals/payment objects with null members (totals also with the schema's
+/// optional allowance_total and charge_total). `document_type` is "invoice".
 Json skeleton();
 /// An address object with null members.
 Json empty_address();

@@ -30,7 +30,10 @@
 //                      summaryGrossData/invoiceGrossAmount (BT-112; when absent: net + VAT for a normal summary,
 //                      the sum of summarySimplified/vatContentGrossAmount for a simplified one); amount_due (BT-115)
 //                      equals the gross amount, since InvoiceData has no prepaid amount (BT-113: advance
-//                      deductions are lines, already inside the gross)
+//                      deductions are lines, already inside the gross); allowance_total (BT-107) and
+//                      charge_total (BT-108) stay null: InvoiceData has no document-level allowance or charge
+//                      (a discount is line-level, lineDiscountData, already inside lineNetAmount, or a line
+//                      of its own)
 // All amounts are the invoice-currency ones (lineNetAmount, not lineNetAmountHUF), signed as stated.
 #include "extractors/einvoice/formats.hpp"
 #include "extractors/xml/xml_safe.hpp"

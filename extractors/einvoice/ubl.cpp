@@ -19,7 +19,8 @@
 //                      cac:Item/cac:ClassifiedTaxCategory/cbc:Percent (BT-152); vat_amount null (not in UBL)
 //   vat_breakdown      cac:TaxTotal/cac:TaxSubtotal (BG-23) of the TaxTotal in the document currency
 //   totals             cac:LegalMonetaryTotal: TaxExclusiveAmount (BT-109), TaxInclusiveAmount (BT-112),
-//                      PayableAmount (BT-115); vat = cac:TaxTotal/cbc:TaxAmount in the document currency (BT-110)
+//                      PayableAmount (BT-115), AllowanceTotalAmount (BT-107), ChargeTotalAmount (BT-108);
+//                      vat = cac:TaxTotal/cbc:TaxAmount in the document currency (BT-110)
 //   payment            first cac:PaymentMeans (BG-16): cbc:PaymentMeansCode (BT-81),
 //                      cac:PayeeFinancialAccount/cbc:ID (BT-84), .../cac:FinancialInstitutionBranch/cbc:ID (BT-86)
 #include "extractors/einvoice/formats.hpp"
@@ -131,6 +132,8 @@ Json map_ubl(const xmlNode* root) {
   totals["gross"] = num_or_null(xml::child(lmt, "TaxInclusiveAmount"), "cbc:TaxInclusiveAmount (BT-112)");
   if (totals["gross"].is_null()) fail("UBL document without cbc:TaxInclusiveAmount (BT-112)");
   totals["amount_due"] = num_or_null(xml::child(lmt, "PayableAmount"), "cbc:PayableAmount (BT-115)");
+  totals["allowance_total"] = num_or_null(xml::child(lmt, "AllowanceTotalAmount"), "cbc:AllowanceTotalAmount (BT-107)");
+  totals["charge_total"] = num_or_null(xml::child(lmt, "ChargeTotalAmount"), "cbc:ChargeTotalAmount (BT-108)");
 
   Json& pay = inv["payment"];
   if (const xmlNode* pm = xml::child(root, "PaymentMeans")) {

@@ -37,6 +37,7 @@ struct GenerateArgs {
   std::size_t top_k = 0;
   std::optional<std::uint64_t> seed;
   std::size_t threads = 0;
+  std::size_t mtp = 0;
   std::vector<std::string> stop;
   bool print_token_ids = false, stats = false, thinking = false;
 };
@@ -88,6 +89,7 @@ int run_generate(const GenerateArgs& args) {
   if (!a.messages.empty()) prompt_text = tok->apply_chat_template(read_messages(a.messages), true, a.thinking);
   eng::EngineOptions opt;
   opt.n_threads = a.threads;
+  opt.mtp_depth = a.mtp;
   opt.log = [](std::string_view msg) { spdlog::debug("{}", msg); };
   auto engine = eng::Engine::open(a.model, tok, opt);
 
@@ -130,6 +132,20 @@ int run_generate(const GenerateArgs& args) {
                  r.stats.prompt_tokens, r.stats.generated_tokens, r.stats.forced_tokens, eng::finish_reason_name(r.finish),
                  r.stats.prefill_tok_s(), r.stats.ttft_s, s.decode_tok_s(), s.decode_gb_s(),
                  s.decode_steps ? static_cast<double>(s.decode_bytes) / static_cast<double>(s.decode_steps) / 1e6 : 0.0);
+    if (s.verify_steps > 0) {
+      std::string per_pos;
+      for (std::size_t j = 0; j < s.draft_proposed.size(); ++j)
+        per_pos += (j ? ", " : "") + std::to_string(j + 1) + ": " + std::to_string(s.draft_accepted[j]) + "/" +
+                   std::to_string(s.draft_proposed[j]);
+      std::fprintf(stderr,
+                   "mtp: %zu drafts (%zu forced by the grammar), %zu accepted (%.1f%%), %zu verify steps, "
+                   "mean acceptance length %.2f tokens/step\n"
+                   "mtp: accepted/proposed per draft position: %s\n"
+                   "mtp: time in draft %.3f s, in verify %.3f s\n",
+                   s.draft_tokens, s.forced_drafts, s.accepted_tokens,
+                   s.draft_tokens ? 100.0 * static_cast<double>(s.accepted_tokens) / static_cast<double>(s.draft_tokens) : 0.0,
+                   s.verify_steps, s.mean_acceptance_length(), per_pos.c_str(), s.draft_s, s.verify_s);
+    }
   }
   return 0;
 }
@@ -158,6 +174,9 @@ void add_generate_command(CLI::App& app, Context& ctx) {
   sub->add_option_function<std::uint64_t>("--seed", [args](const std::uint64_t& s) { args->seed = s; },
                                           "Random seed of the sampler (same seed, same output)");
   sub->add_option("--threads", args->threads, "Worker threads (0: all cores)")->capture_default_str();
+  sub->add_option("--mtp", args->mtp,
+                  "MTP speculative decoding: most drafts per step (0: off; adaptive below it; output unchanged)")
+      ->capture_default_str();
   sub->add_option("--stop", args->stop, "Stop string (repeatable); the text is cut before it");
   sub->add_option("--json-schema", args->json_schema, "Constrain the output to JSON valid for this JSON Schema file")
       ->check(CLI::ExistingFile);

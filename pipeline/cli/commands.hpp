@@ -7,16 +7,23 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace quarry::cli {
 
 /// Shared state of one invocation. A subcommand's callback stores its exit code here.
 struct Context {
   int exit_code = 0;
+  std::vector<std::string> argv;  ///< the command line as given (for "rerun this to resume" hints)
 };
 
 void add_ingest_command(CLI::App& app, Context& ctx);
 void add_generate_command(CLI::App& app, Context& ctx);
 void add_tokenize_command(CLI::App& app, Context& ctx);
 void add_schema_command(CLI::App& app, Context& ctx);
+void add_run_command(CLI::App& app, Context& ctx);
+void add_ask_command(CLI::App& app, Context& ctx);
+void add_bench_command(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli

@@ -21,10 +21,14 @@ int main(int argc, char** argv) {
       "3 a check said no. Run `quarry SUBCOMMAND --help` for each subcommand.");
 
   quarry::cli::Context ctx;
+  ctx.argv.assign(argv, argv + argc);
   quarry::cli::add_ingest_command(app, ctx);
   quarry::cli::add_generate_command(app, ctx);
   quarry::cli::add_tokenize_command(app, ctx);
   quarry::cli::add_schema_command(app, ctx);
+  quarry::cli::add_run_command(app, ctx);
+  quarry::cli::add_ask_command(app, ctx);
+  quarry::cli::add_bench_command(app, ctx);
 
   // Logs go to stderr so that stdout carries only results (JSON lines, token ids).
   auto logger = spdlog::stderr_color_mt("quarry");

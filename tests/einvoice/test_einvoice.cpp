@@ -112,6 +112,7 @@ struct Spec {
   std::vector<std::string> number, issue_date, currency, seller_name, buyer_name;
   std::string net, vat, gross, amount_due;      // node-set expressions, null when empty
   std::string lines, line_net, line_quantity;   // line node-set, then per-line relative expressions
+  std::string allowance_total, charge_total;    // BT-107, BT-108; "" where the syntax has none (null)
 };
 
 const Spec kUbl{
@@ -131,6 +132,8 @@ const Spec kUbl{
     "/*/cac:InvoiceLine | /*/cac:CreditNoteLine",
     "cbc:LineExtensionAmount",
     "cbc:InvoicedQuantity | cbc:CreditedQuantity",
+    "/*/cac:LegalMonetaryTotal/cbc:AllowanceTotalAmount",
+    "/*/cac:LegalMonetaryTotal/cbc:ChargeTotalAmount",
 };
 
 const Spec kCii{
@@ -150,6 +153,8 @@ const Spec kCii{
     "/rsm:CrossIndustryInvoice/rsm:SupplyChainTradeTransaction/ram:IncludedSupplyChainTradeLineItem",
     "ram:SpecifiedLineTradeSettlement/ram:SpecifiedTradeSettlementLineMonetarySummation/ram:LineTotalAmount",
     "ram:SpecifiedLineTradeDelivery/ram:BilledQuantity",
+    "//ram:SpecifiedTradeSettlementHeaderMonetarySummation/ram:AllowanceTotalAmount",
+    "//ram:SpecifiedTradeSettlementHeaderMonetarySummation/ram:ChargeTotalAmount",
 };
 
 const Spec kZugferd1{
@@ -169,6 +174,8 @@ const Spec kZugferd1{
     "/rsm:CrossIndustryDocument/rsm:SpecifiedSupplyChainTradeTransaction/ram:IncludedSupplyChainTradeLineItem",
     "ram:SpecifiedSupplyChainTradeSettlement/ram:SpecifiedTradeSettlementMonetarySummation/ram:LineTotalAmount",
     "ram:SpecifiedSupplyChainTradeDelivery/ram:BilledQuantity",
+    "//ram:ApplicableSupplyChainTradeSettlement/ram:SpecifiedTradeSettlementMonetarySummation/ram:AllowanceTotalAmount",
+    "//ram:ApplicableSupplyChainTradeSettlement/ram:SpecifiedTradeSettlementMonetarySummation/ram:ChargeTotalAmount",
 };
 
 const Spec kNav{
@@ -185,6 +192,8 @@ const Spec kNav{
     "//d:invoiceLines/d:line",
     "d:lineAmountsNormal/d:lineNetAmountData/d:lineNetAmount",
     "d:quantity",
+    "",  // no document-level allowances or charges in InvoiceData (discounts are line-level)
+    "",
 };
 
 json first_text(XPathDoc& x, const std::vector<std::string>& alternatives) {
@@ -241,6 +250,11 @@ json check_file(const std::string& xml, const std::string& name, const Spec& spe
   expect_amount(inv["totals"]["vat"], x.num(spec.vat), "totals.vat");
   expect_amount(inv["totals"]["gross"], x.num(spec.gross), "totals.gross");
   expect_amount(inv["totals"]["amount_due"], x.num(spec.amount_due), "totals.amount_due");
+  // BT-107 / BT-108: always written by the mappers, null where the source states none.
+  for (const auto& [key, expr] : {std::pair{"allowance_total", spec.allowance_total}, {"charge_total", spec.charge_total}}) {
+    EXPECT_TRUE(inv["totals"].contains(key)) << key;
+    expect_amount(inv["totals"][key], expr.empty() ? json(nullptr) : x.num(expr), std::string("totals.") + key);
+  }
   auto lines = x.nodes(spec.lines);  // none in BASIC WL / MINIMUM profiles
   EXPECT_EQ(inv["line_items"].size(), lines.size());
   for (std::size_t i = 0; i < lines.size() && i < inv["line_items"].size(); ++i) {
@@ -555,7 +569,8 @@ TEST_F(EInvoice, NavVariantsBeyondTheSamples) {
   ASSERT_TRUE(r && r->has_value()) << (r ? "nullopt" : r.error().reason);
   const json& s = (*r)->invoice;
   EXPECT_TRUE(validator_->validate(s).empty()) << violations_text(validator_->validate(s));
-  EXPECT_EQ(s["totals"], (json{{"net", nullptr}, {"vat", nullptr}, {"gross", 1510.0}, {"amount_due", 1510.0}}));
+  EXPECT_EQ(s["totals"], (json{{"net", nullptr}, {"vat", nullptr}, {"gross", 1510.0}, {"amount_due", 1510.0},
+                               {"allowance_total", nullptr}, {"charge_total", nullptr}}));
   EXPECT_EQ(s["buyer"]["name"], nullptr);
   EXPECT_EQ(s["seller"]["tax_id"], "12345676-2-13");
   EXPECT_EQ(s["payment"]["means"], "card");

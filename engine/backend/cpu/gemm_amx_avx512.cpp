@@ -30,33 +30,7 @@ inline __mmask16 tail_mask(size_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
 }
 
-__attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-#pragma GCC unroll 8
-  for (int g = 0; g < 8; ++g) {
-    t[2 * g] = _mm512_unpacklo_ps(r[2 * g], r[2 * g + 1]);
-    t[2 * g + 1] = _mm512_unpackhi_ps(r[2 * g], r[2 * g + 1]);
-  }
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
-    const __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512 b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
-    r[8 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
-  }
-}
+#include "engine/backend/cpu/transpose16_avx512.inc"
 
 // 32 consecutive values (the first `count`, zeros after) -> 32 bf16 in one 512-bit register.
 inline __m512 f32x32_to_bf16(const float* p, size_t count) {

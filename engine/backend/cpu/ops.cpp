@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/backend/cpu/attention_kernels.hpp"
+#include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 
 namespace quarry::engine::cpu {
@@ -140,40 +142,14 @@ void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_toke
 void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
                std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
                const KvLayerView& kv, float scale, ThreadPool* pool) {
-  const std::size_t hd = kv.head_dim, bs = kv.block_size, row = kv.n_kv_heads * hd;
-  const std::size_t group = n_heads / kv.n_kv_heads;
-  split(pool, n_tokens * n_heads, [&](std::size_t w0, std::size_t w1) {
-    std::vector<float> scores;
-    for (std::size_t w = w0; w < w1; ++w) {
-      const std::size_t t = w / n_heads, h = w % n_heads, kvh = h / group;
-      const std::size_t n_ctx = static_cast<std::size_t>(positions[t]) + 1;
-      const float* qv = q + t * ldq + h * hd;
-      const std::int32_t* table = block_tables[t];
-      scores.resize(n_ctx);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (std::size_t p = 0; p < n_ctx; ++p) {
-        const float* kp = kv.blocks[table[p / bs]] + kv.k_offset + (p % bs) * row + kvh * hd;
-        float s = 0.f;
-        for (std::size_t i = 0; i < hd; ++i) s += qv[i] * kp[i];
-        s *= scale;
-        scores[p] = s;
-        mx = std::max(mx, s);
-      }
-      float sum = 0.f;
-      for (std::size_t p = 0; p < n_ctx; ++p) {
-        scores[p] = std::exp(scores[p] - mx);
-        sum += scores[p];
-      }
-      const float inv = 1.f / sum;
-      float* o = out + t * ldo + h * hd;
-      std::fill(o, o + hd, 0.f);
-      for (std::size_t p = 0; p < n_ctx; ++p) {
-        const float* vp = kv.blocks[table[p / bs]] + kv.v_offset + (p % bs) * row + kvh * hd;
-        const float a = scores[p] * inv;
-        for (std::size_t i = 0; i < hd; ++i) o[i] += a * vp[i];
-      }
-    }
-  });
+  static const detail::AttentionRangeFn kernel = [] {
+    const CpuFeatures f = detect_cpu_features();
+    return f.avx512 ? &detail::attention_range_avx512
+           : f.avx2 ? &detail::attention_range_avx2
+                    : &detail::attention_range_generic;
+  }();
+  const detail::AttentionArgs args{q, ldq, out, ldo, n_heads, positions, block_tables, &kv, scale};
+  split(pool, n_tokens * n_heads, [&](std::size_t w0, std::size_t w1) { kernel(args, w0, w1); });
 }
 
 void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,

@@ -1,0 +1,283 @@
+// `quarry run` and `quarry ask`: the batch job (pipeline/run/runner.hpp).
+//
+// run:  quarry run PATH... [--task kie] [--schema FILE] [--model DIR] -o OUTDIR
+//       quarry run JOBFILE.toml [overrides]
+// ask:  quarry ask DOC... --questions FILE [--schema FILE] [-o OUTDIR]      (task rag)
+//
+// Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C once finishes the
+// documents in flight and stops; twice cancels them. Either way everything reported done is in
+// OUTDIR, and rerunning the same command resumes.
+// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors; 1 setup failure;
+// 130 interrupted (rerun to resume).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/cli/commands.hpp"
+#include "pipeline/run/job.hpp"
+#include "pipeline/run/report.hpp"
+#include "pipeline/run/runner.hpp"
+
+namespace quarry::cli {
+
+namespace {
+
+namespace qr = quarry::run;
+
+struct RunArgs {
+  std::vector<std::string> inputs;
+  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto";
+  std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
+              kv_cache_mb = 0;
+  float temperature = 0, retry_temperature = 0;
+  std::uint64_t seed = 0;
+};
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:+,") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+/// Progress on stderr: a one-line bar redrawn in place on a terminal, a log line every 5 s otherwise.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(const std::string& mode) {
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    bar_ = mode == "bar" || (mode == "auto" && tty);
+    enabled_ = mode != "none";
+  }
+  void operator()(const qr::Progress& p) {
+    if (!enabled_) return;
+    const double rate = p.elapsed_s > 0 ? static_cast<double>(p.written) / p.elapsed_s : 0;
+    const double tok_s = p.elapsed_s > 0 ? static_cast<double>(p.decode_tokens) / p.elapsed_s : 0;
+    const std::size_t left = p.total > p.done ? p.total - p.done : 0;
+    std::string eta = "?";
+    if (rate > 0 && p.total_known) {
+      const auto s = static_cast<long>(static_cast<double>(left) / rate);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+      eta = buf;
+    }
+    const std::string total = std::to_string(p.total) + (p.total_known ? "" : "+");
+    if (bar_) {
+      constexpr int width = 28;
+      const int filled = p.total ? static_cast<int>(width * static_cast<double>(p.done) / static_cast<double>(p.total)) : 0;
+      std::string bar(static_cast<std::size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::fprintf(stderr, "\r[%s] %zu/%s  %.2f docs/s  %.0f tok/s  ETA %s  (ok %zu, invalid %zu, error %zu, skipped %zu) ",
+                   bar.c_str(), p.done, total.c_str(), rate, tok_s, eta.c_str(), p.ok, p.invalid, p.error, p.skipped);
+      std::fflush(stderr);
+      drawn_ = true;
+    } else if (p.elapsed_s - last_log_ >= 5.0 || (p.total_known && p.done == p.total && !final_logged_)) {
+      last_log_ = p.elapsed_s;
+      if (p.total_known && p.done == p.total) final_logged_ = true;
+      spdlog::info("run: {}/{} done ({:.2f} docs/s, {:.0f} tok/s, ETA {}; ok {}, invalid {}, error {}, skipped {})", p.done,
+                   total, rate, tok_s, eta, p.ok, p.invalid, p.error, p.skipped);
+    }
+  }
+  void end_line() {
+    if (drawn_) std::fprintf(stderr, "\n");
+    drawn_ = false;
+  }
+
+ private:
+  bool bar_ = false, enabled_ = true, drawn_ = false, final_logged_ = false;
+  double last_log_ = -10;
+};
+
+/// SIGINT/SIGTERM are blocked in every thread of the run and taken by one thread with sigtimedwait:
+/// no handler, no global state. First signal: stop_level 1 (finish in flight); second: 2 (cancel).
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(qr::RunControl& control) : control_(control) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    thread_ = std::thread([this] {
+      const timespec timeout{0, 200 * 1000 * 1000};
+      while (!done_) {
+        const int sig = sigtimedwait(&set_, nullptr, &timeout);
+        if (sig < 0) continue;
+        const int level = ++control_.stop_level;
+        if (level == 1)
+          std::fprintf(stderr, "\nquarry: stopping: finishing the documents in flight (press Ctrl-C again to cancel them)\n");
+        else if (level == 2)
+          std::fprintf(stderr, "\nquarry: cancelling the documents in flight\n");
+      }
+    });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  qr::RunControl& control_;
+  sigset_t set_{}, old_{};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
+  qr::resolve_defaults(job);
+  qr::RunControl control;
+  ProgressPrinter printer(a.progress);
+  qr::RunOptions opts;
+  opts.on_progress = [&](const qr::Progress& p) { printer(p); };
+  opts.log = [&](const std::string& m) {
+    printer.end_line();
+    spdlog::info("{}", m);
+  };
+  qr::RunMetrics m;
+  {
+    SignalWatcher watcher(control);
+    m = qr::run_job(job, control, opts);
+  }
+  printer.end_line();
+  const auto report = qr::write_report(job, m);
+  const auto out = job.output;
+  std::printf("results: %s\nreport:  %s (and report.json)\n", (out / qr::Ledger::results_name).c_str(),
+              (out / "report.md").c_str());
+  std::printf("%zu record(s) written in %.1f s: %zu ok, %zu invalid, %zu error; %zu already done\n", m.written, m.wall_s,
+              m.ok, m.invalid, m.error, m.skipped);
+  std::fflush(stdout);
+  if (m.interrupted) {
+    std::fprintf(stderr,
+                 "quarry: interrupted with %zu of %zu record(s) not done; everything reported is saved.\n"
+                 "Resume with: %s\n",
+                 m.expected - m.written - m.skipped, m.expected, resume_cmd.c_str());
+    return 130;
+  }
+  // The status of the output folder as a whole (a resumed run reports the failures of earlier runs too).
+  const auto& by = report["by_status"];
+  return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
+}
+
+void add_common_options(CLI::App* sub, RunArgs& a) {
+  sub->add_option("--schema", a.schema, "JSON Schema of the output; default: the shipped invoice (kie) or rag_answer (rag) schema")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--prompts", a.prompts, "Prompt templates (JSON: kie/rag system+user); default: MODEL/prompts.json")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--model", a.model, "Model folder; default: models/quarry-extract-11m")->check(CLI::ExistingDirectory);
+  sub->add_option("-o,--output", a.output, "Output folder: results.jsonl, report.json, report.md, ledger.sqlite");
+  sub->add_option("--prefer", a.prefer, "auto: structured e-invoices take the deterministic mapper; model: everything goes to the model")
+      ->check(CLI::IsMember({"auto", "model"}));
+  sub->add_option("--retries", a.retries, "Extra model attempts (another seed and temperature) before a record is invalid [2]");
+  sub->add_option("--threads", a.threads, "Engine threads (0: all cores) [0]");
+  sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
+  sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
+  sub->add_option("--extract-threads", a.extract_threads, "Extraction threads [2]");
+  sub->add_option("--mtp-depth", a.mtp_depth, "MTP speculative draft depth (0: off) [0]");
+  sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
+  sub->add_option("--temperature", a.temperature, "Sampling temperature of the first attempt (0: greedy) [0]")
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--retry-temperature", a.retry_temperature, "Sampling temperature of retries [0.7]")
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--seed", a.seed, "Seed of the first attempt; attempt i uses seed + i [0]");
+  sub->add_option("--progress", a.progress, "auto (a bar on a terminal, log lines otherwise), bar, log or none")
+      ->check(CLI::IsMember({"auto", "bar", "log", "none"}))
+      ->capture_default_str();
+}
+
+/// Options given on the command line override the job file's values.
+void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
+  const auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
+  if (!a.task.empty()) job.task = a.task == "rag" ? qr::Task::rag : qr::Task::kie;
+  if (given("--schema")) job.schema = a.schema;
+  if (given("--prompts")) job.prompts = a.prompts;
+  if (given("--model")) job.model = a.model;
+  if (given("--output")) job.output = a.output;
+  if (given("--prefer")) job.prefer = a.prefer == "model" ? qr::Prefer::model : qr::Prefer::automatic;
+  if (given("--retries")) job.retries = a.retries;
+  if (given("--threads")) job.engine.threads = a.threads;
+  if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
+  if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
+  if (given("--extract-threads")) job.extract_threads = a.extract_threads;
+  if (given("--mtp-depth")) job.engine.mtp_depth = a.mtp_depth;
+  if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
+  if (given("--temperature")) job.engine.temperature = a.temperature;
+  if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;
+  if (given("--seed")) job.engine.seed = a.seed;
+  if (!a.questions.empty()) job.questions = a.questions;
+}
+
+/// The command line as given, quoted for a POSIX shell.
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& x : argv) s += (s.empty() ? "" : " ") + shell_quote(x);
+  return s;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Context& ctx) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Extract one schema-valid JSON record per document: resumable, with a report");
+  sub->footer(
+      "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
+      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, [engine] threads,\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, temperature, retry_temperature, seed, [extract] threads).\n"
+      "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
+      "Exit codes: 0 all ok; 2 some records invalid or errors; 1 setup error; 130 interrupted.");
+  sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
+  sub->add_option("--task", a->task, "kie (one record per document) or rag (needs --questions)")
+      ->check(CLI::IsMember({"kie", "rag"}));
+  sub->add_option("--questions", a->questions, "rag: questions file (one per line, or JSON lines with \"question\")")
+      ->check(CLI::ExistingFile);
+  add_common_options(sub, *a);
+  sub->callback([a, sub, &ctx] {
+    try {
+      qr::JobSpec job;
+      const bool job_file = a->inputs.size() == 1 && std::filesystem::path(a->inputs[0]).extension() == ".toml";
+      if (job_file) job = qr::load_job_file(a->inputs[0]);
+      else job.inputs = a->inputs;
+      apply_overrides(job, *a, sub);
+      ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const std::exception& e) {
+      spdlog::error("run: {}", e.what());
+      ctx.exit_code = 1;
+    }
+  });
+}
+
+void add_ask_command(CLI::App& app, Context& ctx) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("ask", "Answer a batch of questions about each document (one record per document x question)");
+  sub->footer("Same outputs, ledger and resume as `quarry run` (task rag). Exit codes as for run.");
+  sub->add_option("documents", a->inputs, "Files, folders or glob patterns")->required();
+  sub->add_option("--questions", a->questions, "Questions: one per line, or JSON lines with \"question\" (and \"id\")")
+      ->check(CLI::ExistingFile)
+      ->required();
+  add_common_options(sub, *a);
+  sub->callback([a, sub, &ctx] {
+    try {
+      qr::JobSpec job;
+      job.inputs = a->inputs;
+      job.task = qr::Task::rag;
+      apply_overrides(job, *a, sub);
+      if (job.output.empty()) job.output = "quarry-ask-out";
+      ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const std::exception& e) {
+      spdlog::error("ask: {}", e.what());
+      ctx.exit_code = 1;
+    }
+  });
+}
+
+}  // namespace quarry::cli

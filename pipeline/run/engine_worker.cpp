@@ -1,0 +1,144 @@
+#include "pipeline/run/engine_worker.hpp"
+
+#include <stdexcept>
+
+#include "engine/grammar/constraint.hpp"
+
+namespace quarry::run {
+
+using nlohmann::json;
+namespace eng = quarry::engine;
+
+namespace {
+
+/// Speculative-decoding counters, where this engine's RequestStats has them (and drafting ran).
+template <class Stats>
+void add_draft_stats(json& j, const Stats& s) {
+  if constexpr (requires { s.draft_tokens; s.accepted_tokens; s.verify_steps; }) {
+    if (s.draft_tokens > 0 || s.verify_steps > 0) {
+      j["draft_tokens"] = s.draft_tokens;
+      j["accepted_tokens"] = s.accepted_tokens;
+      j["verify_steps"] = s.verify_steps;
+    }
+  }
+}
+
+/// MTP draft depth, where this engine's options have it. Returns false when it cannot be set.
+template <class Options>
+bool set_mtp_depth(Options& o, std::size_t depth) {
+  if constexpr (requires { o.mtp_depth; }) {
+    o.mtp_depth = depth;
+    return true;
+  } else {
+    return depth == 0;
+  }
+}
+
+}  // namespace
+
+EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokenizer> tokenizer,
+                           const std::string& schema_text, const std::function<void(const std::string&)>& log)
+    : job_(job), tokenizer_(std::move(tokenizer)), schema_text_(schema_text) {
+  eng::EngineOptions opt;
+  opt.n_threads = job.engine.threads;
+  opt.max_num_seqs = job.engine.max_inflight;
+  opt.kv_cache_mb = job.engine.kv_cache_mb;
+  if (!set_mtp_depth(opt, job.engine.mtp_depth) && log)
+    log("engine: this build has no MTP drafting; mtp_depth " + std::to_string(job.engine.mtp_depth) + " ignored");
+  if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
+  engine_ = eng::Engine::open(job.model, tokenizer_, opt);
+  // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,
+  // which checks every output against the full schema afterwards.
+  try {
+    const auto c = engine_->json_schema_constraint(schema_text_, true);
+    if (const auto* g = dynamic_cast<const eng::grammar::GrammarConstraint*>(c.get()); g && log) {
+      for (const auto& w : g->matcher().compiled().meta().warnings)
+        log(job.schema.string() + ": not enforced while decoding (checked after): " + w);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(job.schema.string() + ": " + e.what());
+  }
+}
+
+EngineWorker::~EngineWorker() = default;
+
+std::size_t EngineWorker::context_tokens() const { return engine_->model().config().max_position_embeddings; }
+
+
+json EngineWorker::stats_json(const eng::RequestStats& s) {
+  json j = {{"prompt_tokens", s.prompt_tokens},
+            {"prefill_tokens", s.prefill_tokens},
+            {"cached_tokens", s.cached_tokens},
+            {"decode_tokens", s.generated_tokens},
+            {"forced_tokens", s.forced_tokens},
+            {"ttft_ms", s.ttft_s * 1e3},
+            {"decode_tok_s", s.decode_tok_s()}};
+  add_draft_stats(j, s);
+  return j;
+}
+
+eng::GenerationRequest EngineWorker::make_request(const json& task) {
+  eng::GenerationRequest r;
+  r.prompt = task["prompt"].get<std::vector<eng::TokenId>>();
+  r.max_tokens = task["max_tokens"].get<std::size_t>();
+  const std::size_t attempt = task.value("attempt", std::size_t{0});
+  r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
+  r.sampling.seed = job_.engine.seed + attempt;
+  r.constraint = engine_->json_schema_constraint(schema_text_, true);
+  return r;
+}
+
+namespace {
+
+json generated(json task, const eng::GenerationResult* r, const std::string& error) {
+  task["kind"] = "generated";
+  if (r) {
+    task["text"] = r->text;
+    task["finish"] = eng::finish_reason_name(r->finish);
+    task["stats"] = EngineWorker::stats_json(r->stats);
+  } else {
+    task["text"] = "";
+    task["finish"] = "error";
+    task["stats"] = EngineWorker::stats_json(eng::RequestStats{});
+    task["stats"]["prompt_tokens"] = task["prompt"].size();
+  }
+  task["error"] = error;
+  return task;
+}
+
+}  // namespace
+
+void EngineWorker::submit(json task) {
+  try {
+    const auto id = engine_->submit(make_request(task));
+    running_.emplace(id, std::move(task));
+  } catch (const std::exception& e) {
+    refused_.push_back(generated(std::move(task), nullptr, e.what()));
+  }
+}
+
+std::size_t EngineWorker::in_flight() const { return running_.size() + refused_.size(); }
+
+std::size_t EngineWorker::cancel_all() {
+  const std::size_t n = in_flight();
+  for (const auto& [id, _] : running_) engine_->cancel(id);
+  while (engine_->has_unfinished()) (void)engine_->step();
+  running_.clear();
+  refused_.clear();
+  return n;
+}
+
+std::vector<json> EngineWorker::step() {
+  std::vector<json> out;
+  out.swap(refused_);
+  if (!engine_->has_unfinished()) return out;
+  for (auto& f : engine_->step()) {
+    auto it = running_.find(f.id);
+    if (it == running_.end()) continue;
+    out.push_back(generated(std::move(it->second), &f.result, f.error));
+    running_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace quarry::run

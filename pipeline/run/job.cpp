@@ -1,0 +1,156 @@
+#include "pipeline/run/job.hpp"
+
+#include <toml++/toml.h>
+
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "pipeline/paths.hpp"
+#include "schemas/schemas.hpp"
+
+namespace quarry::run {
+
+const char* task_name(Task t) { return t == Task::kie ? "kie" : "rag"; }
+
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& file, const std::string& key, const std::string& why) {
+  throw std::runtime_error(file.string() + ": " + key + ": " + why);
+}
+
+void check_keys(const toml::table& t, const std::set<std::string>& allowed, const std::filesystem::path& file,
+                const std::string& where) {
+  for (const auto& [k, v] : t) {
+    (void)v;
+    if (!allowed.count(std::string(k.str())))
+      fail(file, where + std::string(k.str()), "unknown key (allowed: see `quarry run --help`)");
+  }
+}
+
+std::string get_string(const toml::table& t, const char* key, const std::filesystem::path& file,
+                       const std::string& prefix = "") {
+  const auto* n = t.get(key);
+  if (!n) return {};
+  if (!n->is_string()) fail(file, prefix + key, "expected a string");
+  return std::string(*n->value<std::string>());
+}
+
+template <class T>
+void get_uint(const toml::table& t, const char* key, T& out, const std::filesystem::path& file,
+              const std::string& prefix = "") {
+  const auto* n = t.get(key);
+  if (!n) return;
+  if (!n->is_integer() || *n->value<std::int64_t>() < 0) fail(file, prefix + key, "expected a non-negative integer");
+  out = static_cast<T>(*n->value<std::int64_t>());
+}
+
+void get_float(const toml::table& t, const char* key, float& out, const std::filesystem::path& file,
+               const std::string& prefix = "") {
+  const auto* n = t.get(key);
+  if (!n) return;
+  if (!n->is_number()) fail(file, prefix + key, "expected a number");
+  const double v = *n->value<double>();
+  if (v < 0 || v > 100) fail(file, prefix + key, "expected a number in [0, 100]");
+  out = static_cast<float>(v);
+}
+
+std::filesystem::path relative_to(const std::filesystem::path& base, const std::string& p) {
+  if (p.empty()) return {};
+  std::filesystem::path q(p);
+  return q.is_absolute() ? q : base / q;
+}
+
+}  // namespace
+
+JobSpec load_job_file(const std::filesystem::path& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << path.string() << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    throw std::runtime_error(os.str());
+  }
+  check_keys(root,
+             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "engine",
+              "extract"},
+             path, "");
+  const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  JobSpec job;
+  if (const auto* in = root.get("inputs")) {
+    const auto add = [&](const toml::node& n) {
+      if (!n.is_string()) fail(path, "inputs", "expected a string or an array of strings");
+      const std::string s(*n.value<std::string>());
+      job.inputs.push_back(std::filesystem::path(s).is_absolute() ? s : (base / s).lexically_normal().string());
+    };
+    if (const auto* arr = in->as_array()) {
+      for (const auto& n : *arr) add(n);
+    } else {
+      add(*in);
+    }
+  }
+  if (const auto task = get_string(root, "task", path); !task.empty()) {
+    if (task == "kie") job.task = Task::kie;
+    else if (task == "rag") job.task = Task::rag;
+    else fail(path, "task", "\"" + task + "\" is not one of \"kie\", \"rag\"");
+  }
+  job.schema = relative_to(base, get_string(root, "schema", path));
+  job.prompts = relative_to(base, get_string(root, "prompts", path));
+  job.questions = relative_to(base, get_string(root, "questions", path));
+  job.model = relative_to(base, get_string(root, "model", path));
+  job.output = relative_to(base, get_string(root, "output", path));
+  if (const auto prefer = get_string(root, "prefer", path); !prefer.empty()) {
+    if (prefer == "auto") job.prefer = Prefer::automatic;
+    else if (prefer == "model") job.prefer = Prefer::model;
+    else fail(path, "prefer", "\"" + prefer + "\" is not one of \"auto\", \"model\"");
+  }
+  get_uint(root, "retries", job.retries, path);
+  if (const auto* e = root.get("engine")) {
+    const auto* t = e->as_table();
+    if (!t) fail(path, "engine", "expected a table");
+    check_keys(*t,
+               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "temperature",
+                "retry_temperature", "seed"},
+               path, "engine.");
+    get_uint(*t, "threads", job.engine.threads, path, "engine.");
+    get_uint(*t, "max_tokens", job.engine.max_tokens, path, "engine.");
+    get_uint(*t, "max_inflight", job.engine.max_inflight, path, "engine.");
+    get_uint(*t, "mtp_depth", job.engine.mtp_depth, path, "engine.");
+    get_uint(*t, "kv_cache_mb", job.engine.kv_cache_mb, path, "engine.");
+    get_float(*t, "temperature", job.engine.temperature, path, "engine.");
+    get_float(*t, "retry_temperature", job.engine.retry_temperature, path, "engine.");
+    get_uint(*t, "seed", job.engine.seed, path, "engine.");
+  }
+  if (const auto* e = root.get("extract")) {
+    const auto* t = e->as_table();
+    if (!t) fail(path, "extract", "expected a table");
+    check_keys(*t, {"threads"}, path, "extract.");
+    get_uint(*t, "threads", job.extract_threads, path, "extract.");
+  }
+  return job;
+}
+
+void resolve_defaults(JobSpec& job) {
+  if (job.inputs.empty()) throw std::runtime_error("no inputs given (paths, folders or glob patterns)");
+  if (job.output.empty()) throw std::runtime_error("no output folder given (-o DIR, or `output` in the job file)");
+  if (job.model.empty()) job.model = quarry::default_model_dir();
+  if (!std::filesystem::is_directory(job.model))
+    throw std::runtime_error(job.model.string() + ": model folder not found (give --model DIR or set QUARRY_HOME)");
+  if (job.schema.empty())
+    job.schema = schemas::schema_dir() / (job.task == Task::kie ? "invoice.schema.json" : "rag_answer.schema.json");
+  if (!std::filesystem::is_regular_file(job.schema)) throw std::runtime_error(job.schema.string() + ": schema file not found");
+  if (job.prompts.empty()) job.prompts = job.model / "prompts.json";
+  if (!std::filesystem::is_regular_file(job.prompts))
+    throw std::runtime_error(job.prompts.string() + ": prompt templates not found (give --prompts FILE)");
+  if (job.task == Task::rag) {
+    if (job.questions.empty()) throw std::runtime_error("task rag needs a questions file (--questions FILE)");
+    if (!std::filesystem::is_regular_file(job.questions))
+      throw std::runtime_error(job.questions.string() + ": questions file not found");
+  }
+  if (job.engine.max_inflight == 0) job.engine.max_inflight = 1;
+  if (job.extract_threads == 0) job.extract_threads = 1;
+  if (job.engine.max_tokens == 0) throw std::runtime_error("engine.max_tokens must be at least 1");
+}
+
+}  // namespace quarry::run

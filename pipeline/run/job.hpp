@@ -1,0 +1,66 @@
+// A job of `quarry run` / `quarry ask`: what to read, what to extract, with which model, where to write.
+//
+// Built from command-line options or from a TOML job file (toml++). Job file keys (all optional except
+// `inputs` and `output`; relative paths are relative to the job file's folder):
+//
+//   inputs  = ["invoices", "more/*.pdf"]   # files, folders (walked recursively), or glob(3) patterns
+//   task    = "kie"                        # "kie" (one record per document) or "rag" (per document x question)
+//   schema  = "schemas/invoice.schema.json"  # default: invoice (kie) or rag_answer (rag) of the shipped schemas
+//   prompts = "prompts.json"               # prompt templates; default: the model folder's prompts.json
+//   questions = "questions.txt"            # rag only: one question per line, or JSON lines with "question"
+//   model   = "models/quarry-extract-11m"  # default: the shipped default model
+//   output  = "out"                        # the output folder (results.jsonl, report.json, report.md, ledger)
+//   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
+//   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
+//   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb
+//   [extract] threads
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace quarry::run {
+
+enum class Task { kie, rag };
+enum class Prefer { automatic, model };
+
+const char* task_name(Task t);
+
+struct EngineSettings {
+  std::size_t threads = 0;          ///< engine worker threads (0: all hardware threads)
+  std::size_t max_tokens = 2048;    ///< output tokens per request at most (clamped to the context left)
+  std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
+  std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off); used once the engine supports it
+  std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
+  float temperature = 0.f;          ///< first attempt (0: greedy)
+  float retry_temperature = 0.7f;   ///< later attempts
+  std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
+};
+
+struct JobSpec {
+  std::vector<std::string> inputs;  ///< paths, folders, glob patterns (as the user wrote them)
+  Task task = Task::kie;
+  std::filesystem::path schema;     ///< empty: the shipped default for the task
+  std::filesystem::path prompts;    ///< empty: model/prompts.json
+  std::filesystem::path questions;  ///< rag: the questions file
+  std::filesystem::path model;      ///< empty: quarry::default_model_dir()
+  std::filesystem::path output;     ///< required
+  Prefer prefer = Prefer::automatic;
+  std::size_t retries = 2;
+  std::size_t extract_threads = 2;
+  EngineSettings engine;
+};
+
+/// Reads a TOML job file (format above). Throws std::runtime_error naming the file and the key on a
+/// parse error, an unknown key, or a value of the wrong type or range.
+JobSpec load_job_file(const std::filesystem::path& path);
+
+/// Fills the defaults that need the file system (model folder, schema, prompts) and checks the job:
+/// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a
+/// missing model folder, schema, prompts or questions file.
+void resolve_defaults(JobSpec& job);
+
+}  // namespace quarry::run

@@ -1,0 +1,94 @@
+// The output of a run and its ledger: OUTDIR/results.jsonl (one JSON line per finished document) and
+// OUTDIR/ledger.sqlite (SQLite, one row per finished document: source, sha256, status, method,
+// attempts, byte offset and length of its line). Together they make runs resumable and exactly-once.
+//
+// Commit protocol (write-ahead on the results file, which is the source of truth):
+//   1. append the records' lines to results.jsonl and fdatasync it;
+//   2. insert their ledger rows in one SQLite transaction (WAL, synchronous=FULL) and commit;
+//   3. only then count them as done (progress, report).
+// A kill -9 between 1 and 2 leaves complete lines that the ledger does not know; a kill during 1 may
+// leave a torn last line. Opening repairs both before anything else happens:
+//   - lines after the end of the last ledger row are read back: every complete line that parses gets
+//     its ledger row (so it is not written twice); the first torn or unparseable line and everything
+//     after it are cut off (those documents were never reported done, and are redone);
+//   - ledger rows pointing past the end of the file (the file was truncated by hand) are dropped.
+// So a document is reported done only after both its line and its row are durable, and a document is
+// never written twice: a rerun skips every (source, sha256) the ledger holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace quarry::run {
+
+/// One finished document ready to be committed.
+struct PendingRecord {
+  std::string source, sha256, status, method;
+  std::size_t attempts = 0;
+  std::string line;  ///< the compact JSON record, without the trailing newline
+};
+
+/// What opening had to repair.
+struct Recovery {
+  std::size_t ledger_rows = 0;        ///< rows in the ledger after repair
+  std::size_t recovered_lines = 0;    ///< complete lines found after the ledger's end and added to it
+  std::uint64_t truncated_bytes = 0;  ///< torn tail cut off results.jsonl
+  std::size_t dropped_rows = 0;       ///< rows that pointed past the end of results.jsonl
+};
+
+class Ledger {
+ public:
+  static constexpr const char* results_name = "results.jsonl";
+  static constexpr const char* ledger_name = "ledger.sqlite";
+
+  /// Opens (creating the folder and both files if needed) and repairs as described above.
+  /// Throws std::runtime_error naming the file on I/O or SQLite errors.
+  explicit Ledger(const std::filesystem::path& outdir);
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  const Recovery& recovery() const { return recovery_; }
+
+  /// Steps 1 and 2 of the protocol for a group of records (one fdatasync, one transaction).
+  /// Throws std::runtime_error on I/O errors (then nothing of the group is reported done).
+  void commit(const std::vector<PendingRecord>& records);
+
+  /// Whether (source, sha256) is finished. For use from the writer thread only; other threads open a
+  /// LedgerReader.
+  bool is_done(const std::string& source, const std::string& sha256);
+
+  std::size_t rows();
+
+ private:
+  std::filesystem::path dir_;
+  sqlite3* db_ = nullptr;
+  int fd_ = -1;
+  std::uint64_t end_ = 0;  ///< size of results.jsonl
+  Recovery recovery_;
+  void repair();
+};
+
+/// A read-only view of the ledger for other threads (its own SQLite connection; WAL lets it read while
+/// the writer commits). Sees every commit made before the call.
+class LedgerReader {
+ public:
+  explicit LedgerReader(const std::filesystem::path& outdir);
+  ~LedgerReader();
+  LedgerReader(const LedgerReader&) = delete;
+  LedgerReader& operator=(const LedgerReader&) = delete;
+  bool is_done(const std::string& source, const std::string& sha256);
+
+ private:
+  sqlite3* db_ = nullptr;
+  struct Stmt;
+  std::unique_ptr<Stmt> stmt_;
+};
+
+}  // namespace quarry::run

@@ -1,0 +1,76 @@
+// `quarry run`: the pipeline stages, connected by ZeroMQ inproc PUSH/PULL sockets with small
+// high-water marks, so that a slow stage blocks the ones before it (backpressure) and the number of
+// documents held in memory stays bounded whatever the number of inputs:
+//
+//   discover (1 thread) -> extract (thread pool) -> build task (1) -> engine worker (1) -> validate (1) -> write (1)
+//                                                     \__ e-invoice mapper records ______/      |  ^
+//                                                                                                 retry (another seed /
+//                                                                                                 temperature)
+// Every discovered input ends in exactly one message to the writer per record key (a record, a
+// "skipped: already in the ledger" notice or, after a cancel, a "cancelled" notice); the writer ends
+// the run when discovery is over and every expected key was accounted for.
+//
+// Records (one JSON line each in OUTDIR/results.jsonl):
+//   {"source", "sha256", "status": "ok"|"invalid"|"error", "method", "data", "errors", "stats"}
+// method: "einvoice-ubl" / "einvoice-cii" / "einvoice-nav" (deterministic mapper), "model", or null
+// when the document could not be read. errors: [{"pointer", "rule", "message"}]. stats: see
+// record_stats() in runner.cpp (token counts and times from the engine's RequestStats).
+// rag records add "question" and "question_id".
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "pipeline/run/job.hpp"
+#include "pipeline/run/ledger.hpp"
+
+namespace quarry::run {
+
+/// Set from outside (the CLI's signal thread): 1 = finish what is in flight, start nothing new;
+/// 2 = also cancel in-flight work. Documents not finished are simply not in the ledger: a rerun does them.
+struct RunControl {
+  std::atomic<int> stop_level{0};
+};
+
+/// Seconds of work per stage (summed over the stage's threads) and totals of this run.
+struct RunMetrics {
+  double wall_s = 0;
+  double discover_s = 0, extract_s = 0, build_s = 0, engine_s = 0, validate_s = 0, write_s = 0;
+  std::size_t discovered = 0;     ///< input files found
+  std::size_t expected = 0;       ///< record keys expected (files x questions for rag)
+  std::size_t written = 0;        ///< records committed by this run
+  std::size_t ok = 0, invalid = 0, error = 0;
+  std::size_t skipped = 0;        ///< already in the ledger
+  std::size_t cancelled = 0;
+  std::size_t retries = 0;        ///< extra model attempts
+  std::size_t model_requests = 0;
+  std::uint64_t prompt_tokens = 0, prefill_tokens = 0, cached_tokens = 0, decode_tokens = 0;
+  std::uint64_t draft_tokens = 0, accepted_tokens = 0;
+  bool interrupted = false;
+  Recovery recovery;
+};
+
+/// A progress snapshot for display.
+struct Progress {
+  std::size_t done = 0, total = 0;  ///< records handled (written + skipped + cancelled) / expected so far
+  bool total_known = false;         ///< discovery finished
+  std::size_t written = 0, ok = 0, invalid = 0, error = 0, skipped = 0;
+  double elapsed_s = 0;
+  std::uint64_t decode_tokens = 0;
+};
+
+struct RunOptions {
+  /// Called from the writer thread after each commit and every ~0.25 s; may be empty.
+  std::function<void(const Progress&)> on_progress;
+  /// One-line log messages (model loaded, recovery, warnings); may be empty.
+  std::function<void(const std::string&)> log;
+};
+
+/// Runs the job to completion (or until `control` stops it). Throws std::runtime_error for setup
+/// failures (model, schema, output folder); every per-document problem becomes a record instead.
+RunMetrics run_job(const JobSpec& job, RunControl& control, const RunOptions& options = {});
+
+}  // namespace quarry::run

@@ -1,0 +1,89 @@
+// TOML job files (pipeline/run/job.hpp).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "pipeline/run/job.hpp"
+#include "tests/run/run_support.hpp"
+
+namespace {
+
+using quarry::run::load_job_file;
+using quarry::test_run::Scratch;
+
+std::filesystem::path write(const Scratch& s, const std::string& name, const std::string& text) {
+  const auto p = s.dir / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(JobFile, ReadsEveryKeyAndResolvesPathsAgainstItsFolder) {
+  Scratch s("job");
+  const auto p = write(s, "job.toml", R"(
+inputs = ["invoices", "more/*.pdf"]
+task = "kie"
+schema = "my.schema.json"
+model = "/models/m"
+output = "out"
+prefer = "model"
+retries = 3
+[engine]
+threads = 2
+max_tokens = 512
+max_inflight = 8
+mtp_depth = 2
+temperature = 0.0
+retry_temperature = 0.5
+seed = 7
+[extract]
+threads = 3
+)");
+  const auto job = load_job_file(p);
+  ASSERT_EQ(job.inputs.size(), 2u);
+  EXPECT_EQ(job.inputs[0], (s.dir / "invoices").string());
+  EXPECT_EQ(job.inputs[1], (s.dir / "more/*.pdf").string());
+  EXPECT_EQ(job.schema, s.dir / "my.schema.json");
+  EXPECT_EQ(job.model, std::filesystem::path("/models/m"));
+  EXPECT_EQ(job.output, s.dir / "out");
+  EXPECT_EQ(job.prefer, quarry::run::Prefer::model);
+  EXPECT_EQ(job.retries, 3u);
+  EXPECT_EQ(job.engine.threads, 2u);
+  EXPECT_EQ(job.engine.max_tokens, 512u);
+  EXPECT_EQ(job.engine.max_inflight, 8u);
+  EXPECT_EQ(job.engine.mtp_depth, 2u);
+  EXPECT_FLOAT_EQ(job.engine.retry_temperature, 0.5f);
+  EXPECT_EQ(job.engine.seed, 7u);
+  EXPECT_EQ(job.extract_threads, 3u);
+}
+
+void expect_error(const std::string& text, const std::string& needle) {
+  Scratch s("joberr");
+  const auto p = write(s, "bad.toml", text);
+  try {
+    load_job_file(p);
+    FAIL() << "expected an error for: " << text;
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad.toml"), std::string::npos) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+  }
+}
+
+TEST(JobFile, ErrorsNameTheFileAndTheKey) {
+  expect_error("inputs = [\"a\"\n", "bad.toml:");           // TOML syntax error with line:column
+  expect_error("inputs = [\"a\"]\nfrobnicate = 1\n", "frobnicate");
+  expect_error("task = \"summarise\"\n", "task");
+  expect_error("retries = -1\n", "retries");
+  expect_error("[engine]\nthreads = \"four\"\n", "engine.threads");
+  expect_error("[engine]\nwarp = 9\n", "engine.warp");
+  expect_error("prefer = \"xml\"\n", "prefer");
+  expect_error("inputs = [1, 2]\n", "inputs");
+}
+
+TEST(JobFile, ResolveDefaultsRefusesAJobWithoutOutput) {
+  quarry::run::JobSpec job;
+  job.inputs = {"x"};
+  EXPECT_THROW(quarry::run::resolve_defaults(job), std::runtime_error);
+}
+
+}  // namespace
