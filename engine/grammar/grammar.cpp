@@ -3,6 +3,7 @@
 #include "engine/grammar/grammar.hpp"
 
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 namespace quarry::engine::grammar {
@@ -274,7 +275,87 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
       }
     }
   }
+  // 5. Merge equivalent nodes (Moore's partition refinement of a bisimulation): two nodes are
+  // equivalent when both are final or neither, they call the same rules with equivalent return
+  // nodes and they reach equivalent nodes on the same bytes. The lowered string and number automata
+  // repeat such nodes per byte class and per branch; merging them gives fewer distinct parser
+  // threads and states and fewer per-node mask tables.
+  merge_equivalent_nodes(g);
   return std::make_shared<const Grammar>(std::move(g_));
+}
+
+void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
+  const std::size_t n = g.nodes.size();
+  std::vector<std::uint32_t> cls(n, 0), next(n);
+  std::size_t num_classes = 0;
+  std::unordered_map<std::string, std::uint32_t> ids;
+  std::string sig;
+  std::vector<std::array<std::uint32_t, 3>> edges;  // (class, lo, hi)
+  for (;;) {
+    ids.clear();
+    ids.reserve(n);
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const GNode& nd = g.nodes[k];
+      sig.clear();
+      auto put = [&](std::uint32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
+      put(cls[k]);
+      put(nd.final ? 1u : 0u);
+      // Byte edges as the union of ranges per target class (canonical whatever the split).
+      edges.clear();
+      for (const auto& e : nd.bytes) edges.push_back({cls[e.to], e.lo, e.hi});
+      std::sort(edges.begin(), edges.end());
+      std::size_t m = 0;
+      for (const auto& e : edges) {
+        if (m > 0 && edges[m - 1][0] == e[0] && edges[m - 1][2] + 1 >= e[1])
+          edges[m - 1][2] = std::max(edges[m - 1][2], e[2]);
+        else
+          edges[m++] = e;
+      }
+      edges.resize(m);
+      put(static_cast<std::uint32_t>(m));
+      for (const auto& e : edges) { put(e[0]); put(e[1] << 8 | e[2]); }
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
+      calls.reserve(nd.calls.size());
+      for (const auto& c : nd.calls) calls.push_back({c.rule, cls[c.ret]});
+      std::sort(calls.begin(), calls.end());
+      calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+      for (const auto& [r, c] : calls) { put(r); put(c); }
+      auto [it, inserted] = ids.emplace(sig, static_cast<std::uint32_t>(ids.size()));
+      next[k] = it->second;
+    }
+    const bool stable = ids.size() == num_classes;
+    num_classes = ids.size();
+    cls.swap(next);
+    if (stable) break;
+  }
+  if (num_classes == n) return;
+  // Representative of each class: its smallest node; every reference goes to it.
+  std::vector<std::uint32_t> rep(num_classes, UINT32_MAX);
+  for (std::uint32_t k = 0; k < n; ++k)
+    if (rep[cls[k]] == UINT32_MAX) rep[cls[k]] = k;
+  auto to = [&](std::uint32_t k) { return rep[cls[k]]; };
+  for (std::uint32_t k = 0; k < n; ++k) {
+    GNode& nd = g.nodes[k];
+    if (to(k) != k) {
+      nd = GNode{};  // unreachable from now on
+      continue;
+    }
+    for (auto& e : nd.bytes) e.to = to(e.to);
+    for (auto& c : nd.calls) c.ret = to(c.ret);
+    std::sort(nd.bytes.begin(), nd.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
+      return a.lo != b.lo ? a.lo < b.lo : (a.to != b.to ? a.to < b.to : a.hi < b.hi);
+    });
+    nd.bytes.erase(std::unique(nd.bytes.begin(), nd.bytes.end(),
+                               [](const ByteEdge& a, const ByteEdge& b) { return a.lo == b.lo && a.hi == b.hi && a.to == b.to; }),
+                   nd.bytes.end());
+    std::sort(nd.calls.begin(), nd.calls.end(), [](const CallEdge& a, const CallEdge& b) {
+      return a.rule != b.rule ? a.rule < b.rule : a.ret < b.ret;
+    });
+    nd.calls.erase(std::unique(nd.calls.begin(), nd.calls.end(),
+                               [](const CallEdge& a, const CallEdge& b) { return a.rule == b.rule && a.ret == b.ret; }),
+                   nd.calls.end());
+  }
+  for (auto& r : g.rules) r.start = to(r.start);
 }
 
 // ---------------------------------------------------------------------------------------------
