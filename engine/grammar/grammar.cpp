@@ -285,48 +285,102 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
 }
 
 void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
+  // One pass in reverse topological order of the strongly connected components of the node graph
+  // (edges: byte targets and call return nodes; Tarjan's algorithm emits an SCC after every SCC it
+  // reaches). A node outside any cycle gets the class of its signature (finality, byte ranges per
+  // target class, calls with the return class), all of whose targets are classified already: the
+  // acyclic part is minimised exactly, as in Revuz's linear minimisation of acyclic automata. Nodes
+  // on a cycle keep a class of their own (sound, not minimal; Moore's iteration to a fixpoint cost
+  // up to 80 ms per schema on long length-counter chains).
   const std::size_t n = g.nodes.size();
-  std::vector<std::uint32_t> cls(n, 0), next(n);
-  std::size_t num_classes = 0;
+  std::vector<std::uint32_t> cls(n, UINT32_MAX);
+  std::uint32_t num_classes = 0;
   std::unordered_map<std::string, std::uint32_t> ids;
+  ids.reserve(n);
   std::string sig;
   std::vector<std::array<std::uint32_t, 3>> edges;  // (class, lo, hi)
-  for (;;) {
-    ids.clear();
-    ids.reserve(n);
-    for (std::uint32_t k = 0; k < n; ++k) {
-      const GNode& nd = g.nodes[k];
-      sig.clear();
-      auto put = [&](std::uint32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
-      put(cls[k]);
-      put(nd.final ? 1u : 0u);
-      // Byte edges as the union of ranges per target class (canonical whatever the split).
-      edges.clear();
-      for (const auto& e : nd.bytes) edges.push_back({cls[e.to], e.lo, e.hi});
-      std::sort(edges.begin(), edges.end());
-      std::size_t m = 0;
-      for (const auto& e : edges) {
-        if (m > 0 && edges[m - 1][0] == e[0] && edges[m - 1][2] + 1 >= e[1])
-          edges[m - 1][2] = std::max(edges[m - 1][2], e[2]);
-        else
-          edges[m++] = e;
-      }
-      edges.resize(m);
-      put(static_cast<std::uint32_t>(m));
-      for (const auto& e : edges) { put(e[0]); put(e[1] << 8 | e[2]); }
-      std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
-      calls.reserve(nd.calls.size());
-      for (const auto& c : nd.calls) calls.push_back({c.rule, cls[c.ret]});
-      std::sort(calls.begin(), calls.end());
-      calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
-      for (const auto& [r, c] : calls) { put(r); put(c); }
-      auto [it, inserted] = ids.emplace(sig, static_cast<std::uint32_t>(ids.size()));
-      next[k] = it->second;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
+  auto classify = [&](std::uint32_t k) {
+    const GNode& nd = g.nodes[k];
+    sig.clear();
+    auto put = [&](std::uint32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(nd.final ? 1u : 0u);
+    // Byte edges as the union of ranges per target class (canonical whatever the split).
+    edges.clear();
+    for (const auto& e : nd.bytes) edges.push_back({cls[e.to], e.lo, e.hi});
+    std::sort(edges.begin(), edges.end());
+    std::size_t m = 0;
+    for (const auto& e : edges) {
+      if (m > 0 && edges[m - 1][0] == e[0] && edges[m - 1][2] + 1 >= e[1])
+        edges[m - 1][2] = std::max(edges[m - 1][2], e[2]);
+      else
+        edges[m++] = e;
     }
-    const bool stable = ids.size() == num_classes;
-    num_classes = ids.size();
-    cls.swap(next);
-    if (stable) break;
+    edges.resize(m);
+    put(static_cast<std::uint32_t>(m));
+    for (const auto& e : edges) { put(e[0]); put(e[1] << 8 | e[2]); }
+    calls.clear();
+    for (const auto& c : nd.calls) calls.push_back({c.rule, cls[c.ret]});
+    std::sort(calls.begin(), calls.end());
+    calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+    for (const auto& [r, c] : calls) { put(r); put(c); }
+    auto [it, inserted] = ids.emplace(sig, num_classes);
+    if (inserted) ++num_classes;
+    cls[k] = it->second;
+  };
+  // Iterative Tarjan.
+  std::vector<std::uint32_t> index(n, UINT32_MAX), low(n, 0), stack, scc;
+  std::vector<char> on_stack(n, 0);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> dfs;  // (node, next successor slot)
+  std::uint32_t counter = 0;
+  auto succ_count = [&](std::uint32_t k) {
+    return static_cast<std::uint32_t>(g.nodes[k].bytes.size() + g.nodes[k].calls.size());
+  };
+  auto succ = [&](std::uint32_t k, std::uint32_t i) {
+    const GNode& nd = g.nodes[k];
+    return i < nd.bytes.size() ? nd.bytes[i].to : nd.calls[i - nd.bytes.size()].ret;
+  };
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (index[r] != UINT32_MAX) continue;
+    dfs.push_back({r, 0});
+    index[r] = low[r] = counter++;
+    stack.push_back(r);
+    on_stack[r] = 1;
+    while (!dfs.empty()) {
+      auto& [v, i] = dfs.back();
+      if (i < succ_count(v)) {
+        std::uint32_t w = succ(v, i++);
+        if (index[w] == UINT32_MAX) {
+          index[w] = low[w] = counter++;
+          stack.push_back(w);
+          on_stack[w] = 1;
+          dfs.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      const std::uint32_t vv = v;
+      dfs.pop_back();
+      if (!dfs.empty()) low[dfs.back().first] = std::min(low[dfs.back().first], low[vv]);
+      if (low[vv] != index[vv]) continue;
+      scc.clear();
+      for (;;) {
+        std::uint32_t w = stack.back();
+        stack.pop_back();
+        on_stack[w] = 0;
+        scc.push_back(w);
+        if (w == vv) break;
+      }
+      bool self_loop = false;
+      if (scc.size() == 1)
+        for (std::uint32_t j = 0; j < succ_count(vv); ++j) self_loop = self_loop || succ(vv, j) == vv;
+      if (scc.size() == 1 && !self_loop) {
+        classify(vv);
+      } else {
+        for (std::uint32_t w : scc) cls[w] = num_classes++;
+      }
+    }
   }
   if (num_classes == n) return;
   // Representative of each class: its smallest node; every reference goes to it.
