@@ -295,15 +295,22 @@ void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
   const std::size_t n = g.nodes.size();
   std::vector<std::uint32_t> cls(n, UINT32_MAX);
   std::uint32_t num_classes = 0;
-  std::unordered_map<std::string, std::uint32_t> ids;
-  ids.reserve(n);
-  std::string sig;
+  // Signatures in one flat pool, found by hash with chaining (no allocation per node).
+  std::vector<std::uint32_t> sig, pool, sig_off, sig_len, chain;
+  std::unordered_map<std::uint64_t, std::uint32_t> by_hash;  // hash -> latest class with it
+  by_hash.reserve(n);
+  auto new_class = [&](std::uint32_t off, std::uint32_t len, std::uint32_t next) {
+    sig_off.push_back(off);
+    sig_len.push_back(len);
+    chain.push_back(next);
+    return num_classes++;
+  };
   std::vector<std::array<std::uint32_t, 3>> edges;  // (class, lo, hi)
   std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
   auto classify = [&](std::uint32_t k) {
     const GNode& nd = g.nodes[k];
     sig.clear();
-    auto put = [&](std::uint32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    auto put = [&](std::uint32_t v) { sig.push_back(v); };
     put(nd.final ? 1u : 0u);
     // Byte edges as the union of ranges per target class (canonical whatever the split).
     edges.clear();
@@ -324,9 +331,17 @@ void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
     std::sort(calls.begin(), calls.end());
     calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
     for (const auto& [r, c] : calls) { put(r); put(c); }
-    auto [it, inserted] = ids.emplace(sig, num_classes);
-    if (inserted) ++num_classes;
-    cls[k] = it->second;
+    std::uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (std::uint32_t v : sig) h = (h ^ v) * 0x100000001B3ull, h ^= h >> 29;
+    auto [it, inserted] = by_hash.emplace(h, UINT32_MAX);
+    for (std::uint32_t c = it->second; c != UINT32_MAX; c = chain[c])
+      if (sig_len[c] == sig.size() && std::equal(sig.begin(), sig.end(), pool.begin() + sig_off[c])) {
+        cls[k] = c;
+        return;
+      }
+    const auto off = static_cast<std::uint32_t>(pool.size());
+    pool.insert(pool.end(), sig.begin(), sig.end());
+    cls[k] = it->second = new_class(off, static_cast<std::uint32_t>(sig.size()), it->second);
   };
   // Iterative Tarjan.
   std::vector<std::uint32_t> index(n, UINT32_MAX), low(n, 0), stack, scc;
@@ -378,7 +393,7 @@ void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
       if (scc.size() == 1 && !self_loop) {
         classify(vv);
       } else {
-        for (std::uint32_t w : scc) cls[w] = num_classes++;
+        for (std::uint32_t w : scc) cls[w] = new_class(0, UINT32_MAX, UINT32_MAX);
       }
     }
   }
