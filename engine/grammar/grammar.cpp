@@ -3,6 +3,7 @@
 #include "engine/grammar/grammar.hpp"
 
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 namespace quarry::engine::grammar {
@@ -274,7 +275,156 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
       }
     }
   }
+  // 5. Merge equivalent nodes (Moore's partition refinement of a bisimulation): two nodes are
+  // equivalent when both are final or neither, they call the same rules with equivalent return
+  // nodes and they reach equivalent nodes on the same bytes. The lowered string and number automata
+  // repeat such nodes per byte class and per branch; merging them gives fewer distinct parser
+  // threads and states and fewer per-node mask tables.
+  merge_equivalent_nodes(g);
   return std::make_shared<const Grammar>(std::move(g_));
+}
+
+void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
+  // One pass in reverse topological order of the strongly connected components of the node graph
+  // (edges: byte targets and call return nodes; Tarjan's algorithm emits an SCC after every SCC it
+  // reaches). A node outside any cycle gets the class of its signature (finality, byte ranges per
+  // target class, calls with the return class), all of whose targets are classified already: the
+  // acyclic part is minimised exactly, as in Revuz's linear minimisation of acyclic automata. Nodes
+  // on a cycle keep a class of their own (sound, not minimal; Moore's iteration to a fixpoint cost
+  // up to 80 ms per schema on long length-counter chains).
+  const std::size_t n = g.nodes.size();
+  std::vector<std::uint32_t> cls(n, UINT32_MAX);
+  std::uint32_t num_classes = 0;
+  // Signatures in one flat pool, found by hash with chaining (no allocation per node).
+  std::vector<std::uint32_t> sig, pool, sig_off, sig_len, chain;
+  std::unordered_map<std::uint64_t, std::uint32_t> by_hash;  // hash -> latest class with it
+  by_hash.reserve(n);
+  auto new_class = [&](std::uint32_t off, std::uint32_t len, std::uint32_t next) {
+    sig_off.push_back(off);
+    sig_len.push_back(len);
+    chain.push_back(next);
+    return num_classes++;
+  };
+  std::vector<std::array<std::uint32_t, 3>> edges;  // (class, lo, hi)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
+  auto classify = [&](std::uint32_t k) {
+    const GNode& nd = g.nodes[k];
+    sig.clear();
+    auto put = [&](std::uint32_t v) { sig.push_back(v); };
+    put(nd.final ? 1u : 0u);
+    // Byte edges as the union of ranges per target class (canonical whatever the split).
+    edges.clear();
+    for (const auto& e : nd.bytes) edges.push_back({cls[e.to], e.lo, e.hi});
+    std::sort(edges.begin(), edges.end());
+    std::size_t m = 0;
+    for (const auto& e : edges) {
+      if (m > 0 && edges[m - 1][0] == e[0] && edges[m - 1][2] + 1 >= e[1])
+        edges[m - 1][2] = std::max(edges[m - 1][2], e[2]);
+      else
+        edges[m++] = e;
+    }
+    edges.resize(m);
+    put(static_cast<std::uint32_t>(m));
+    for (const auto& e : edges) { put(e[0]); put(e[1] << 8 | e[2]); }
+    calls.clear();
+    for (const auto& c : nd.calls) calls.push_back({c.rule, cls[c.ret]});
+    std::sort(calls.begin(), calls.end());
+    calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+    for (const auto& [r, c] : calls) { put(r); put(c); }
+    std::uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (std::uint32_t v : sig) h = (h ^ v) * 0x100000001B3ull, h ^= h >> 29;
+    auto [it, inserted] = by_hash.emplace(h, UINT32_MAX);
+    for (std::uint32_t c = it->second; c != UINT32_MAX; c = chain[c])
+      if (sig_len[c] == sig.size() && std::equal(sig.begin(), sig.end(), pool.begin() + sig_off[c])) {
+        cls[k] = c;
+        return;
+      }
+    const auto off = static_cast<std::uint32_t>(pool.size());
+    pool.insert(pool.end(), sig.begin(), sig.end());
+    cls[k] = it->second = new_class(off, static_cast<std::uint32_t>(sig.size()), it->second);
+  };
+  // Iterative Tarjan.
+  std::vector<std::uint32_t> index(n, UINT32_MAX), low(n, 0), stack, scc;
+  std::vector<char> on_stack(n, 0);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> dfs;  // (node, next successor slot)
+  std::uint32_t counter = 0;
+  auto succ_count = [&](std::uint32_t k) {
+    return static_cast<std::uint32_t>(g.nodes[k].bytes.size() + g.nodes[k].calls.size());
+  };
+  auto succ = [&](std::uint32_t k, std::uint32_t i) {
+    const GNode& nd = g.nodes[k];
+    return i < nd.bytes.size() ? nd.bytes[i].to : nd.calls[i - nd.bytes.size()].ret;
+  };
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (index[r] != UINT32_MAX) continue;
+    dfs.push_back({r, 0});
+    index[r] = low[r] = counter++;
+    stack.push_back(r);
+    on_stack[r] = 1;
+    while (!dfs.empty()) {
+      auto& [v, i] = dfs.back();
+      if (i < succ_count(v)) {
+        std::uint32_t w = succ(v, i++);
+        if (index[w] == UINT32_MAX) {
+          index[w] = low[w] = counter++;
+          stack.push_back(w);
+          on_stack[w] = 1;
+          dfs.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      const std::uint32_t vv = v;
+      dfs.pop_back();
+      if (!dfs.empty()) low[dfs.back().first] = std::min(low[dfs.back().first], low[vv]);
+      if (low[vv] != index[vv]) continue;
+      scc.clear();
+      for (;;) {
+        std::uint32_t w = stack.back();
+        stack.pop_back();
+        on_stack[w] = 0;
+        scc.push_back(w);
+        if (w == vv) break;
+      }
+      bool self_loop = false;
+      if (scc.size() == 1)
+        for (std::uint32_t j = 0; j < succ_count(vv); ++j) self_loop = self_loop || succ(vv, j) == vv;
+      if (scc.size() == 1 && !self_loop) {
+        classify(vv);
+      } else {
+        for (std::uint32_t w : scc) cls[w] = new_class(0, UINT32_MAX, UINT32_MAX);
+      }
+    }
+  }
+  if (num_classes == n) return;
+  // Representative of each class: its smallest node; every reference goes to it.
+  std::vector<std::uint32_t> rep(num_classes, UINT32_MAX);
+  for (std::uint32_t k = 0; k < n; ++k)
+    if (rep[cls[k]] == UINT32_MAX) rep[cls[k]] = k;
+  auto to = [&](std::uint32_t k) { return rep[cls[k]]; };
+  for (std::uint32_t k = 0; k < n; ++k) {
+    GNode& nd = g.nodes[k];
+    if (to(k) != k) {
+      nd = GNode{};  // unreachable from now on
+      continue;
+    }
+    for (auto& e : nd.bytes) e.to = to(e.to);
+    for (auto& c : nd.calls) c.ret = to(c.ret);
+    std::sort(nd.bytes.begin(), nd.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
+      return a.lo != b.lo ? a.lo < b.lo : (a.to != b.to ? a.to < b.to : a.hi < b.hi);
+    });
+    nd.bytes.erase(std::unique(nd.bytes.begin(), nd.bytes.end(),
+                               [](const ByteEdge& a, const ByteEdge& b) { return a.lo == b.lo && a.hi == b.hi && a.to == b.to; }),
+                   nd.bytes.end());
+    std::sort(nd.calls.begin(), nd.calls.end(), [](const CallEdge& a, const CallEdge& b) {
+      return a.rule != b.rule ? a.rule < b.rule : a.ret < b.ret;
+    });
+    nd.calls.erase(std::unique(nd.calls.begin(), nd.calls.end(),
+                               [](const CallEdge& a, const CallEdge& b) { return a.rule == b.rule && a.ret == b.ret; }),
+                   nd.calls.end());
+  }
+  for (auto& r : g.rules) r.start = to(r.start);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ class GrammarBuilder {
   std::shared_ptr<const Grammar> finish(std::uint32_t root_rule);
 
  private:
+  static void merge_equivalent_nodes(Grammar& g);
   Grammar g_;
 };
 
