@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
       EngineOptions o;
       o.n_threads = threads;
       o.mtp_depth = depth;
+      o.enable_prefix_caching = false;  // every pass computes its prompt: decode figures only
       auto engine = Engine::open(model, tok, o);
       std::vector<GenerationRequest> reqs;
       std::size_t prompt_tokens = 0;

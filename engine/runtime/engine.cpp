@@ -662,8 +662,11 @@ std::vector<FinishedRequest> Engine::step() {
     }
     // Every position computed so far holds a committed token (drafts are not counted in n_computed):
     // full blocks become shareable.
+    // With drafting, a block also waits for its MTP rows (computed in later draft rounds).
     for (auto& s : running_)
-      if (!s->done) kv_->commit(s->kv, std::span<const TokenId>(s->tokens.data(), s->n_computed));
+      if (!s->done)
+        kv_->commit(s->kv, std::span<const TokenId>(
+                               s->tokens.data(), s->mtp ? std::min(s->n_computed, s->mtp->complete_rows()) : s->n_computed));
     const Stopwatch accept_watch;
     const std::size_t emitted = sample_outputs();
     const double accept_s = accept_watch.seconds();

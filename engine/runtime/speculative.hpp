@@ -21,6 +21,7 @@
 // them; the rows they cover stay exact).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -65,6 +66,9 @@ class MtpState {
   void push_main_hidden(const float* rows, std::size_t n, std::size_t first_position);
   /// Position after the last main hidden state recorded.
   std::size_t main_hidden_end() const { return next_row_[0] + pending_rows(0); }
+  /// Positions 0..n-1 whose MTP rows are final at every depth (the prefix cache shares a block only
+  /// when all its layers, MTP ones included, hold final values).
+  std::size_t complete_rows() const { return *std::min_element(next_row_.begin(), next_row_.end()); }
 
   /// Draft depth for the next round from recent acceptance (at most `cap`): the deepest position whose
   /// estimated probability of being reached and accepted is >= 0.3; 0 (no drafting) while the first

@@ -73,6 +73,35 @@ TEST(MtpEngine, GreedyIsLosslessOnSampleInvoices) {
   check_default_model_lossless({"hu-txt-1.txt"}, {3});
 }
 
+// A request served from the prefix cache drafts as well as one computed from scratch: blocks are shared
+// only once their MTP rows are final (a request that ends before any draft round leaves none behind).
+TEST(MtpEngine, PrefixCacheHitsKeepTheDrafts) {
+  // The default model (its trained MTP module accepts most drafts, so stale MTP rows would show).
+  auto tok = Tokenizer::from_dir(default_model());
+  GenerationRequest req;
+  req.prompt = tok->encode(tok->apply_chat_template(
+      {{"system", "You extract data from invoices. Write one JSON object following the invoice schema."},
+       {"user", "INVOICE INV-2024-0117, 14 March 2024. Seller: Kovacs Trading Kft. Total: 177.67 EUR"}},
+      true, false));
+  req.max_tokens = 48;
+  EngineOptions o;
+  o.n_threads = 2;
+  o.mtp_depth = 3;
+  auto fresh = Engine::open(default_model(), tok, o);
+  const auto want = fresh->generate(req);
+  ASSERT_GT(want.stats.accepted_tokens, want.stats.draft_tokens / 2);
+  auto cached = Engine::open(default_model(), tok, o);
+  GenerationRequest first = req;
+  first.max_tokens = 1;  // prefill only: no draft round, so its blocks must not be shared
+  cached->generate(first);
+  cached->generate(req);
+  const auto got = cached->generate(req);  // served from the blocks of the previous full request
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_GT(got.stats.cached_tokens, 0u);
+  EXPECT_EQ(got.stats.draft_tokens, want.stats.draft_tokens);
+  EXPECT_EQ(got.stats.accepted_tokens, want.stats.accepted_tokens);
+}
+
 // --------------------------------------------------------------- sampling keeps the distribution
 
 /// Softmax at temperature 1 of the last-position logits after `prefix`.
