@@ -20,10 +20,7 @@
 #include "pipeline/run/prompts.hpp"
 #include "pipeline/rag/rag.hpp"
 #include "schemas/validate.hpp"
-#if __has_include("schemas/rules.hpp")
 #include "schemas/rules.hpp"
-#define QUARRY_HAVE_INVOICE_RULES 1
-#endif
 
 namespace quarry::run {
 
@@ -823,9 +820,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
     if (schema_json.is_discarded()) throw std::runtime_error(job.schema.string() + ": malformed JSON");
   }
   schemas::Validator validator(schema_json, job.schema.filename().string());
-#ifdef QUARRY_HAVE_INVOICE_RULES
   if (schema_json.value("$id", "") == "https://quarry.invalid/schemas/invoice.schema.json") add_invoice_rules(validator);
-#endif
 
   BuildContext bc;
   bc.prompts = PromptTemplates::load(job.prompts);
