@@ -32,32 +32,17 @@
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/model/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
+#include "bench/common/machine_info.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
 using quarry::bench::measure_bandwidth;
 using quarry::bench::measure_gemm_flops;
 using quarry::bench::median;
+using quarry::bench::cpu_model;
+using quarry::bench::git_commit;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-std::string git_commit() {
-  FILE* p = popen("git -C " QUARRY_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", "r");
-  if (!p) return "unknown";
-  char buf[64] = {};
-  std::string s = fgets(buf, sizeof buf, p) ? buf : "unknown";
-  pclose(p);
-  s.erase(std::remove(s.begin(), s.end(), '\n'), s.end());
-  return s;
-}
 
 }  // namespace
 

@@ -33,18 +33,15 @@
 #include <vector>
 
 #include "engine/runtime/engine.hpp"
+#include "bench/harness/harness.hpp"
 #include "extractors/extract.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
 
-namespace {
+using quarry::bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+namespace {
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -44,35 +44,17 @@
 #include "engine/backend/cpu/gemm.hpp"
 #include "engine/model/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
+#include "bench/common/machine_info.hpp"
+#include "bench/harness/harness.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
 
+using quarry::bench::median;
+using quarry::bench::cpu_model;
+using quarry::bench::git_commit;
+
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-std::string git_commit() {
-  FILE* p = popen("git -C " QUARRY_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", "r");
-  if (!p) return "unknown";
-  char buf[64] = {};
-  std::string s = fgets(buf, sizeof buf, p) ? buf : "unknown";
-  pclose(p);
-  s.erase(std::remove(s.begin(), s.end(), '\n'), s.end());
-  return s;
-}
 
 std::vector<std::size_t> parse_list(const std::string& s) {
   std::vector<std::size_t> v;
