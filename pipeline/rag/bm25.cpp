@@ -4,6 +4,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "engine/tokenizer/unicode.hpp"
 #include "pipeline/rag/rag.hpp"
 
 namespace quarry::rag {
@@ -31,24 +32,6 @@ std::size_t decode(std::string_view s, std::size_t i, char32_t& cp) {
   }
   cp = 0xFFFD;
   return 1;
-}
-
-void encode(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 bool is_word(char32_t cp) {
@@ -90,7 +73,7 @@ std::vector<std::string> bm25_terms(std::string_view text) {
     i += decode(text, i, cp);
     if (is_word(cp)) {
       if (cur.empty()) cur_digit = cp >= '0' && cp <= '9';
-      encode(lower(cp), cur);
+      quarry::engine::unicode::append_utf8(cur, lower(cp));
       ++cur_cps;
     } else {
       flush();
