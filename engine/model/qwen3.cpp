@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -161,7 +162,12 @@ class Qwen3 final : public Model {
 
   cpu::Weight matrix(const std::string& name, std::size_t rows, std::size_t cols) {
     const TensorView& t = store_->get(name, {rows, cols});
-    return cpu::Weight{t.data, weight_type(t.dtype), rows, cols};
+    cpu::Weight w{t.data, weight_type(t.dtype), rows, cols};
+    if (pack_) {  // bf16 kernel set: every matrix packed once for the AMX tiles
+      packs_.push_back(cpu::pack_bf16(w.data, w.type, rows, cols, nullptr));
+      w.packed = &packs_.back();
+    }
+    return w;
   }
   std::vector<float> vec(const std::string& name, std::size_t n) {
     const TensorView& t = store_->get(name, {n});
@@ -172,6 +178,8 @@ class Qwen3 final : public Model {
 
   ModelConfig cfg_;
   std::unique_ptr<TensorStore> store_;
+  bool pack_ = cpu::gemm_default_kernel() == cpu::GemmKernel::bf16 && cpu::packed_bf16_available();
+  std::deque<cpu::PackedBf16> packs_;  // stable addresses for Weight::packed
   cpu::Rope rope_;
   cpu::Weight embed_, lm_head_;
   std::vector<Layer> layers_;

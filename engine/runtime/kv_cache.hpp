@@ -3,8 +3,9 @@
 // allocator, and full blocks of committed tokens kept after their sequences end so that a later
 // sequence starting with the same tokens reuses them instead of recomputing them.
 //
-// Storage: one block holds, for every layer, the keys then the values of block_size tokens, each laid
-// out [block_size, n_kv_heads, head_dim] f32; blocks are allocated on demand up to max_blocks and never
+// Storage: one block holds, for every layer, the keys then the values of block_size tokens, the keys
+// laid out transposed [n_kv_heads, head_dim, block_size] f32 and the values [n_kv_heads, block_size,
+// head_dim] f32 (cpu::KvLayerView); blocks are allocated on demand up to max_blocks and never
 // move, so block tables hold stable block ids.
 //
 // Prefix caching (vLLM automatic prefix caching, "hash of a block = hash(parent block hash, block

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "engine/backend/cpu/ops.hpp"
@@ -48,42 +49,105 @@ TEST(Ops, RmsNorm) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], x[i] / rms * w[i], 1e-6);
 }
 
-TEST(Ops, PagedGqaAttentionEqualsDenseAttention) {
-  const std::size_t n_heads = 4, n_kv = 2, hd = 8, bs = 4, ctx = 11;
+namespace {
+
+/// One KV layer of `ctx` random positions in scattered blocks (slots in reverse order), with the
+/// queries of every position.
+struct PagedFixture {
+  std::size_t n_heads, n_kv, hd, bs, ctx;
+  std::vector<std::vector<float>> storage;
+  std::vector<float*> ptrs;
+  std::vector<std::int32_t> table, pos;
+  std::vector<const std::int32_t*> tables;
+  std::vector<float> k, v, q;
+  KvLayerView view;
+  PagedFixture(std::size_t n_heads_, std::size_t n_kv_, std::size_t hd_, std::size_t bs_, std::size_t ctx_)
+      : n_heads(n_heads_), n_kv(n_kv_), hd(hd_), bs(bs_), ctx(ctx_) {
+    const std::size_t per = bs * n_kv * hd, n_blocks = (ctx + bs - 1) / bs;
+    // Blocks hold NaN until written: positions past a token's own must never be read.
+    storage.assign(n_blocks, std::vector<float>(2 * per, std::numeric_limits<float>::quiet_NaN()));
+    for (auto& b : storage) ptrs.push_back(b.data());
+    for (std::size_t b = 0; b < n_blocks; ++b) table.push_back(static_cast<std::int32_t>(n_blocks - 1 - b));
+    view = KvLayerView{ptrs.data(), 0, per, bs, n_kv, hd};
+    k = randn(ctx * n_kv * hd, 2);
+    v = randn(ctx * n_kv * hd, 3);
+    q = randn(ctx * n_heads * hd, 4);
+    for (std::size_t i = 0; i < ctx; ++i) pos.push_back(static_cast<std::int32_t>(i));
+    tables.assign(ctx, table.data());
+  }
+  void store(std::size_t t0, std::size_t t1, ThreadPool* pool) {
+    kv_store(k.data() + t0 * n_kv * hd, v.data() + t0 * n_kv * hd, n_kv * hd, t1 - t0, pos.data() + t0,
+             tables.data() + t0, view, pool);
+  }
+  /// Attention of tokens t0..t1 (their K/V stored), [t1 - t0, n_heads * hd].
+  std::vector<float> attend(std::size_t t0, std::size_t t1, ThreadPool* pool) const {
+    std::vector<float> out((t1 - t0) * n_heads * hd);
+    attention(q.data() + t0 * n_heads * hd, n_heads * hd, out.data(), n_heads * hd, t1 - t0, n_heads,
+              pos.data() + t0, tables.data() + t0, view, 1.f / std::sqrt(static_cast<float>(hd)), pool);
+    return out;
+  }
+  /// Dense softmax attention in double for token t, head h.
+  std::vector<double> reference(std::size_t t, std::size_t h) const {
+    const std::size_t g = h / (n_heads / n_kv);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    std::vector<double> s(t + 1), o(hd, 0.0);
+    double mx = -1e30, sum = 0;
+    for (std::size_t p = 0; p <= t; ++p) {
+      double d = 0;
+      for (std::size_t i = 0; i < hd; ++i) d += double{q[(t * n_heads + h) * hd + i]} * k[(p * n_kv + g) * hd + i];
+      s[p] = d * scale;
+      mx = std::max(mx, s[p]);
+    }
+    for (auto& e : s) sum += (e = std::exp(e - mx));
+    for (std::size_t i = 0; i < hd; ++i)
+      for (std::size_t p = 0; p <= t; ++p) o[i] += s[p] / sum * v[(p * n_kv + g) * hd + i];
+    return o;
+  }
+};
+
+void expect_dense(std::size_t n_heads, std::size_t n_kv, std::size_t hd, std::size_t bs, std::size_t ctx) {
   ThreadPool pool(2);
-  // Three blocks in scattered storage slots, one layer; the block table maps positions to slots 2, 0, 1.
-  const std::size_t per = bs * n_kv * hd;
-  std::vector<std::vector<float>> storage(3, std::vector<float>(2 * per));
-  std::vector<float*> ptrs = {storage[0].data(), storage[1].data(), storage[2].data()};
-  KvLayerView view{ptrs.data(), 0, per, bs, n_kv, hd};
-  const std::int32_t table[3] = {2, 0, 1};
-  auto k = randn(ctx * n_kv * hd, 2), v = randn(ctx * n_kv * hd, 3), q = randn(ctx * n_heads * hd, 4);
-  std::vector<std::int32_t> pos(ctx);
-  std::vector<const std::int32_t*> tables(ctx, table);
-  for (std::size_t i = 0; i < ctx; ++i) pos[i] = static_cast<std::int32_t>(i);
-  kv_store(k.data(), v.data(), n_kv * hd, ctx, pos.data(), tables.data(), view, &pool);
-  std::vector<float> out(ctx * n_heads * hd);
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  attention(q.data(), n_heads * hd, out.data(), n_heads * hd, ctx, n_heads, pos.data(), tables.data(), view, scale,
-            &pool);
+  PagedFixture f(n_heads, n_kv, hd, bs, ctx);
+  f.store(0, ctx, &pool);
+  const auto out = f.attend(0, ctx, &pool);
   for (std::size_t t = 0; t < ctx; ++t)
     for (std::size_t h = 0; h < n_heads; ++h) {
-      const std::size_t g = h / (n_heads / n_kv);
-      std::vector<double> s(t + 1);
-      double mx = -1e30, sum = 0;
-      for (std::size_t p = 0; p <= t; ++p) {
-        double d = 0;
-        for (std::size_t i = 0; i < hd; ++i) d += q[(t * n_heads + h) * hd + i] * k[(p * n_kv + g) * hd + i];
-        s[p] = d * scale;
-        mx = std::max(mx, s[p]);
-      }
-      for (auto& e : s) sum += (e = std::exp(e - mx));
-      for (std::size_t i = 0; i < hd; ++i) {
-        double o = 0;
-        for (std::size_t p = 0; p <= t; ++p) o += s[p] / sum * v[(p * n_kv + g) * hd + i];
-        EXPECT_NEAR(out[(t * n_heads + h) * hd + i], o, 1e-5) << "t " << t << " h " << h;
+      const auto o = f.reference(t, h);
+      for (std::size_t i = 0; i < hd; ++i)
+        ASSERT_NEAR(out[(t * n_heads + h) * hd + i], o[i], 2e-5) << "hd " << hd << " t " << t << " h " << h;
+    }
+}
+
+}  // namespace
+
+TEST(Ops, PagedGqaAttentionEqualsDenseAttention) {
+  expect_dense(4, 2, 8, 4, 11);     // scalar path (head_dim not a multiple of 16, block_size 4)
+  expect_dense(4, 2, 64, 16, 75);   // vector path, GQA group 2, a partial last block
+  expect_dense(8, 2, 128, 16, 40);  // group 4: runs of 4 tokens
+  expect_dense(2, 2, 32, 16, 17);   // no GQA
+}
+
+// Lossless speculative decoding needs a token's attention output to be the same bits whether the
+// token is computed alone (plain decode) or among the rows of a verify step or a prefill chunk.
+TEST(Ops, AttentionOfATokenDoesNotDependOnTheOtherTokensOfTheCall) {
+  ThreadPool pool(2);
+  for (const std::size_t hd : {64, 128}) {
+    PagedFixture f(4, 2, hd, 16, 53);
+    f.store(0, 53, &pool);
+    const auto all = f.attend(0, 53, &pool);
+    const std::size_t row = f.n_heads * hd;
+    for (std::size_t t0 : {0, 15, 16, 47}) {
+      const std::size_t t1 = std::min<std::size_t>(53, t0 + 5);  // a verify step's 5 rows
+      const auto some = f.attend(t0, t1, nullptr);
+      for (std::size_t t = t0; t < t1; ++t) {
+        const auto one = f.attend(t, t + 1, nullptr);
+        for (std::size_t i = 0; i < row; ++i) {
+          ASSERT_EQ(one[i], all[t * row + i]) << "hd " << hd << " t " << t << " i " << i;
+          ASSERT_EQ(one[i], some[(t - t0) * row + i]) << "hd " << hd << " t " << t << " i " << i;
+        }
       }
     }
+  }
 }
 
 TEST(Ops, SiluMul) {

@@ -4,6 +4,7 @@
 // flag. Outputs are poisoned first; padding columns of y must stay untouched.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
@@ -87,8 +88,11 @@ double round_to_bf16(float f) {
   return r;
 }
 
-// The amx kernel set rounds x and W to bf16 for m > 16 (see gemm.hpp); the reference does the same.
-bool rounds_to_bf16(GemmKernel kernel, std::size_t m) { return kernel == GemmKernel::amx && m > 16; }
+// The amx kernel set rounds x and W to bf16 for m > 16, the bf16 set at every m (see gemm.hpp); the
+// reference does the same.
+bool rounds_to_bf16(GemmKernel kernel, std::size_t m) {
+  return (kernel == GemmKernel::amx && m > 16) || kernel == GemmKernel::bf16;
+}
 
 // Runs one case and returns ||y - ref|| / ||ref||; fails the test on any untouched or stray write.
 double run_case(GemmKernel kernel, WeightType type, const Case& c, std::mt19937& rng, ThreadPool* pool) {
@@ -202,7 +206,8 @@ TEST_P(GemmKernelTest, FreshRandomShapes) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllKernels, GemmKernelTest,
-    ::testing::Combine(::testing::Values(GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx),
+    ::testing::Combine(::testing::Values(GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx,
+                                         GemmKernel::bf16),
                        ::testing::Values(WeightType::f32, WeightType::f16, WeightType::bf16)),
     [](const auto& info) {
       return std::string(gemm_kernel_name(std::get<0>(info.param))) + "_" + type_name(std::get<1>(info.param));
@@ -211,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
 // f16 subnormals and extreme normals, decoded exactly: x = 1 selects a single weight per output.
 TEST(Gemm, F16SpecialValuesDecodeExactly) {
   const std::vector<std::uint16_t> w = {0x0001, 0x03ff, 0x8001, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x0000, 0x8000};
-  for (GemmKernel kernel : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx}) {
+  for (GemmKernel kernel : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx}) {  // bf16 rounds W
     if (!gemm_kernel_available(kernel)) continue;
     for (std::size_t k : {1u, 3u, 17u}) {  // the weight sits at column 0; other columns are zero
       std::vector<std::uint16_t> wk(w.size() * k, 0);
@@ -229,7 +234,7 @@ TEST(Gemm, DefaultKernelIsTheWidestAvailable) {
   const CpuFeatures f = detect_cpu_features();
   GemmKernel expected = f.avx512 ? GemmKernel::avx512 : f.avx2 ? GemmKernel::avx2 : GemmKernel::scalar;
   if (const char* want = std::getenv("QUARRY_CPU_KERNELS"))
-    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx, GemmKernel::bf16})
       if (std::string(want) == gemm_kernel_name(k) && gemm_kernel_available(k)) expected = k;
   EXPECT_EQ(gemm_default_kernel(), expected);
   EXPECT_STREQ(gemm_kernel_name(), gemm_kernel_name(expected));
@@ -252,6 +257,78 @@ TEST(Gemm, DefaultEntryPointMatchesExplicitKernel) {
   EXPECT_EQ(y1, y2);  // same kernel, same summation order whatever the thread split
 }
 
+// Speculative verification is lossless only if a row of y is the same bits whether its row of x is
+// multiplied alone (decode) or among the few rows of a verify step: checked for every GEMV path.
+TEST(Gemm, SmallMRowsDoNotDependOnTheOtherRows) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (GemmKernel kernel : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx, GemmKernel::bf16}) {
+    if (!gemm_kernel_available(kernel)) continue;
+    for (WeightType type : {WeightType::f32, WeightType::bf16}) {
+      for (std::size_t k : {256u, 768u, 2100u, 4500u}) {
+        const std::size_t n = 37;
+        Weights w = make_weights(type, n * k, rng);
+        std::vector<float> x(16 * k);
+        for (auto& v : x) v = uni(rng);
+        std::vector<float> one(n);
+        for (std::size_t m : {2u, 5u, 9u, 12u}) {  // up to the smallest GEMV bound (avx2: 12)
+          std::vector<float> y(m * n);
+          gemm(kernel, x.data(), m, k, k, w.data(), type, n, y.data(), n, nullptr);
+          for (std::size_t i = 0; i < m; ++i) {
+            gemm(kernel, x.data() + i * k, 1, k, k, w.data(), type, n, one.data(), n, nullptr);
+            for (std::size_t j = 0; j < n; ++j)
+              ASSERT_EQ(one[j], y[i * n + j]) << gemm_kernel_name(kernel) << " " << type_name(type) << " k " << k
+                                              << " m " << m << " row " << i << " col " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Weights packed once: the bf16 reference (x and W rounded), leading column slices, accumulation,
+// threads, and rows independent of m.
+TEST(Gemm, PackedBf16MatchesTheRoundedReference) {
+  if (!packed_bf16_available()) GTEST_SKIP() << "no AMX-BF16 here";
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  ThreadPool pool(2);
+  for (WeightType type : {WeightType::f32, WeightType::f16, WeightType::bf16})
+    for (const auto& [m, k, n] : {std::array<std::size_t, 3>{1, 256, 300}, {5, 70, 33}, {17, 768, 130},
+                                  {40, 33, 16}, {3, 2100, 64}}) {
+      Weights w = make_weights(type, n * k, rng);
+      const PackedBf16 p = pack_bf16(w.data(), type, n, k, &pool);
+      std::vector<float> x(m * (k + 3));
+      for (auto& v : x) v = uni(rng);
+      for (std::size_t use : {n, n / 2 + 1}) {
+        for (bool acc : {false, true}) {
+          const std::size_t ldy = use + 2;
+          std::vector<float> y(m * ldy, 0.5f);
+          gemm_packed(x.data(), m, k + 3, p, use, y.data(), ldy, use % 2 ? &pool : nullptr, acc);
+          double err = 0, norm = 0;
+          for (std::size_t i = 0; i < m; ++i) {
+            for (std::size_t j = 0; j < use; ++j) {
+              double s = acc ? 0.5 : 0.0;
+              for (std::size_t q = 0; q < k; ++q)
+                s += round_to_bf16(x[i * (k + 3) + q]) * round_to_bf16(static_cast<float>(w.value[j * k + q]));
+              err += (y[i * ldy + j] - s) * (y[i * ldy + j] - s);
+              norm += s * s;
+            }
+            for (std::size_t j = use; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 0.5f) << "stray write";
+          }
+          EXPECT_LT(std::sqrt(err / norm), 1e-5) << type_name(type) << " m " << m << " k " << k << " n " << use;
+        }
+      }
+      std::vector<float> all(m * n), one(n);
+      gemm_packed(x.data(), m, k + 3, p, n, all.data(), n, &pool);
+      for (std::size_t i = 0; i < m; ++i) {
+        gemm_packed(x.data() + i * (k + 3), 1, k + 3, p, n, one.data(), n, nullptr);
+        for (std::size_t j = 0; j < n; ++j) ASSERT_EQ(one[j], all[i * n + j]) << "row " << i << " col " << j;
+      }
+    }
+  EXPECT_THROW(gemm_packed(nullptr, 1, 8, PackedBf16{{}, 4, 8}, 5, nullptr, 5, nullptr), std::invalid_argument);
+}
+
 TEST(Gemm, ZeroKZeroesOrKeepsY) {
   std::vector<float> y(6, 5.f);
   gemm(nullptr, 2, 0, 0, nullptr, WeightType::bf16, 3, y.data(), 3, nullptr, /*accumulate=*/true);
@@ -268,7 +345,7 @@ TEST(Gemm, RejectsBadArguments) {
   EXPECT_THROW(gemm(nullptr, 2, 4, 4, w.data(), WeightType::f32, 2, y.data(), 2, nullptr), std::invalid_argument);
   EXPECT_THROW(gemm(x.data(), 2, 4, 4, nullptr, WeightType::f32, 2, y.data(), 2, nullptr), std::invalid_argument);
   EXPECT_THROW(gemm(x.data(), 2, 4, 4, w.data(), WeightType::f32, 2, nullptr, 2, nullptr), std::invalid_argument);
-  for (GemmKernel kernel : {GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
+  for (GemmKernel kernel : {GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx, GemmKernel::bf16})
     if (!gemm_kernel_available(kernel)) {
       EXPECT_THROW(gemm(kernel, x.data(), 2, 4, 4, w.data(), WeightType::f32, 2, y.data(), 2, nullptr),
                    std::invalid_argument);

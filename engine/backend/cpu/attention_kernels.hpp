@@ -20,9 +20,11 @@ struct AttentionArgs {
   const std::int32_t* const* block_tables;
   const KvLayerView* kv;
   float scale;
+  /// Runs of consecutive tokens of one sequence: run r is tokens runs[r]..runs[r+1]-1.
+  const std::size_t* runs;
 };
 
-/// Work items w0..w1 (w = token * n_heads + head) of cpu::attention.
+/// Work items w0..w1 (w = run * n_kv_heads + kv head) of cpu::attention.
 using AttentionRangeFn = void (*)(const AttentionArgs& a, std::size_t w0, std::size_t w1);
 void attention_range_generic(const AttentionArgs& a, std::size_t w0, std::size_t w1);
 void attention_range_avx2(const AttentionArgs& a, std::size_t w0, std::size_t w1);

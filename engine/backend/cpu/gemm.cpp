@@ -10,6 +10,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/gemm_kernels.hpp"
@@ -52,6 +53,7 @@ const detail::GemmKernels* kernels_for(GemmKernel kernel) {
     case GemmKernel::avx2: return &detail::kernels_avx2();
     case GemmKernel::avx512: return &detail::kernels_avx512();
     case GemmKernel::amx: return &detail::kernels_amx();
+    case GemmKernel::bf16: return &detail::kernels_bf16();
 #else
     default: return nullptr;
 #endif
@@ -60,10 +62,10 @@ const detail::GemmKernels* kernels_for(GemmKernel kernel) {
 }
 
 GemmKernel detect_default() {
-  // QUARRY_CPU_KERNELS=scalar|avx2|avx512 narrows the choice (to test a path on a wider CPU); a set
-  // the CPU cannot run is ignored.
+  // QUARRY_CPU_KERNELS=scalar|avx2|avx512|amx|bf16 picks a set (to test a path on a wider CPU, or to
+  // compute in bf16); a set the CPU cannot run is ignored.
   if (const char* want = std::getenv("QUARRY_CPU_KERNELS")) {
-    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx})
+    for (GemmKernel k : {GemmKernel::scalar, GemmKernel::avx2, GemmKernel::avx512, GemmKernel::amx, GemmKernel::bf16})
       if (std::strcmp(want, gemm_kernel_name(k)) == 0 && gemm_kernel_available(k)) return k;
   }
   for (GemmKernel k : {GemmKernel::avx512, GemmKernel::avx2})
@@ -154,6 +156,7 @@ const char* gemm_kernel_name(GemmKernel kernel) {
     case GemmKernel::avx2: return "avx2";
     case GemmKernel::avx512: return "avx512";
     case GemmKernel::amx: return "amx";
+    case GemmKernel::bf16: return "bf16";
   }
   return "unknown";
 }
@@ -161,7 +164,7 @@ const char* gemm_kernel_name(GemmKernel kernel) {
 namespace {
 
 struct Availability {
-  bool avx2 = false, avx512 = false, amx = false;
+  bool avx2 = false, avx512 = false, amx = false, bf16 = false;
 };
 
 Availability detect_availability() {
@@ -171,6 +174,7 @@ Availability detect_availability() {
   a.avx2 = f.avx2;
   a.avx512 = f.avx512;
   a.amx = f.avx512 && f.avx512_bf16 && f.amx_bf16 && amx_tile_permission();
+  a.bf16 = a.amx;
 #endif
   return a;
 }
@@ -184,6 +188,7 @@ bool gemm_kernel_available(GemmKernel kernel) {
     case GemmKernel::avx2: return a.avx2;
     case GemmKernel::avx512: return a.avx512;
     case GemmKernel::amx: return a.amx;
+    case GemmKernel::bf16: return a.bf16;
   }
   return false;
 }
@@ -206,6 +211,66 @@ void gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t k, std::
 void gemm(const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w, WeightType wtype,
           std::size_t n, float* y, std::size_t ldy, ThreadPool* pool, bool accumulate) {
   run_gemm(*kernels_for(gemm_default_kernel()), x, m, k, ldx, w, wtype, n, y, ldy, pool, accumulate);
+}
+
+namespace {
+
+constexpr std::size_t kGroupsPerChunk = 4;  // column groups of 16 handed out together (one AMX block)
+
+/// Groups of 16 columns, in chunks of kGroupsPerChunk, about kChunksPerThread chunks per thread.
+template <class F>
+void for_each_group_range(std::size_t groups, ThreadPool* pool, const F& f) {
+  const std::size_t nt = pool ? pool->size() : 1;
+  if (nt == 1 || groups <= kGroupsPerChunk) {
+    f(std::size_t{0}, groups);
+    return;
+  }
+  const std::size_t chunk = chunk_columns(groups, nt, kGroupsPerChunk, kGroupsPerChunk);
+  std::atomic<std::size_t> next{0};
+  pool->run([&](std::size_t, std::size_t) { for_each_chunk(next, groups, chunk, f); });
+}
+
+}  // namespace
+
+bool packed_bf16_available() { return gemm_kernel_available(GemmKernel::amx); }
+
+PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t k, ThreadPool* pool) {
+  if (!packed_bf16_available()) throw std::invalid_argument("pack_bf16: this CPU (or build) has no AMX-BF16");
+  if (!w && n * k > 0) throw std::invalid_argument("pack_bf16: w is null");
+  PackedBf16 p;
+  p.n = n;
+  p.k = k;
+  const std::size_t groups = (n + 15) / 16, chunks = (k + 31) / 32;
+  p.data.assign(groups * chunks * 512, 0);
+#if defined(__x86_64__)
+  for_each_group_range(groups, pool, [&](std::size_t g0, std::size_t g1) {
+    detail::amx_pack_b(w, wtype, n, k, g0, g1, p.data.data());
+  });
+#endif
+  return p;
+}
+
+void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
+                 std::size_t ldy, ThreadPool* pool, bool accumulate) {
+  const std::size_t k = w.k;
+  if (n > w.n) throw std::invalid_argument("gemm_packed: n (" + std::to_string(n) + ") > packed rows (" +
+                                           std::to_string(w.n) + ")");
+  if (ldx < k) throw std::invalid_argument("gemm_packed: ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
+  if (ldy < n) throw std::invalid_argument("gemm_packed: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
+  if (m == 0 || n == 0) return;
+  if (!x || !y) throw std::invalid_argument("gemm_packed: x or y is null");
+  if (!packed_bf16_available()) throw std::invalid_argument("gemm_packed: this CPU (or build) has no AMX-BF16");
+#if defined(__x86_64__)
+  const std::size_t k2 = (k + 31) / 32 * 32;
+  std::vector<std::uint16_t> xb(m * k2);
+  detail::amx_round_x(x, m, k, ldx, xb.data());
+  for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
+    detail::amx_packed_gemm(xb.data(), m, k, w.data.data(), n, g0, g1, y, ldy, accumulate);
+  });
+#else
+  (void)pool;
+  (void)accumulate;
+#endif
 }
 
 }  // namespace quarry::engine::cpu

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace quarry::engine {
 class ThreadPool;
@@ -46,17 +47,46 @@ const char* gemm_kernel_name();
 ///  accumulation, about 5x the f32 FMA rate on Sapphire Rapids (bench/kernels); for m <= 16 it is
 ///  the exact avx512 kernel.
 ///  Needs AVX-512, AVX512_BF16, AMX-BF16 and the Linux permission for tile data.
-enum class GemmKernel : std::uint8_t { scalar, avx2, avx512, amx };
+///  bf16 (opt-in, never the default): compute as a bf16 checkpoint runs in bf16 — x and W rounded to
+///  bf16 (round to nearest even) at every m, products on the AMX tiles with f32 accumulation. With
+///  weights packed once (pack_bf16 / gemm_packed below) a few rows of x cost about what one costs,
+///  which is what speculative verification needs on a CPU where the exact f32 kernels are bound by
+///  arithmetic, not by reading the weights. Each output row depends only on its own row of x.
+///  Needs what amx needs.
+enum class GemmKernel : std::uint8_t { scalar, avx2, avx512, amx, bf16 };
 
-/// Name of a kernel set ("scalar", "avx2", "avx512", "amx").
+/// Name of a kernel set ("scalar", "avx2", "avx512", "amx", "bf16").
 const char* gemm_kernel_name(GemmKernel kernel);
 
 /// Whether this build has the kernel set and this CPU (and OS) can run it. scalar is always available.
 bool gemm_kernel_available(GemmKernel kernel);
 
 /// The kernel set gemm() uses: the widest available one, or the one named by the environment
-/// variable QUARRY_CPU_KERNELS (scalar, avx2, avx512, amx) when this CPU can run it. Decided once.
+/// variable QUARRY_CPU_KERNELS (scalar, avx2, avx512, amx, bf16) when this CPU can run it. Decided once.
 GemmKernel gemm_default_kernel();
+
+/// Weights packed once for the AMX tiles (bf16): W [n, k] rounded to bf16 (exact for bf16 weights) and
+/// laid out as B tiles of 16 output columns by 32 k values (Intel SDM, TDPBF16PS: pairs of k per 32-bit
+/// element), zero-padded to whole tiles: (n + 15) / 16 * ((k + 31) / 32) * 512 bf16.
+struct PackedBf16 {
+  std::vector<std::uint16_t> data;
+  std::size_t n = 0, k = 0;
+};
+
+/// Whether pack_bf16 / gemm_packed can run here (the amx set is available).
+bool packed_bf16_available();
+
+/// Packs W ([n, k] row-major in `wtype`, as gemm() takes it), split over `pool`. Throws
+/// std::invalid_argument when packed_bf16_available() is false or w is null with n * k > 0.
+PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t k, ThreadPool* pool);
+
+/// y[m, n] (=|+=) bf16(x[m, w.k]) . W[0:n, :]^T with W packed by pack_bf16 (the first n <= w.n of its
+/// rows: a leading slice, e.g. a draft sub-vocabulary of an LM head). x: f32 [m, w.k] at stride ldx,
+/// y: f32 at stride ldy. 16 rows of x per tile; each output row depends only on its row of x. Columns
+/// are split over `pool` in groups of 64. Throws std::invalid_argument on n > w.n, ldx < w.k, ldy < n, null
+/// pointers with m, n > 0, or when packed_bf16_available() is false.
+void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
+                 std::size_t ldy, ThreadPool* pool, bool accumulate = false);
 
 /// gemm() with an explicit kernel set. Throws std::invalid_argument if it is not available here.
 void gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w,

@@ -76,6 +76,7 @@ void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, f
 }
 
 void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool* pool) {
+  if (w.packed) return gemm_packed(x, m, w.cols, *w.packed, w.rows, y, w.rows, pool);
   gemm(x, m, w.cols, w.cols, w.data, w.type, w.rows, y, w.rows, pool);
 }
 
@@ -127,14 +128,18 @@ void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_
 
 void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_tokens, const std::int32_t* positions,
               const std::int32_t* const* block_tables, const KvLayerView& kv, ThreadPool* pool) {
-  const std::size_t row = kv.n_kv_heads * kv.head_dim;
+  const std::size_t row = kv.n_kv_heads * kv.head_dim, bs = kv.block_size;
   split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
       const auto pos = static_cast<std::size_t>(positions[t]);
-      float* base = kv.blocks[block_tables[t][pos / kv.block_size]];
-      const std::size_t slot = (pos % kv.block_size) * row;
-      std::memcpy(base + kv.k_offset + slot, k + t * ld, row * sizeof(float));
-      std::memcpy(base + kv.v_offset + slot, v + t * ld, row * sizeof(float));
+      float* base = kv.blocks[block_tables[t][pos / bs]];
+      const std::size_t j = pos % bs;
+      float* kt = base + kv.k_offset + j;  // keys transposed: [n_kv_heads * head_dim, block_size]
+      const float* kr = k + t * ld;
+      for (std::size_t i = 0; i < row; ++i) kt[i * bs] = kr[i];
+      for (std::size_t h = 0; h < kv.n_kv_heads; ++h)  // values: [n_kv_heads, block_size, head_dim]
+        std::memcpy(base + kv.v_offset + (h * bs + j) * kv.head_dim, v + t * ld + h * kv.head_dim,
+                    kv.head_dim * sizeof(float));
     }
   });
 }
@@ -148,8 +153,17 @@ void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std
            : f.avx2 ? &detail::attention_range_avx2
                     : &detail::attention_range_generic;
   }();
-  const detail::AttentionArgs args{q, ldq, out, ldo, n_heads, positions, block_tables, &kv, scale};
-  split(pool, n_tokens * n_heads, [&](std::size_t w0, std::size_t w1) { kernel(args, w0, w1); });
+  if (n_tokens == 0) return;
+  // Runs of consecutive tokens of one sequence share each K/V read; a run holds at most 16 query
+  // vectors (tokens x GQA group), which bounds the score rows kept per work item.
+  const std::size_t group = n_heads / kv.n_kv_heads, max_run = std::max<std::size_t>(1, 16 / group);
+  std::vector<std::size_t> runs{0};
+  for (std::size_t t = 1; t < n_tokens; ++t)
+    if (block_tables[t] != block_tables[t - 1] || t - runs.back() >= max_run) runs.push_back(t);
+  runs.push_back(n_tokens);
+  const std::size_t n_runs = runs.size() - 1;
+  const detail::AttentionArgs args{q, ldq, out, ldo, n_heads, positions, block_tables, &kv, scale, runs.data()};
+  split(pool, n_runs * kv.n_kv_heads, [&](std::size_t w0, std::size_t w1) { kernel(args, w0, w1); });
 }
 
 void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,

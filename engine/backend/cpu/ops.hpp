@@ -16,10 +16,13 @@ class ThreadPool;
 namespace quarry::engine::cpu {
 
 /// A weight matrix as stored in the checkpoint: row-major [rows, cols] (HF Linear: [out, in]).
+/// `packed`, when set (by the owner of the weights, under the bf16 kernel set), is the same matrix
+/// packed for the AMX tiles with at least `rows` rows; matmul() then uses gemm_packed().
 struct Weight {
   const void* data = nullptr;
   WeightType type = WeightType::f32;
   std::size_t rows = 0, cols = 0;
+  const PackedBf16* packed = nullptr;
   std::size_t bytes() const { return rows * cols * (type == WeightType::f32 ? 4 : 2); }
 };
 
@@ -30,7 +33,8 @@ float weight_value(const void* data, WeightType type, std::size_t i);
 /// Token ids must be < table.rows (checked by the caller).
 void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool);
 
-/// y[m, w.rows] = x[m, w.cols] · w^T (torch.nn.Linear without bias) through cpu::gemm.
+/// y[m, w.rows] = x[m, w.cols] · w^T (torch.nn.Linear without bias) through cpu::gemm (cpu::gemm_packed
+/// when w.packed is set).
 void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool* pool);
 
 /// RMSNorm (Zhang & Sennrich 2019; HF Qwen3RMSNorm): y = x / sqrt(mean(x^2) + eps) * weight, per row of
@@ -54,7 +58,9 @@ void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_
           const std::int32_t* positions, const Rope& rope, ThreadPool* pool);
 
 /// One layer of a paged KV cache as seen by attention: block b's keys for this layer start at
-/// blocks[b] + k_offset, values at blocks[b] + v_offset, each laid out [block_size, n_kv_heads, head_dim] f32.
+/// blocks[b] + k_offset, laid out transposed [n_kv_heads, head_dim, block_size] f32 (the 16 keys of a
+/// block against one query are then one vector FMA per head dim); its values start at blocks[b] + v_offset,
+/// laid out [n_kv_heads, block_size, head_dim] f32 (so each kv head's K and V are contiguous in a block).
 struct KvLayerView {
   float* const* blocks = nullptr;
   std::size_t k_offset = 0, v_offset = 0;
@@ -70,6 +76,9 @@ void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_toke
 /// query head h reads kv head h / (n_heads / n_kv_heads). Token t attends to positions 0..positions[t] of
 /// its own sequence, whose K/V must already be stored (kv_store first: a prefill chunk sees itself).
 /// q: [n_tokens, n_heads * head_dim] at stride ldq; out: same shape at stride ldo. Softmax in f32.
+/// Consecutive tokens of one sequence (a prefill chunk, a verify step's rows) are served together: one
+/// pass over the K/V blocks per kv head for all their query heads (attention_range.inc). A token's output
+/// does not depend on the other tokens of the call (bit-identical alone or among others).
 void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
                std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
                const KvLayerView& kv, float scale, ThreadPool* pool);
