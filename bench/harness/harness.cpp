@@ -201,7 +201,7 @@ json model_info(const eng::Engine& engine, const fs::path& dir, const std::strin
   m["max_position_embeddings"] = c.max_position_embeddings;
   m["linear_parameters"] = linear_params(c);
   m["weight_bytes_per_step"] = engine.model().weight_bytes_per_step();
-  m["kv_bytes_per_token"] = 2 * kv.n_layers * kv.n_kv_heads * kv.head_dim * 4;
+  m["kv_bytes_per_token"] = kv.bytes_per_token();
   return m;
 }
 

@@ -18,7 +18,7 @@
 // of the same request stopped after its first token (the prefill), which is robust to other processes.
 //
 // Usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2] [--workloads json-kie,qa,long-rag]
-//                  [--max-docs N] [--max-questions N] [--out DIR]
+//                  [--max-docs N] [--max-questions N] [--draft-vocab N (0: the engine's default)] [--out DIR]
 // Writes OUT/bench_mtp.json and OUT/bench_mtp.md.
 #include <time.h>
 
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   fs::path model = fs::path(QUARRY_SOURCE_DIR) / "models/quarry-extract-11m", out = ".";
   std::vector<std::size_t> depths = {0, 2, 4};
   std::vector<std::string> workloads = {"json-kie", "qa", "long-rag"};
-  std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3;
+  std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3, draft_vocab = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-docs") max_docs = std::stoul(v);
     else if (a == "--max-questions") max_questions = std::stoul(v);
     else if (a == "--out") out = v;
+    else if (a == "--draft-vocab") draft_vocab = std::stoul(v);
     else {
       std::cerr << "bench_mtp: unknown option " << a << "\n";
       return 1;
@@ -146,54 +147,75 @@ int main(int argc, char** argv) {
   for (const auto& w : wls) {
     double base = 0, cpu_base = 0;
     std::vector<std::vector<TokenId>> base_out;
+    // One engine per depth, opened up front; the measured passes then alternate between the depths
+    // (pass r of every depth before pass r + 1 of any), so that a change of load on a shared machine
+    // falls on all of them alike.
+    struct Arm {
+      std::size_t depth = 0;
+      std::unique_ptr<Engine> engine;
+      std::vector<GenerationRequest> reqs;
+      std::vector<double> prefill_cpu;  // CPU seconds of each request's prefill (stopped after 1 token)
+      std::vector<double> tps, cpu_tps;
+      std::vector<std::vector<TokenId>> outputs;
+      EngineStats before;
+    };
+    std::vector<Arm> arms;
+    std::size_t prompt_tokens = 0;
     for (std::size_t depth : depths) {
+      Arm a;
+      a.depth = depth;
       EngineOptions o;
       o.n_threads = threads;
       o.mtp_depth = depth;
+      o.mtp_draft_vocab = draft_vocab;
       o.enable_prefix_caching = false;  // every pass computes its prompt: decode figures only
-      auto engine = Engine::open(model, tok, o);
-      std::vector<GenerationRequest> reqs;
-      std::size_t prompt_tokens = 0;
+      a.engine = Engine::open(model, tok, o);
+      prompt_tokens = 0;
       for (const auto& m : w.messages) {
         GenerationRequest r;
         r.prompt = tok->encode(tok->apply_chat_template(m, true, false));
         prompt_tokens += r.prompt.size();
         r.max_tokens = w.max_tokens;
-        reqs.push_back(std::move(r));
+        a.reqs.push_back(std::move(r));
       }
-      std::vector<double> tps, cpu_tps;
-      std::vector<std::vector<TokenId>> outputs;
-      // CPU seconds of each request's prefill (stopped after the first token), measured once.
-      std::vector<double> prefill_cpu;
-      for (auto r : reqs) {
-        if (!w.schema.empty()) r.constraint = engine->json_schema_constraint(w.schema, true);
+      for (auto r : a.reqs) {
+        if (!w.schema.empty()) r.constraint = a.engine->json_schema_constraint(w.schema, true);
         r.max_tokens = 1;
         const double c0 = cpu_seconds();
-        engine->generate(r);
-        prefill_cpu.push_back(cpu_seconds() - c0);
+        a.engine->generate(r);
+        a.prefill_cpu.push_back(cpu_seconds() - c0);
       }
-      EngineStats before;
-      for (std::size_t run = 0; run <= runs; ++run) {
-        if (run == 1) before = engine->stats();  // stats of the measured passes only
+      arms.push_back(std::move(a));
+    }
+    for (std::size_t run = 0; run <= runs; ++run)
+      for (Arm& a : arms) {
+        if (run == 1) a.before = a.engine->stats();  // stats of the measured passes only
         std::size_t tokens = 0;
         double secs = 0, cpu = 0;
-        outputs.clear();
-        for (std::size_t i = 0; i < reqs.size(); ++i) {
-          auto& r = reqs[i];
-          if (!w.schema.empty()) r.constraint = engine->json_schema_constraint(w.schema, true);
+        a.outputs.clear();
+        for (std::size_t i = 0; i < a.reqs.size(); ++i) {
+          auto& r = a.reqs[i];
+          if (!w.schema.empty()) r.constraint = a.engine->json_schema_constraint(w.schema, true);
           const double c0 = cpu_seconds();
-          const auto res = engine->generate(r);
-          cpu += std::max(0.0, cpu_seconds() - c0 - prefill_cpu[i]);
+          const auto res = a.engine->generate(r);
+          cpu += std::max(0.0, cpu_seconds() - c0 - a.prefill_cpu[i]);
           tokens += res.tokens.size() > 0 ? res.tokens.size() - 1 : 0;
           secs += res.stats.decode_s;
-          outputs.push_back(res.tokens);
+          a.outputs.push_back(res.tokens);
         }
         if (run > 0) {
-          tps.push_back(secs > 0 ? static_cast<double>(tokens) / secs : 0.0);
-          cpu_tps.push_back(cpu > 0 ? static_cast<double>(tokens) / cpu : 0.0);
+          a.tps.push_back(secs > 0 ? static_cast<double>(tokens) / secs : 0.0);
+          a.cpu_tps.push_back(cpu > 0 ? static_cast<double>(tokens) / cpu : 0.0);
         }
       }
-      const auto& s = engine->stats();
+    for (Arm& a : arms) {
+      const std::size_t depth = a.depth;
+      const auto& reqs = a.reqs;
+      const auto& outputs = a.outputs;
+      const auto& before = a.before;
+      const auto& tps = a.tps;
+      const auto& cpu_tps = a.cpu_tps;
+      const auto& s = a.engine->stats();
       const double med = median(tps), cpu_med = median(cpu_tps);
       if (depth == 0) {
         base = med;

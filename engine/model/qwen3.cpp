@@ -113,6 +113,8 @@ class Qwen3 final : public Model {
     s.n_layers = cfg_.num_hidden_layers + mtp_depths_;
     s.n_kv_heads = cfg_.num_key_value_heads;
     s.head_dim = cfg_.head_dim;
+    // bf16 kernel set: the KV cache in bf16 too (as a bf16 model keeps it), read on the AMX tiles.
+    s.bf16 = pack_ && cpu::kv_bf16_supported(cfg_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
     return s;
   }
 

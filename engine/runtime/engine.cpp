@@ -134,7 +134,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   mtp_draft_vocab_ = std::min(draft_vocab, V);
   std::size_t kv_tokens = options_.max_kv_tokens;
   if (options_.kv_cache_mb > 0) {
-    const std::size_t block_bytes = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * 4 * shape.block_size;
+    const std::size_t block_bytes = shape.bytes_per_token() * shape.block_size;
     const std::size_t blocks = options_.kv_cache_mb * (std::size_t{1} << 20) / std::max<std::size_t>(block_bytes, 1);
     kv_tokens = std::min(kv_tokens, blocks * shape.block_size);
   }
@@ -491,6 +491,18 @@ bool Engine::is_end_token(const Sequence& s, TokenId tok) const {
          std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), tok) != s.req.stop_token_ids.end();
 }
 
+void Engine::mtp_catch_up(Sequence& s) {
+  const Stopwatch w;
+  DraftJob j;
+  j.seq = s.kv;
+  j.state = s.mtp.get();
+  j.token_at = [&s](std::size_t i) { return s.tokens[i]; };
+  j.n_committed = s.tokens.size();
+  MtpDrafter drafter(*model_, *kv_, pool_.get(), mtp_draft_vocab_);
+  stats_.mtp_rows += drafter.catch_up(j);
+  stats_.prefill_s += w.seconds();
+}
+
 void Engine::draft_step() {
   step_draft_s_ = 0.0;
   std::vector<DraftJob*> jobs;
@@ -534,8 +546,10 @@ std::size_t Engine::sample_outputs() {
   // Prefill chunks before the prompt's end: only their hidden states (for the MTP module).
   for (auto& sp : running_) {
     Sequence& s = *sp;
-    if (!s.done && s.mtp && s.n_rows > 0 && !s.has_logits && !hidden_.empty())
+    if (!s.done && s.mtp && s.n_rows > 0 && !s.has_logits && !hidden_.empty()) {
       s.mtp->push_main_hidden(hidden_.data() + s.row_first * H, s.n_rows, s.pos_first);
+      mtp_catch_up(s);
+    }
   }
   for (Sequence* sp : row_owner_) {
     Sequence& s = *sp;
@@ -568,6 +582,7 @@ std::size_t Engine::sample_outputs() {
     if (s.mtp && !hidden_.empty())  // main hidden states of the rows holding committed tokens
       s.mtp->push_main_hidden(hidden_.data() + s.row_first * H, prefill_rows ? s.n_rows : s.n_rows - (k - m),
                               s.pos_first);
+    if (s.mtp && prefill_rows) mtp_catch_up(s);
     if (s.t_first < 0) {
       s.t_first = clock_.seconds();
       s.result.stats.ttft_s = s.t_first - s.t_submit;

@@ -202,6 +202,8 @@ class Engine {
   std::size_t reserved_blocks_left() const;
   void schedule_batch();
   /// MTP drafts for the running sequences in decode (before schedule_batch adds them to the batch).
+  /// MTP rows of a prompt chunk just computed (MtpDrafter::catch_up), before its first token is timed.
+  void mtp_catch_up(Sequence& s);
   void draft_step();
   /// Samples / verifies each sequence's logits rows and appends its tokens; returns the tokens emitted.
   std::size_t sample_outputs();

@@ -126,7 +126,7 @@ BlockId BlockAllocator::lookup(BlockHash hash, BlockHash parent, std::span<const
 KvCache::KvCache(const KvCacheShape& shape, std::size_t max_tokens, const PrefixCacheOptions& prefix)
     : shape_(shape),
       prefix_(prefix),
-      block_floats_(2 * shape.n_layers * shape.block_size * shape.n_kv_heads * shape.head_dim),
+      block_floats_(shape.bytes_per_token() * shape.block_size / sizeof(float)),
       alloc_(shape.block_size ? (max_tokens + shape.block_size - 1) / shape.block_size : 0) {
   if (shape.block_size == 0 || shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
     throw std::invalid_argument("KvCache: empty shape");
@@ -269,7 +269,9 @@ std::size_t KvCache::n_committed_blocks(SeqId id) const {
 cpu::KvLayerView KvCache::layer_view(std::size_t layer) const {
   cpu::KvLayerView v;
   v.blocks = block_ptrs_.data();
-  const std::size_t per = shape_.block_size * shape_.n_kv_heads * shape_.head_dim;
+  // Floats of one layer's K (or V) in a block: bf16 values pack two to a float.
+  const std::size_t per = shape_.block_size * shape_.n_kv_heads * shape_.head_dim / (shape_.bf16 ? 2 : 1);
+  v.bf16 = shape_.bf16;
   v.k_offset = 2 * layer * per;
   v.v_offset = v.k_offset + per;
   v.block_size = shape_.block_size;

@@ -44,6 +44,9 @@ using BlockHash = std::uint64_t;
 struct KvCacheShape {
   std::size_t n_layers = 0, n_kv_heads = 0, head_dim = 0;
   std::size_t block_size = 16;  ///< tokens per block
+  bool bf16 = false;            ///< K/V stored as bf16 in the AMX layouts (cpu::KvLayerView), else f32
+  /// Bytes one token occupies over all layers (K and V).
+  std::size_t bytes_per_token() const { return 2 * n_layers * n_kv_heads * head_dim * (bf16 ? 2 : 4); }
 };
 
 /// Prefix-cache settings of a KvCache.
@@ -121,8 +124,8 @@ class KvCache {
 
   const KvCacheShape& shape() const { return shape_; }
   const PrefixCacheOptions& prefix_options() const { return prefix_; }
-  /// Bytes one token occupies over all layers (K and V, f32).
-  std::size_t bytes_per_token() const { return 2 * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * 4; }
+  /// Bytes one token occupies over all layers (K and V).
+  std::size_t bytes_per_token() const { return shape_.bytes_per_token(); }
   /// Bytes of one block (block_size tokens).
   std::size_t bytes_per_block() const { return bytes_per_token() * shape_.block_size; }
   /// Blocks needed to hold n_tokens positions.

@@ -113,6 +113,30 @@ std::size_t popcount(const std::vector<std::uint32_t>& m, TokenId* only) {
 
 }  // namespace
 
+std::size_t MtpDrafter::catch_up(DraftJob& j) {
+  MtpState& st = *j.state;
+  const std::size_t H = model_.config().hidden_size, C = j.n_committed;
+  std::size_t rows = 0;
+  Batch batch;
+  std::vector<float> hin, hout;
+  for (std::size_t e = 1; e <= st.max_depth_ && C >= e + 2; ++e) {
+    const std::size_t r = st.next_row_[e - 1], np = st.pending_rows(e - 1);
+    if (np == 0 || r > C - 2 - e) continue;
+    const std::size_t end = std::min(C - 1 - e, r + np);  // rows r..end-1
+    batch.clear();
+    hin.assign(st.pending_[e - 1].begin(), st.pending_[e - 1].begin() + static_cast<std::ptrdiff_t>((end - r) * H));
+    for (std::size_t i = r; i < end; ++i) batch.add(j.token_at(i + e), static_cast<std::int32_t>(i), j.seq, false);
+    hout.resize(batch.size() * H);
+    model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), nullptr, pool_, draft_vocab_);
+    rows += batch.size();
+    if (e < st.max_depth_) st.pending_[e].insert(st.pending_[e].end(), hout.begin(), hout.end());
+    auto& in = st.pending_[e - 1];
+    in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>((end - r) * H));
+    st.next_row_[e - 1] = end;
+  }
+  return rows;
+}
+
 std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
   const std::size_t H = model_.config().hidden_size;
   const std::size_t V = draft_vocab_ > 0 ? std::min(draft_vocab_, model_.config().vocab_size) : model_.config().vocab_size;

@@ -121,6 +121,13 @@ class MtpDrafter {
   /// max_drafts positions. Returns the number of MTP rows computed (for stats).
   std::size_t draft(std::span<DraftJob* const> jobs);
 
+  /// Advances the job's MTP caches over rows that read committed tokens only (depth e: rows up to
+  /// n_committed - 2 - e; the last rows stay for the next drafting round, which needs their outputs):
+  /// the MTP module's share of processing a prompt, run with the prefill so that it counts in the
+  /// time to first token, not in decoding (EAGLE / vLLM prefill the draft module with the target).
+  /// Uses only seq, state, token_at and n_committed of the job. Returns the MTP rows computed.
+  std::size_t catch_up(DraftJob& job);
+
  private:
   Model& model_;
   KvCache& kv_;

@@ -29,5 +29,8 @@ using AttentionRangeFn = void (*)(const AttentionArgs& a, std::size_t w0, std::s
 void attention_range_generic(const AttentionArgs& a, std::size_t w0, std::size_t w1);
 void attention_range_avx2(const AttentionArgs& a, std::size_t w0, std::size_t w1);
 void attention_range_avx512(const AttentionArgs& a, std::size_t w0, std::size_t w1);
+/// bf16 KV cache on the AMX tiles (attention_amx_avx512.cpp): head_dim 64 or 128, block_size 16, runs of
+/// at most 16 query vectors.
+void attention_range_amx(const AttentionArgs& a, std::size_t w0, std::size_t w1);
 
 }  // namespace quarry::engine::cpu::detail

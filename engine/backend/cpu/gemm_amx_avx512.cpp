@@ -278,30 +278,37 @@ void amx_packed_gemm(const std::uint16_t* xb, size_t m, size_t k, const std::uin
   const size_t k2 = k_padded(k), chunks = k2 / 32;
   alignas(64) float stage[16 * 64];
   size_t configured = 0;
-  for (size_t i0 = 0; i0 < m; i0 += 16) {
-    const size_t rows = min_sz(16, m - i0);
+  // Whole 16-row chunks of x first, then the last partial one (one tile configuration each); for
+  // each block of 4 column groups every chunk of x runs while the block's B tiles stay in L2.
+  const size_t full = m / 16 * 16;
+  for (int part = 0; part < 2; ++part) {
+    const size_t r0 = part == 0 ? 0 : full, r1 = part == 0 ? full : m;
+    if (r0 == r1) continue;
+    const size_t rows = part == 0 ? 16 : m - full;
     if (rows != configured) {
       tiles_configure_rows(rows);
       configured = rows;
     }
-    const std::uint16_t* a = xb + i0 * k2;
     for (size_t g = g0; g < g1; g += 4) {
       const size_t gq = min_sz(4, g1 - g);
       const std::uint16_t* b = wp + g * chunks * 512;
-      switch (gq) {
-        case 4: packed_block<4>(a, k2, b, chunks, stage); break;
-        case 3: packed_block<3>(a, k2, b, chunks, stage); break;
-        case 2: packed_block<2>(a, k2, b, chunks, stage); break;
-        default: packed_block<1>(a, k2, b, chunks, stage); break;
-      }
       const size_t j0 = g * 16, cols = min_sz(gq * 16, n - j0);
-      for (size_t i = 0; i < rows; ++i) {
-        float* yi = y + (i0 + i) * ldy + j0;
-        for (size_t q = 0; q * 16 < cols; ++q) {
-          const __mmask16 mk = tail_mask(cols - q * 16);
-          __m512 v = _mm512_load_ps(stage + i * 64 + q * 16);
-          if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, yi + q * 16));
-          _mm512_mask_storeu_ps(yi + q * 16, mk, v);
+      for (size_t i0 = r0; i0 < r1; i0 += 16) {
+        const std::uint16_t* a = xb + i0 * k2;
+        switch (gq) {
+          case 4: packed_block<4>(a, k2, b, chunks, stage); break;
+          case 3: packed_block<3>(a, k2, b, chunks, stage); break;
+          case 2: packed_block<2>(a, k2, b, chunks, stage); break;
+          default: packed_block<1>(a, k2, b, chunks, stage); break;
+        }
+        for (size_t i = 0; i < rows; ++i) {
+          float* yi = y + (i0 + i) * ldy + j0;
+          for (size_t q = 0; q * 16 < cols; ++q) {
+            const __mmask16 mk = tail_mask(cols - q * 16);
+            __m512 v = _mm512_load_ps(stage + i * 64 + q * 16);
+            if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, yi + q * 16));
+            _mm512_mask_storeu_ps(yi + q * 16, mk, v);
+          }
         }
       }
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "engine/backend/cpu/attention_kernels.hpp"
 #include "engine/backend/cpu/cpu_features.hpp"
@@ -41,6 +42,13 @@ inline float f16_to_f32(std::uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+/// Round to nearest even (finite values), as VCVTNEPS2BF16.
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 template <typename F>
@@ -129,6 +137,24 @@ void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_
 void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_tokens, const std::int32_t* positions,
               const std::int32_t* const* block_tables, const KvLayerView& kv, ThreadPool* pool) {
   const std::size_t row = kv.n_kv_heads * kv.head_dim, bs = kv.block_size;
+  if (kv.bf16) {
+    const std::size_t hd = kv.head_dim, per = bs * hd;
+    split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t) {
+        const auto pos = static_cast<std::size_t>(positions[t]);
+        float* base = kv.blocks[block_tables[t][pos / bs]];
+        auto* kb = reinterpret_cast<std::uint16_t*>(base + kv.k_offset);
+        auto* vb = reinterpret_cast<std::uint16_t*>(base + kv.v_offset);
+        const std::size_t j = pos % bs;
+        for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+          for (std::size_t d = 0; d < hd; ++d) {
+            kb[h * per + (d / 2) * bs * 2 + j * 2 + d % 2] = f32_to_bf16(k[t * ld + h * hd + d]);
+            vb[h * per + (j / 2) * hd * 2 + d * 2 + j % 2] = f32_to_bf16(v[t * ld + h * hd + d]);
+          }
+      }
+    });
+    return;
+  }
   split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
       const auto pos = static_cast<std::size_t>(positions[t]);
@@ -147,7 +173,7 @@ void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_toke
 void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
                std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
                const KvLayerView& kv, float scale, ThreadPool* pool) {
-  static const detail::AttentionRangeFn kernel = [] {
+  static const detail::AttentionRangeFn exact_kernel = [] {
     const CpuFeatures f = detect_cpu_features();
     return f.avx512 ? &detail::attention_range_avx512
            : f.avx2 ? &detail::attention_range_avx2
@@ -162,19 +188,61 @@ void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std
     if (block_tables[t] != block_tables[t - 1] || t - runs.back() >= max_run) runs.push_back(t);
   runs.push_back(n_tokens);
   const std::size_t n_runs = runs.size() - 1;
+  if (kv.bf16 && !kv_bf16_supported(n_heads, kv.n_kv_heads, kv.head_dim, kv.block_size))
+    throw std::invalid_argument("attention: a bf16 KV cache of this shape is not supported here");
+#if defined(__x86_64__)
+  const detail::AttentionRangeFn kernel = kv.bf16 ? &detail::attention_range_amx : exact_kernel;
+#else
+  const detail::AttentionRangeFn kernel = exact_kernel;
+#endif
   const detail::AttentionArgs args{q, ldq, out, ldo, n_heads, positions, block_tables, &kv, scale, runs.data()};
   split(pool, n_runs * kv.n_kv_heads, [&](std::size_t w0, std::size_t w1) { kernel(args, w0, w1); });
 }
 
+bool kv_bf16_supported(std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, std::size_t block_size) {
+  return packed_bf16_available() && (head_dim == 64 || head_dim == 128) && block_size == 16 && n_kv_heads > 0 &&
+         n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 16;
+}
+
+namespace {
+
+/// e^x for x in [-87, 88] (clamped outside): x = k ln2 + r with |r| <= ln2 / 2 (Cody & Waite), e^r by
+/// its degree-6 Taylor polynomial (relative error below 2e-7), times 2^k assembled in the exponent bits.
+/// Branch-free and in plain arithmetic so that the loop below vectorises.
+inline float exp_poly(float x) {
+  x = std::min(std::max(x, -87.f), 88.f);
+  const float k = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
+  const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+  float p = 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const std::int32_t e = (static_cast<std::int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &e, 4);
+  return p * scale;
+}
+
+// Compiled for AVX-512, AVX2 and the baseline (function multi-versioning, picked at load time).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void silu_mul_rows(
+    const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+    std::size_t r0, std::size_t r1, std::size_t n) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* g = gate + r * ldg;
+    const float* u = up + r * ldu;
+    float* o = out + r * ldo;
+    for (std::size_t i = 0; i < n; ++i) o[i] = g[i] / (1.f + exp_poly(-g[i])) * u[i];
+  }
+}
+
+}  // namespace
+
 void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
               std::size_t rows, std::size_t n, ThreadPool* pool) {
-  split(pool, rows, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r)
-      for (std::size_t i = 0; i < n; ++i) {
-        const float g = gate[r * ldg + i];
-        out[r * ldo + i] = g / (1.f + std::exp(-g)) * up[r * ldu + i];
-      }
-  });
+  split(pool, rows, [&](std::size_t r0, std::size_t r1) { silu_mul_rows(gate, ldg, up, ldu, out, ldo, r0, r1, n); });
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool) {

@@ -61,11 +61,19 @@ void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_
 /// blocks[b] + k_offset, laid out transposed [n_kv_heads, head_dim, block_size] f32 (the 16 keys of a
 /// block against one query are then one vector FMA per head dim); its values start at blocks[b] + v_offset,
 /// laid out [n_kv_heads, block_size, head_dim] f32 (so each kv head's K and V are contiguous in a block).
+/// With `bf16` (the bf16 kernel set, kv_bf16_supported()), K and V are bf16 in the AMX operand (VNNI)
+/// layouts instead: K [n_kv_heads, head_dim / 2, block_size, 2] (pairs of head dims), V [n_kv_heads,
+/// block_size / 2, head_dim, 2] (pairs of positions); offsets still count floats (two bf16 per float).
 struct KvLayerView {
   float* const* blocks = nullptr;
   std::size_t k_offset = 0, v_offset = 0;
   std::size_t block_size = 16, n_kv_heads = 0, head_dim = 0;
+  bool bf16 = false;
 };
+
+/// Whether a bf16 KV cache of this shape can be used here: AMX-BF16 available, head_dim 64 or 128,
+/// block_size 16, at most 16 query heads per kv head.
+bool kv_bf16_supported(std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, std::size_t block_size);
 
 /// Writes k, v ([n_tokens, n_kv_heads * head_dim] f32, row stride ld) into the cache at each token's
 /// position through its sequence's block table (block_tables[t] points to that sequence's table).
@@ -78,12 +86,14 @@ void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_toke
 /// q: [n_tokens, n_heads * head_dim] at stride ldq; out: same shape at stride ldo. Softmax in f32.
 /// Consecutive tokens of one sequence (a prefill chunk, a verify step's rows) are served together: one
 /// pass over the K/V blocks per kv head for all their query heads (attention_range.inc). A token's output
-/// does not depend on the other tokens of the call (bit-identical alone or among others).
+/// does not depend on the other tokens of the call (bit-identical alone or among others). A bf16 cache
+/// (kv.bf16) runs on the AMX tiles: Q and the softmax weights rounded to bf16, f32 accumulation.
 void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_tokens,
                std::size_t n_heads, const std::int32_t* positions, const std::int32_t* const* block_tables,
                const KvLayerView& kv, float scale, ThreadPool* pool);
 
-/// SwiGLU (Shazeer 2020): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x); rows of n elements,
+/// SwiGLU (Shazeer 2020): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) (e^x by a polynomial,
+/// relative error below 2e-7, vectorised per instruction set); rows of n elements,
 /// gate/up/out at row strides ldg/ldu/ldo.
 void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
               std::size_t rows, std::size_t n, ThreadPool* pool);
