@@ -7,7 +7,8 @@
 
 namespace quarry::engine {
 
-void Model::mtp_forward(std::size_t, const Batch&, const float*, KvCache&, float*, float*, ThreadPool*, std::size_t) {
+void Model::mtp_forward(std::size_t, const Batch&, const float*, KvCache&, float*, float*, ThreadPool*, std::size_t,
+                        std::span<const std::vector<std::int32_t>>) {
   throw std::invalid_argument("mtp_forward: the model has no MTP module");
 }
 

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "engine/model/config.hpp"
 #include "engine/runtime/batch.hpp"
@@ -58,8 +60,13 @@ class Model {
   /// `draft_vocab` (0: all) limits the logits to token ids 0..draft_vocab-1 (rows [n_logits, draft_vocab]):
   /// byte-level BPE ids are in merge order, roughly by frequency, so the first ids cover most text at a
   /// fraction of the LM head's cost (FR-Spec, Zhao et al. 2025: drafting over a frequency-ranked sub-vocabulary).
+  /// `candidates` (optional): one id list per logit row (ids < draft_vocab when it is set); when every
+  /// list is non-empty, only those logits are computed (dot products, f32 accumulation) and the rest
+  /// of each row is -infinity: a draft position where the grammar allows few tokens reads a few rows
+  /// of the LM head instead of all of them.
   virtual void mtp_forward(std::size_t depth, const Batch& batch, const float* hidden_in, KvCache& kv,
-                           float* hidden_out, float* logits, ThreadPool* pool, std::size_t draft_vocab = 0);
+                           float* hidden_out, float* logits, ThreadPool* pool, std::size_t draft_vocab = 0,
+                           std::span<const std::vector<std::int32_t>> candidates = {});
 
   /// Bytes of weights one decode step reads (all matrices incl. the LM head, norms, one embedding row).
   virtual std::size_t weight_bytes_per_step() const = 0;

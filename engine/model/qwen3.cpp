@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ constexpr std::size_t kMaxRecursiveMtpDepth = 8;
 /// Scratch buffers of one forward call.
 struct Scratch {
   std::vector<float> h, q, k, v, attn, gate, up;
+  cpu::RopeAngles angles;  // of the batch's positions, shared by every layer
   void resize(std::size_t T, std::size_t H, std::size_t QD, std::size_t KD, std::size_t I) {
     h.resize(T * H);
     q.resize(T * QD);
@@ -136,7 +138,8 @@ class Qwen3 final : public Model {
   using Model::forward;
   void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) override;
   void mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
-                   float* logits, ThreadPool* pool, std::size_t draft_vocab = 0) override;
+                   float* logits, ThreadPool* pool, std::size_t draft_vocab = 0,
+                   std::span<const std::vector<std::int32_t>> candidates = {}) override;
 
  private:
   Layer layer(const std::string& p) {
@@ -221,8 +224,8 @@ void Qwen3::run_layer(const Layer& L, std::size_t kv_layer, float* x, std::size_
   cpu::matmul(h, T, L.wv, v, pool);
   cpu::rms_norm(q, q, T * NH, D, D, L.q_norm.data(), eps, pool);
   cpu::rms_norm(k, k, T * NKV, D, D, L.k_norm.data(), eps, pool);
-  cpu::rope(q, T, NH, D, QD, b.positions.data(), rope_, pool);
-  cpu::rope(k, T, NKV, D, KD, b.positions.data(), rope_, pool);
+  cpu::rope(q, T, NH, D, QD, s.angles, pool);
+  cpu::rope(k, T, NKV, D, KD, s.angles, pool);
   const cpu::KvLayerView view = kv.layer_view(kv_layer);
   cpu::kv_store(k, v, KD, T, b.positions.data(), tables.data(), view, pool);
   cpu::attention(q, QD, s.attn.data(), QD, T, NH, b.positions.data(), tables.data(), view, scale, pool);
@@ -248,6 +251,7 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
   std::vector<float> x(T * H);
   Scratch s;
   s.resize(T, H, QD, KD, I);
+  s.angles = cpu::rope_angles(b.positions.data(), T, rope_);
   cpu::embedding(b.tokens.data(), T, embed_, x.data(), pool);
   for (std::size_t l = 0; l < layers_.size(); ++l) run_layer(layers_[l], l, x.data(), T, b, tables, kv, s, pool);
 
@@ -268,7 +272,8 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
 }
 
 void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
-                        float* logits, ThreadPool* pool, std::size_t draft_vocab) {
+                        float* logits, ThreadPool* pool, std::size_t draft_vocab,
+                        std::span<const std::vector<std::int32_t>> candidates) {
   if (mtp_.empty()) throw std::invalid_argument("mtp_forward: the model has no MTP module");
   if (depth == 0 || depth > mtp_depths_)
     throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
@@ -296,6 +301,7 @@ void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_i
   cpu::matmul(cat.data(), T, m.fc, x.data(), pool);
   Scratch s;
   s.resize(T, H, QD, KD, I);
+  s.angles = cpu::rope_angles(b.positions.data(), T, rope_);
   run_layer(m.layer, kv_layer, x.data(), T, b, tables, kv, s, pool);
   cpu::rms_norm(x.data(), hidden_out, T, H, H, m.norm.data(), eps, pool);
 
@@ -306,7 +312,20 @@ void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_i
   if (sel.empty()) return;
   cpu::Weight head = m.lm_head;  // the first draft_vocab rows: same storage, fewer rows
   if (draft_vocab > 0 && draft_vocab < head.rows) head.rows = draft_vocab;
-  cpu::matmul(sel.data(), sel.size() / H, head, logits, pool);
+  const std::size_t n_out = sel.size() / H;
+  const bool few = candidates.size() == n_out &&
+                   std::all_of(candidates.begin(), candidates.end(), [](const auto& c) { return !c.empty(); });
+  if (!few) return cpu::matmul(sel.data(), n_out, head, logits, pool);
+  for (std::size_t r = 0; r < n_out; ++r) {
+    float* row = logits + r * head.rows;
+    std::fill(row, row + head.rows, -std::numeric_limits<float>::infinity());
+    std::vector<float> vals(candidates[r].size());
+    for (const auto id : candidates[r])
+      if (id < 0 || static_cast<std::size_t>(id) >= head.rows)
+        throw std::invalid_argument("mtp_forward: candidate token id " + std::to_string(id) + " outside the draft vocabulary");
+    cpu::dot_rows(sel.data() + r * H, head, candidates[r].data(), candidates[r].size(), vals.data());
+    for (std::size_t i = 0; i < vals.size(); ++i) row[candidates[r][i]] = vals[i];
+  }
 }
 
 }  // namespace

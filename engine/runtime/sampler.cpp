@@ -1,6 +1,7 @@
 #include "engine/runtime/sampler.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -79,11 +80,30 @@ void Sampler::distribution(std::span<const float> logits, std::span<const std::u
   out.probs.clear();
   const std::size_t V = logits.size();
   if (params_.temperature == 0.f) {
+    // The first largest allowed logit (torch.argmax order), visiting only the allowed ids: whole
+    // 32-id words when the bitmask allows all of them, set bits otherwise.
     TokenId best = -1;
-    for (std::size_t i = 0; i < V; ++i) {
-      const auto t = static_cast<TokenId>(i);
-      if (!bitmask_allows(bitmask, t)) continue;
-      if (best < 0 || logits[i] > logits[static_cast<std::size_t>(best)]) best = t;
+    float best_v = 0.f;
+    auto visit = [&](std::size_t i) {
+      if (best < 0 || logits[i] > best_v) {
+        best = static_cast<TokenId>(i);
+        best_v = logits[i];
+      }
+    };
+    if (bitmask.empty()) {
+      for (std::size_t i = 0; i < V; ++i) visit(i);
+    } else {
+      for (std::size_t w = 0; w < bitmask.size() && w * 32 < V; ++w) {
+        std::uint32_t bits = bitmask[w];
+        if (bits == 0xffffffffu && w * 32 + 32 <= V) {
+          for (std::size_t i = w * 32; i < w * 32 + 32; ++i) visit(i);
+          continue;
+        }
+        for (; bits != 0; bits &= bits - 1) {
+          const std::size_t i = w * 32 + static_cast<std::size_t>(std::countr_zero(bits));
+          if (i < V) visit(i);
+        }
+      }
     }
     if (best >= 0) {
       out.ids.push_back(best);

@@ -177,6 +177,9 @@ std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
   Batch batch;
   std::vector<float> hin, hout, logits;
   std::vector<Work*> needers, in_batch;
+  std::vector<std::vector<std::int32_t>> cands;  // per logit row: the allowed draft ids, or empty (all)
+  // Above this many allowed ids the whole draft head (one streaming GEMM) is cheaper than dot products.
+  constexpr std::size_t kMaxCandidates = 512;
   for (std::size_t round = 1; round <= max_k; ++round) {
     needers.clear();
     for (auto& w : work) {
@@ -221,7 +224,23 @@ std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
       if (batch.size() == 0) continue;
       hout.resize(batch.size() * H);
       logits.resize(batch.n_logits() * V);
-      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), pool_, V);
+      // Grammar-aware draft logits: where the position's bitmask allows few tokens of the draft
+      // vocabulary, only those rows of the LM head are read.
+      cands.assign(batch.n_logits(), {});
+      if (e == round)
+        for (Work* w : in_batch) {
+          const DraftJob& j = *w->job;
+          if (!j.constraint || j.masks.empty()) continue;
+          auto& c = cands[w->logit_row];
+          const auto& m = j.masks.back();
+          for (std::size_t word = 0; word < m.size() && word * 32 < V && c.size() <= kMaxCandidates; ++word)
+            for (std::uint32_t bits = m[word]; bits != 0; bits &= bits - 1) {
+              const std::size_t id = word * 32 + static_cast<std::size_t>(std::countr_zero(bits));
+              if (id < V) c.push_back(static_cast<std::int32_t>(id));
+            }
+          if (c.size() > kMaxCandidates) c.clear();
+        }
+      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), pool_, V, cands);
       mtp_rows += batch.size();
       // Keep the outputs; commit the rows that read committed tokens only.
       std::size_t at = 0;

@@ -262,10 +262,19 @@ void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf1
   if (!packed_bf16_available()) throw std::invalid_argument("gemm_packed: this CPU (or build) has no AMX-BF16");
 #if defined(__x86_64__)
   const std::size_t k2 = (k + 31) / 32 * 32;
-  std::vector<std::uint16_t> xb(m * k2);
-  detail::amx_round_x(x, m, k, ldx, xb.data());
+  // x rounded to bf16: on the stack for decode-sized products, else on the heap (never zeroed:
+  // amx_round_x writes every element).
+  constexpr std::size_t kStackElems = 16 * 1024;
+  alignas(64) std::uint16_t stack_xb[kStackElems];
+  std::unique_ptr<std::uint16_t[]> heap_xb;
+  std::uint16_t* xb = stack_xb;
+  if (m * k2 > kStackElems) {
+    heap_xb.reset(new std::uint16_t[m * k2]);
+    xb = heap_xb.get();
+  }
+  detail::amx_round_x(x, m, k, ldx, xb);
   for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
-    detail::amx_packed_gemm(xb.data(), m, k, w.data.data(), n, g0, g1, y, ldy, accumulate);
+    detail::amx_packed_gemm(xb, m, k, w.data.data(), n, g0, g1, y, ldy, accumulate);
   });
 #else
   (void)pool;

@@ -88,18 +88,76 @@ void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool
   gemm(x, m, w.cols, w.cols, w.data, w.type, w.rows, y, w.rows, pool);
 }
 
+namespace {
+
+template <class Load>
+__attribute__((target_clones("avx512f", "avx2", "default"))) float dot_row(const float* x, std::size_t n, Load load) {
+  float part[16] = {};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (std::size_t l = 0; l < 16; ++l) part[l] += x[i + l] * load(i + l);
+  for (std::size_t w = 8; w >= 1; w /= 2)
+    for (std::size_t l = 0; l < w; ++l) part[l] += part[l + w];
+  float s = part[0];
+  for (; i < n; ++i) s += x[i] * load(i);
+  return s;
+}
+
+}  // namespace
+
+void dot_rows(const float* x, const Weight& w, const std::int32_t* ids, std::size_t n_ids, float* out) {
+  for (std::size_t r = 0; r < n_ids; ++r) {
+    const std::size_t off = static_cast<std::size_t>(ids[r]) * w.cols;
+    switch (w.type) {
+      case WeightType::f32: {
+        const float* p = static_cast<const float*>(w.data) + off;
+        out[r] = dot_row(x, w.cols, [p](std::size_t i) { return p[i]; });
+        break;
+      }
+      case WeightType::bf16: {
+        const std::uint16_t* p = static_cast<const std::uint16_t*>(w.data) + off;
+        out[r] = dot_row(x, w.cols, [p](std::size_t i) {
+          const std::uint32_t u = static_cast<std::uint32_t>(p[i]) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          return f;
+        });
+        break;
+      }
+      case WeightType::f16: {
+        const std::uint16_t* p = static_cast<const std::uint16_t*>(w.data) + off;
+        out[r] = dot_row(x, w.cols, [p](std::size_t i) { return f16_to_f32(p[i]); });
+        break;
+      }
+    }
+  }
+}
+
+namespace {
+
+// Sum of squares in double over 8 interleaved partial sums (vectorisable), then the row scaled.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void rms_norm_rows(
+    const float* x, float* y, std::size_t r0, std::size_t r1, std::size_t dim, std::size_t ld, const float* weight,
+    float eps) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * ld;
+    float* yr = y + r * ld;
+    double part[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+      for (std::size_t l = 0; l < 8; ++l) part[l] += static_cast<double>(xr[i + l]) * xr[i + l];
+    double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    for (; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+    for (std::size_t j = 0; j < dim; ++j) yr[j] = weight[j] * (xr[j] * inv);
+  }
+}
+
+}  // namespace
+
 void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* weight,
               float eps, ThreadPool* pool) {
-  split(pool, rows, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * ld;
-      float* yr = y + r * ld;
-      double ss = 0.0;
-      for (std::size_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-      const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
-      for (std::size_t i = 0; i < dim; ++i) yr[i] = weight[i] * (xr[i] * inv);
-    }
-  });
+  split(pool, rows, [&](std::size_t r0, std::size_t r1) { rms_norm_rows(x, y, r0, r1, dim, ld, weight, eps); });
 }
 
 Rope::Rope(double theta, std::size_t rdim) : rotary_dim(rdim), inv_freq(rdim / 2) {
@@ -110,28 +168,44 @@ Rope::Rope(double theta, std::size_t rdim) : rotary_dim(rdim), inv_freq(rdim / 2
   }
 }
 
+RopeAngles rope_angles(const std::int32_t* positions, std::size_t n, const Rope& r) {
+  RopeAngles a;
+  a.half = r.rotary_dim / 2;
+  a.cos.resize(n * a.half);
+  a.sin.resize(n * a.half);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (std::size_t i = 0; i < a.half; ++i) {
+      const float angle = pos * r.inv_freq[i];  // f32 product, as HF's f32 matmul of one term
+      a.cos[t * a.half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      a.sin[t * a.half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  return a;
+}
+
 void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
-          const std::int32_t* positions, const Rope& r, ThreadPool* pool) {
-  const std::size_t half = r.rotary_dim / 2;
+          const RopeAngles& a, ThreadPool* pool) {
+  const std::size_t half = a.half;
   split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
-    std::vector<float> cs(half), sn(half);
     for (std::size_t t = t0; t < t1; ++t) {
-      const float pos = static_cast<float>(positions[t]);
-      for (std::size_t i = 0; i < half; ++i) {
-        const float angle = pos * r.inv_freq[i];  // f32 product, as HF's f32 matmul of one term
-        cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        sn[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-      }
+      const float* cs = a.cos.data() + t * half;
+      const float* sn = a.sin.data() + t * half;
       for (std::size_t h = 0; h < n_heads; ++h) {
         float* v = x + t * ld + h * head_dim;
         for (std::size_t i = 0; i < half; ++i) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
+          const float p = v[i], q = v[i + half];
+          v[i] = p * cs[i] - q * sn[i];
+          v[i + half] = q * cs[i] + p * sn[i];
         }
       }
     }
   });
+}
+
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          const std::int32_t* positions, const Rope& r, ThreadPool* pool) {
+  rope(x, n_tokens, n_heads, head_dim, ld, rope_angles(positions, n_tokens, r), pool);
 }
 
 void kv_store(const float* k, const float* v, std::size_t ld, std::size_t n_tokens, const std::int32_t* positions,

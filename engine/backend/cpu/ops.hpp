@@ -37,6 +37,11 @@ void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, f
 /// when w.packed is set).
 void matmul(const float* x, std::size_t m, const Weight& w, float* y, ThreadPool* pool);
 
+/// out[i] = x . w[ids[i], :] for i < n_ids (x: f32 [w.cols]; w in its stored dtype, widened exactly;
+/// f32 accumulation over 16 interleaved partial sums): a few rows of a weight matrix, e.g. the logits
+/// of the tokens a grammar allows. ids must be < w.rows (checked by the caller).
+void dot_rows(const float* x, const Weight& w, const std::int32_t* ids, std::size_t n_ids, float* out);
+
 /// RMSNorm (Zhang & Sennrich 2019; HF Qwen3RMSNorm): y = x / sqrt(mean(x^2) + eps) * weight, per row of
 /// `dim` elements. Applies to `rows` rows at stride `ld` (in and out may alias). weight: [dim] f32.
 void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* weight,
@@ -56,6 +61,18 @@ struct Rope {
 /// x: [n_tokens, n_heads * head_dim] at row stride ld; positions: [n_tokens].
 void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
           const std::int32_t* positions, const Rope& rope, ThreadPool* pool);
+
+/// cos and sin of pos * inv_freq[i] for n positions, [n, rotary_dim / 2] each (f32 angle, as HF; cos and
+/// sin in double, rounded): computed once per forward pass and shared by the q and k of every layer.
+struct RopeAngles {
+  std::size_t half = 0;
+  std::vector<float> cos, sin;
+};
+RopeAngles rope_angles(const std::int32_t* positions, std::size_t n, const Rope& rope);
+
+/// rope() with the angles precomputed for the n_tokens positions.
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          const RopeAngles& angles, ThreadPool* pool);
 
 /// One layer of a paged KV cache as seen by attention: block b's keys for this layer start at
 /// blocks[b] + k_offset, laid out transposed [n_kv_heads, head_dim, block_size] f32 (the 16 keys of a
