@@ -62,6 +62,13 @@ bool GrammarConstraint::is_terminated() const {
 
 namespace quarry::engine::grammar {
 
+std::vector<TokenId> GrammarConstraint::forced_text_tokens() const {
+  if (!tokenizer_ || matcher_.is_terminated()) return {};
+  const std::string forced = matcher_.jump_forward();
+  if (forced.empty()) return {};
+  return tokenizer_->encode(forced);
+}
+
 std::vector<TokenId> GrammarConstraint::take_forced_tokens() {
   std::vector<TokenId> out;
   if (!tokenizer_ || matcher_.is_terminated()) return out;

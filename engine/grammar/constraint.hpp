@@ -44,6 +44,8 @@ class GrammarConstraint final : public TokenConstraint {
   /// The tokens of the forced text but its last one, accepted (stops at the first token the grammar rejects, e.g. a
   /// special token the tokenizer matched in the text). Empty without a tokenizer or a forced text.
   std::vector<TokenId> take_forced_tokens() override;
+  /// The forced text (GrammarMatcher::jump_forward) encoded whole, nothing accepted (needs the tokenizer).
+  std::vector<TokenId> forced_text_tokens() const override;
   /// Undoes the last n accepted tokens (GrammarMatcher::rollback); n beyond the history resets.
   void rollback(std::size_t n) override;
   bool supports_rollback() const override { return true; }

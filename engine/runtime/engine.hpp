@@ -84,6 +84,11 @@ class TokenConstraint {
   /// accepted by it. The engine appends them to the output without sampling and feeds them to the
   /// model like prompt tokens in the next forward call. Default: none.
   virtual std::vector<TokenId> take_forced_tokens() { return {}; }
+  /// Speculative drafts: the tokenizer's encoding of the text the constraint forces next (every
+  /// token, the last included), without accepting any. The drafter proposes them without running the
+  /// MTP module; verification decides, so a tokenization the model would not choose costs only
+  /// acceptance. Default: none.
+  virtual std::vector<TokenId> forced_text_tokens() const { return {}; }
   /// Undoes the last `n` accepted tokens (speculative decoding drops rejected drafts; XGrammar's
   /// rollback). Tokens taken through take_forced_tokens() count one each. Only called when
   /// supports_rollback() is true; the default throws std::logic_error.

@@ -193,9 +193,21 @@ std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
         j.drafts.push_back(forced);
         j.dists.push_back(TokenDistribution{{forced}, {1.0}});
         ++j.n_forced;
-      } else {
-        needers.push_back(&w);
+        continue;
       }
+      // Text the grammar forces (a key, punctuation) whose canonical tokenization has more than one
+      // token: its first token is a draft without the MTP module (a token inside forced text cannot
+      // merge with free text after it). Proposed as a point mass, which keeps rejection sampling exact.
+      if (j.constraint) {
+        const std::vector<TokenId> text = j.constraint->forced_text_tokens();
+        if (text.size() >= 2 && bitmask_allows(j.masks.back(), text[0])) {
+          j.drafts.push_back(text[0]);
+          j.dists.push_back(TokenDistribution{{text[0]}, {1.0}});
+          ++j.n_forced;
+          continue;
+        }
+      }
+      needers.push_back(&w);
     }
     // Depth passes the needers lack, shallowest first, each batched over the sequences.
     for (std::size_t e = 1; e <= round && !needers.empty(); ++e) {
