@@ -331,4 +331,25 @@ TEST(ConstrainedGeneration, AdapterReportsTerminationWhenOnlyEosRemains) {
   EXPECT_THROW(c.accept(ids[0]), std::logic_error);
 }
 
+// Draft proposals from forced text: the tokenizer's encoding of the bytes the grammar forces, nothing
+// accepted (the matcher's state and mask are unchanged), and empty without a tokenizer.
+TEST(ConstrainedGeneration, ForcedTextTokensEncodeTheForcedBytesWithoutAccepting) {
+  auto& m = models();
+  eng::grammar::GrammarCompiler compiler(m.trained->grammar_vocabulary());
+  const auto g = compiler.compile_json_schema(
+      R"({"type":"object","properties":{"invoice_number":{"type":"string"}},"required":["invoice_number"],"additionalProperties":false})");
+  eng::grammar::GrammarConstraint c(g, m.tok);
+  EXPECT_EQ(c.forced_text_tokens(), m.tok->encode("{\"invoice_number\":\""));
+  std::vector<std::uint32_t> before(c.mask_words()), after(c.mask_words());
+  c.fill_bitmask(before);
+  (void)c.forced_text_tokens();
+  c.fill_bitmask(after);
+  EXPECT_EQ(before, after);
+  const auto first = m.tok->encode("{");
+  for (auto id : first) c.accept(id);
+  EXPECT_EQ(c.forced_text_tokens(), m.tok->encode("\"invoice_number\":\""));
+  eng::grammar::GrammarConstraint no_tok(g);
+  EXPECT_TRUE(no_tok.forced_text_tokens().empty());
+}
+
 }  // namespace
