@@ -200,6 +200,7 @@ json model_info(const eng::Engine& engine, const fs::path& dir, const std::strin
   m["vocab_size"] = c.vocab_size;
   m["max_position_embeddings"] = c.max_position_embeddings;
   m["linear_parameters"] = linear_params(c);
+  m["compute"] = engine.model().bf16_compute() ? "bf16" : "exact";
   m["weight_bytes_per_step"] = engine.model().weight_bytes_per_step();
   m["kv_bytes_per_token"] = kv.bytes_per_token();
   return m;
@@ -625,6 +626,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
     eo.n_threads = threads_;
     eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
     eo.enable_prefix_caching = o_.prefix_caching;
+    eo.compute = eng::parse_compute(o_.compute);
     set_mtp_depth(eo, mtp_depth);
     if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
     const eng::Stopwatch load;

@@ -77,6 +77,7 @@ struct BenchOptions {
   bool prefix_caching = true;
 
   std::size_t threads = 0;  ///< engine and probe threads; 0: all hardware threads
+  std::string compute = "auto";  ///< EngineOptions::compute: auto | exact | bf16 (recorded per model)
   std::size_t max_batch_tokens = 0;  ///< engine tokens per forward call; 0: the engine's default
   std::size_t bandwidth_mib = 512;  ///< buffer of the memory-bandwidth probe
 

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/config.hpp"
@@ -72,11 +74,28 @@ class Model {
   virtual std::size_t weight_bytes_per_step() const = 0;
   /// Bytes of weights one MTP step reads without / with its LM head (0 without an MTP module).
   virtual std::size_t mtp_weight_bytes_per_step() const { return 0; }
+
+  /// Whether this model computes in bf16 (see Compute; false: exact f32).
+  virtual bool bf16_compute() const { return false; }
 };
+
+/// How the CPU backend computes a model's products and keeps its KV cache.
+///  exact: f32 (weights widened exactly, f32 accumulation, f32 KV cache): follows an f32 reference.
+///  bf16:  as a bf16 checkpoint runs in bf16 (Hugging Face dtype="auto", vLLM): activations rounded to
+///         bf16 at every product, AMX tiles with f32 accumulation, matrices packed once at load, bf16 KV
+///         cache read on the tiles (cpu::gemm_packed, cpu::attention). Needs AMX-BF16; exact elsewhere.
+///  automatic: bf16 for a checkpoint stored in bf16 (its embedding table) when AMX-BF16 is usable,
+///         exact otherwise (compute in the checkpoint's dtype). The environment variable
+///         QUARRY_CPU_KERNELS overrides it: "bf16" picks bf16, another kernel set name picks exact.
+enum class Compute : std::uint8_t { automatic, exact, bf16 };
+
+/// "auto", "exact" or "bf16"; parse_compute() throws std::invalid_argument on anything else.
+const char* compute_name(Compute c);
+Compute parse_compute(std::string_view name);
 
 /// Loads the model in `dir` (config.json + safetensors, memory-mapped) for its architecture.
 /// Throws std::runtime_error naming the file on an unsupported architecture, a missing or
 /// mis-shaped tensor, an unsupported dtype, or a truncated or malformed file.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir);
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Compute compute = Compute::automatic);
 
 }  // namespace quarry::engine

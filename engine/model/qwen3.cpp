@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/backend/cpu/ops.hpp"
@@ -62,8 +64,9 @@ struct Scratch {
 
 class Qwen3 final : public Model {
  public:
-  Qwen3(const ModelConfig& c, std::unique_ptr<TensorStore> store)
+  Qwen3(const ModelConfig& c, std::unique_ptr<TensorStore> store, Compute compute)
       : cfg_(c), store_(std::move(store)), rope_(c.rope_theta, c.rotary_dim()) {
+    pack_ = use_bf16(compute);
     const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
     const std::size_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
     embed_ = matrix("model.embed_tokens.weight", c.vocab_size, H);
@@ -135,6 +138,8 @@ class Qwen3 final : public Model {
 
   std::size_t mtp_depths() const override { return mtp_depths_; }
 
+  bool bf16_compute() const override { return pack_; }
+
   using Model::forward;
   void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) override;
   void mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
@@ -142,6 +147,17 @@ class Qwen3 final : public Model {
                    std::span<const std::vector<std::int32_t>> candidates = {}) override;
 
  private:
+  /// The Compute policy of model.hpp.
+  bool use_bf16(Compute compute) const {
+    if (!cpu::packed_bf16_available()) return false;
+    if (compute == Compute::automatic) {
+      if (const char* want = std::getenv("QUARRY_CPU_KERNELS")) return std::string_view(want) == "bf16";
+      // The checkpoint's dtype, as its embedding table is stored.
+      return store_->get("model.embed_tokens.weight", {cfg_.vocab_size, cfg_.hidden_size}).dtype == DType::bf16;
+    }
+    return compute == Compute::bf16;
+  }
+
   Layer layer(const std::string& p) {
     const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
     const std::size_t QD = cfg_.num_attention_heads * D, KD = cfg_.num_key_value_heads * D;
@@ -183,7 +199,7 @@ class Qwen3 final : public Model {
 
   ModelConfig cfg_;
   std::unique_ptr<TensorStore> store_;
-  bool pack_ = cpu::gemm_default_kernel() == cpu::GemmKernel::bf16 && cpu::packed_bf16_available();
+  bool pack_ = false;  // bf16 compute: matrices packed for the AMX tiles, bf16 KV cache
   std::deque<cpu::PackedBf16> packs_;  // stable addresses for Weight::packed
   cpu::Rope rope_;
   cpu::Weight embed_, lm_head_;
@@ -330,8 +346,8 @@ void Qwen3::mtp_forward(std::size_t depth, const Batch& b, const float* hidden_i
 
 }  // namespace
 
-std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store) {
-  return std::make_unique<Qwen3>(config, std::move(store));
+std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store, Compute compute) {
+  return std::make_unique<Qwen3>(config, std::move(store), compute);
 }
 
 }  // namespace quarry::engine

@@ -17,6 +17,7 @@ class TensorStore;
 
 /// Builds a Qwen3 model over an open checkpoint (the store stays mapped for the model's life).
 /// Throws std::runtime_error naming the file on a missing or mis-shaped tensor.
-std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store);
+std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                  Compute compute = Compute::automatic);
 
 }  // namespace quarry::engine

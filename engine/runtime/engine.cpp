@@ -104,7 +104,7 @@ struct Engine::Sequence {
 
 std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, std::shared_ptr<const Tokenizer> tokenizer,
                                      const EngineOptions& options) {
-  auto model = load_model(dir);
+  auto model = load_model(dir, options.compute);
   std::vector<TokenId> eos = generation_config_eos(dir);
   return std::make_unique<Engine>(std::move(model), std::move(tokenizer), options, std::move(eos));
 }

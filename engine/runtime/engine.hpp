@@ -65,6 +65,9 @@ struct EngineOptions {
   /// MTP drafts are chosen among the first token ids only (byte-level BPE ids run roughly by frequency;
   /// FR-Spec, Zhao et al. 2025): 0 = auto (max(vocab / 4, min(vocab, 4096))); >= vocab: all ids.
   std::size_t mtp_draft_vocab = 0;
+  /// How the model computes (engine/model/model.hpp Compute): automatic = in the checkpoint's dtype
+  /// (bf16 on the AMX tiles for a bf16 checkpoint where available), exact = f32, bf16 = bf16 where available.
+  Compute compute = Compute::automatic;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };

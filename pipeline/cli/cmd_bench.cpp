@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 struct BenchArgs {
   std::vector<std::string> models, random_models;
-  std::string workloads, concurrency, pp, tg, depth, out = "bench-report", preset = "quick", work;
+  std::string workloads, concurrency, pp, tg, depth, out = "bench-report", preset = "quick", work, compute = "auto";
   std::size_t mtp = 0, runs = 3, threads = 0, bandwidth_mib = 512, max_batch_tokens = 0;
   double context_scale = -1, output_scale = -1;
   std::uint64_t seed = 1;
@@ -145,6 +145,7 @@ int run_bench_command(const BenchArgs& a) {
   if (a.runs == 0) throw std::runtime_error("--runs must be at least 1");
   o.runs = a.runs;
   o.mtp = a.mtp;
+  o.compute = a.compute;
   o.prefix_caching = !a.no_prefix_cache;
   o.threads = a.threads;
   o.max_batch_tokens = a.max_batch_tokens;
@@ -175,6 +176,10 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                   "Comma-separated: qa,code,json-kie,hungarian,long-rag-8k,long-rag-32k (default: all, unless only "
                   "--pp/--tg are given)");
   sub->add_option("--mtp", a->mtp, "MTP draft depth (0: off)")->capture_default_str();
+  sub->add_option("--compute", a->compute,
+                  "auto (the checkpoint's dtype: bf16 on AMX tiles for a bf16 checkpoint where available), exact (f32) or bf16")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}))
+      ->capture_default_str();
   sub->add_option("--concurrency", a->concurrency, "Concurrency levels, e.g. 1,2,4, or none (default 1,2,4 with workloads)");
   sub->add_option("--pp", a->pp, "llama-bench style prompt lengths, e.g. 512,2048");
   sub->add_option("--tg", a->tg, "llama-bench style generation lengths, e.g. 32,128");

@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::optional<std::uint64_t> seed;
   std::size_t threads = 0;
   std::size_t mtp = 0;
+  std::string compute = "auto";
   std::vector<std::string> stop;
   bool print_token_ids = false, stats = false, thinking = false;
 };
@@ -90,6 +91,7 @@ int run_generate(const GenerateArgs& args) {
   eng::EngineOptions opt;
   opt.n_threads = a.threads;
   opt.mtp_depth = a.mtp;
+  opt.compute = eng::parse_compute(a.compute);
   opt.log = [](std::string_view msg) { spdlog::debug("{}", msg); };
   auto engine = eng::Engine::open(a.model, tok, opt);
 
@@ -176,6 +178,10 @@ void add_generate_command(CLI::App& app, Context& ctx) {
   sub->add_option("--threads", args->threads, "Worker threads (0: all cores)")->capture_default_str();
   sub->add_option("--mtp", args->mtp,
                   "MTP speculative decoding: most drafts per step (0: off; adaptive below it; output unchanged)")
+      ->capture_default_str();
+  sub->add_option("--compute", args->compute,
+                  "auto (the checkpoint's dtype: bf16 on AMX tiles for a bf16 checkpoint where available), exact (f32) or bf16")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}))
       ->capture_default_str();
   sub->add_option("--stop", args->stop, "Stop string (repeatable); the text is cut before it");
   sub->add_option("--json-schema", args->json_schema, "Constrain the output to JSON valid for this JSON Schema file")

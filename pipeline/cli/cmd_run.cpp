@@ -33,7 +33,7 @@ namespace qr = quarry::run;
 
 struct RunArgs {
   std::vector<std::string> inputs;
-  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto";
+  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto";
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
@@ -185,6 +185,10 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--extract-threads", a.extract_threads, "Extraction threads [2]");
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
+  sub->add_option("--compute", a.compute,
+                  "auto (the checkpoint's dtype: bf16 on AMX tiles for a bf16 checkpoint where available), exact (f32) "
+                  "or bf16 [auto]")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}));
   sub->add_option("--temperature", a.temperature, "Sampling temperature of the first attempt (0: greedy) [0]")
       ->check(CLI::Range(0.0, 100.0));
   sub->add_option("--retry-temperature", a.retry_temperature, "Sampling temperature of retries [0.7]")
@@ -211,6 +215,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--extract-threads")) job.extract_threads = a.extract_threads;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
+  if (given("--compute")) job.engine.compute = a.compute;
   if (given("--temperature")) job.engine.temperature = a.temperature;
   if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;
   if (given("--seed")) job.engine.seed = a.seed;
@@ -232,7 +237,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, [engine] threads,\n"
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, temperature, retry_temperature, seed, [extract] threads).\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
       "Exit codes: 0 all ok; 2 some records invalid or errors; 1 setup error; 130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();

@@ -110,7 +110,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     const auto* t = e->as_table();
     if (!t) fail(path, "engine", "expected a table");
     check_keys(*t,
-               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "temperature",
+               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "temperature",
                 "retry_temperature", "seed"},
                path, "engine.");
     get_uint(*t, "threads", job.engine.threads, path, "engine.");
@@ -118,6 +118,11 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     get_uint(*t, "max_inflight", job.engine.max_inflight, path, "engine.");
     get_uint(*t, "mtp_depth", job.engine.mtp_depth, path, "engine.");
     get_uint(*t, "kv_cache_mb", job.engine.kv_cache_mb, path, "engine.");
+    if (const auto c = get_string(*t, "compute", path, "engine."); !c.empty()) {
+      if (c != "auto" && c != "exact" && c != "bf16")
+        fail(path, "engine.compute", "\"" + c + "\" is not one of \"auto\", \"exact\", \"bf16\"");
+      job.engine.compute = c;
+    }
     get_float(*t, "temperature", job.engine.temperature, path, "engine.");
     get_float(*t, "retry_temperature", job.engine.retry_temperature, path, "engine.");
     get_uint(*t, "seed", job.engine.seed, path, "engine.");

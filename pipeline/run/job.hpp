@@ -12,7 +12,8 @@
 //   output  = "out"                        # the output folder (results.jsonl, report.json, report.md, ledger)
 //   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
-//   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb
+//   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
+//             compute
 //   [extract] threads
 #pragma once
 
@@ -35,6 +36,7 @@ struct EngineSettings {
   std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
   std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off; EngineOptions::mtp_depth)
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
+  std::string compute = "auto";     ///< auto | exact | bf16 (engine/model/model.hpp Compute)
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i

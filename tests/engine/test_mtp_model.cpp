@@ -58,7 +58,7 @@ std::size_t argmax(const float* x, std::size_t n) { return static_cast<std::size
 
 TEST(MtpModel, DefaultModelMatchesTrainingMath) {
   const auto ref = load_mtp_reference();
-  auto model = load_model(default_model());
+  auto model = load_model(default_model(), Compute::exact);  // the fixture is f32 math
   ASSERT_GE(model->mtp_depths(), 4u);
   const auto& cfg = model->config();
   const std::size_t V = cfg.vocab_size, H = cfg.hidden_size;

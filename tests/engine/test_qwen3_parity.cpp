@@ -46,7 +46,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()));
+  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   ThreadPool pool(2);
   float worst = 0.f;
@@ -79,7 +79,7 @@ TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
 
 TEST_P(Parity, AllPositionLogitsMatchTransformers) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()));
+  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   for (const auto& p : ref["prompts"]) {
     if (!p.contains("all_logits")) continue;
@@ -100,7 +100,7 @@ TEST_P(Parity, AllPositionLogitsMatchTransformers) {
 
 TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()));
+  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const auto prompt = ids_of(ref["prompts"][3]["ids"]);  // 45 tokens: chunks cross block boundaries
   KvCache kv(model->kv_shape(), 1024);
   auto one = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size(), nullptr);
@@ -112,7 +112,7 @@ TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
 
 TEST_P(Parity, MultiSequenceBatchEqualsEachAlone) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()));
+  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   ThreadPool pool(2);
   const auto a = ids_of(ref["prompts"][1]["ids"]), c = ids_of(ref["prompts"][2]["ids"]);

@@ -92,7 +92,7 @@ std::vector<GenerationRequest> shared_prefix_requests(std::mt19937& rng, std::si
 TEST(PrefixEngine, CachedPromptsMatchTransformers) {
   for (const auto& name : testing::fixture_models()) {
     const auto ref = load_reference(name);
-    auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 7});
+    auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 7, .compute = Compute::exact});
     for (int round = 0; round < 2; ++round)
       for (const auto& p : ref["prompts"]) {
         const auto prompt = p["ids"].get<std::vector<TokenId>>();
@@ -238,7 +238,7 @@ TEST(PrefixEngine, NoLeakAfterThousandRequests) {
 TEST(PrefixEngine, CancelWaitingAndRunning) {
   const std::string name = "tiny_mha_untied_sharded_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 8, .max_num_seqs = 2});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 8, .max_num_seqs = 2, .compute = Compute::exact});
   std::vector<RequestId> ids;
   for (const auto& p : ref["prompts"]) ids.push_back(engine->submit(greedy(p["ids"].get<std::vector<TokenId>>(), 32)));
   engine->step();
@@ -269,7 +269,7 @@ TEST(PrefixEngine, CancelWaitingAndRunning) {
 TEST(PrefixEngine, RequestsSubmittedWhileOthersRun) {
   const std::string name = "tiny_gqa_untied_bf16";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 16});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 16, .compute = Compute::exact});
   std::map<RequestId, std::size_t> which;
   std::map<std::size_t, GenerationResult> got;
   const auto& prompts = ref["prompts"];
@@ -296,7 +296,7 @@ TEST(PrefixEngine, RequestsSubmittedWhileOthersRun) {
 TEST(PrefixEngine, GenerateBesideSubmittedRequestsKeepsTheirResults) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .compute = Compute::exact});
   const auto& prompts = ref["prompts"];
   // A short request submitted first finishes inside the generate() call of a longer one.
   const RequestId a = engine->submit(greedy(prompts[1]["ids"].get<std::vector<TokenId>>(), 4));
@@ -361,7 +361,7 @@ TEST(PrefixEngine, LongestCachedPrefixIsAdmittedFirstWithoutStarvation) {
 }
 
 TEST(PrefixEngine, PromptLargerThanTheCacheFailsThatRequestOnly) {
-  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.n_threads = 1, .max_kv_tokens = 64});
+  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.n_threads = 1, .max_kv_tokens = 64, .compute = Compute::exact});
   const RequestId big = engine->submit(greedy(std::vector<TokenId>(100, 3), 4));
   const RequestId ok = engine->submit(greedy(std::vector<TokenId>(10, 3), 4));
   std::map<RequestId, FinishedRequest> done;
