@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
+#include <tuple>
 
 #include "engine/tokenizer/tokenizer.hpp"
 
@@ -378,6 +379,11 @@ struct CompiledGrammar::NodeInfo {
   std::uint8_t plain_all = 0;  // B: every plain string of <= B code points is accepted (kInf: any)
   std::uint8_t plain_max = 0;  // L: no string of more than L text characters is accepted (kInf: unbounded)
   bool safe = false;           // no rule end nor call is reachable through text characters
+  // The text characters that have an edge at some node reachable through text characters (mb: some
+  // multibyte character has one). With safe, reach within cum[plain_max] and plain_max <= kCumChars,
+  // the text strings accepted from the node are exactly the strings of at most plain_max characters
+  // over cum[plain_max] (a "uniform character class", e.g. the positions of `[a-z0-9_.-]{1,16}`).
+  CharSet reach;
 };
 
 struct CompiledGrammar::InfoCache {
@@ -396,6 +402,7 @@ namespace {
 struct CharStep {
   std::uint64_t cov[2] = {0, 0};
   bool mb_all = true;
+  bool mb_any = false;  // some lead byte C2..F4 has an edge
   bool mids_ok = true;
   std::vector<std::uint32_t> succ;
 };
@@ -437,6 +444,7 @@ CharStep char_step(const Grammar& g, std::uint32_t n) {
       }
     }
     if (covered < 0xF4 - 0xC2 + 1) r.mb_all = false;
+    r.mb_any = covered > 0;
   }
   while (!work.empty()) {
     Item it = work.back();
@@ -563,9 +571,25 @@ const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) co
       if (!steps[v].succ.empty()) L = std::max(L, 1u);
     }
     if (cyclic) L = kInf;
+    // reach: the union over the component and everything after it (a component reaches all of it).
+    CharSet reach;
+    for (std::uint32_t v : C) {
+      reach.a[0] |= steps[v].cov[0];
+      reach.a[1] |= steps[v].cov[1];
+      reach.mb = reach.mb || steps[v].mb_any;
+      for (std::uint32_t m : steps[v].succ) {
+        std::uint32_t w = local(m);
+        if (w != UINT32_MAX && comp[w] == c) continue;
+        const CharSet& o = info_of(m).reach;
+        reach.a[0] |= o.a[0];
+        reach.a[1] |= o.a[1];
+        reach.mb = reach.mb || o.mb;
+      }
+    }
     for (std::uint32_t v : C) {
       out[v]->plain_max = static_cast<std::uint8_t>(std::min<unsigned>(L, kInf));
       out[v]->safe = safe;
+      out[v]->reach = reach;
     }
     // B: start from "unbounded" and lower until stable.
     auto plain_cov = [&](std::uint32_t v) {
@@ -613,6 +637,62 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
       node_cache_(std::make_unique<NodeCache>()) {
   if (!grammar_ || !tok_) throw std::invalid_argument("CompiledGrammar: null grammar or tokenizer");
   meta_.grammar = grammar_;
+  class_cache_ = std::make_unique<ClassCache>();
+}
+
+struct CompiledGrammar::ClassCache {
+  std::mutex mu;
+  // (ascii[0], ascii[1], mb) -> bitsets of the class's plain tokens with <= c code points, c = 0..kCumChars.
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint32_t>> upto;
+};
+
+const std::uint32_t* CompiledGrammar::class_tokens(const std::uint64_t ascii_in[2], bool mb, std::size_t chars) const {
+  const TokenizerInfo& tok = *tok_;
+  const std::size_t words = tok.mask_words();
+  chars = std::min(chars, kCumChars);
+  // Only plain characters matter (plain tokens hold no others).
+  const std::uint64_t a0 = ascii_in[0] & kPlainLo, a1 = ascii_in[1] & kPlainHi;
+  std::lock_guard lk(class_cache_->mu);
+  auto [it, fresh] = class_cache_->upto.try_emplace({a0, a1, mb});
+  std::vector<std::uint32_t>& up = it->second;
+  if (!fresh) return up.data() + chars * words;
+  up.assign((kCumChars + 1) * words, 0u);
+  // Walk of the vocabulary trie along prefixes whose characters all lie in the class: a subtree whose
+  // suffixes are complete UTF-8 over class characters is taken whole (summaries), a byte outside the
+  // class ends the subtree.
+  const auto& trie = tok.trie();
+  const auto& ids = tok.sorted_ids();
+  std::vector<int> u(tok.max_token_len() + 1, 0);  // UTF-8 automaton state after the prefix
+  auto add = [&](std::uint32_t p) {
+    std::size_t c = tok.sorted_chars(p);
+    if (c <= kCumChars) set_bit(up.data() + c * words, ids[p]);
+  };
+  const std::uint32_t end = trie[0].next;
+  for (std::uint32_t v = 1; v < end;) {
+    const TokenizerInfo::TrieNode& tn = trie[v];
+    const std::size_t d = tn.depth;
+    if (u[d - 1] == 0 && (tn.flags & TokenizerInfo::kSuffixUtf8) && (tn.suffix_ascii[0] & ~a0) == 0 &&
+        (tn.suffix_ascii[1] & ~a1) == 0 && (mb || !(tn.flags & TokenizerInfo::kSuffixNonAscii))) {
+      if (tn.suffix_min_chars <= kCumChars)
+        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) add(p);
+      v = tn.next;
+      continue;
+    }
+    const std::uint8_t b = tn.byte;
+    const bool in_class = b < 0x80 ? ((b < 64 ? a0 >> b : a1 >> (b - 64)) & 1) != 0 : mb;
+    const int u2 = utf8_step(u[d - 1], b);
+    if (!in_class || u2 == kUtf8Dead) {
+      v = tn.next;
+      continue;
+    }
+    u[d] = u2;
+    if ((tn.flags & TokenizerInfo::kHasToken) && u2 == 0)
+      for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(p).size() == d; ++p) add(p);
+    ++v;
+  }
+  for (std::size_t c = 1; c <= kCumChars; ++c)
+    for (std::size_t w = 0; w < words; ++w) up[c * words + w] |= up[(c - 1) * words + w];
+  return up.data() + chars * words;
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
@@ -660,12 +740,28 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   // Plain text decided from the start position (see the class comment).
   std::uint8_t plain_all = 0;
   bool plain_exact = false;
+  // A uniform character class (see NodeInfo::reach): the plain tokens accepted are those over the
+  // class with at most L code points, from a bitset built once per class.
+  bool uniform = false;
+  const std::uint32_t* class_bits = nullptr;
   if (single(st[0])) {
     const NodeInfo& I = node_info(st[0].threads[0].node);
     plain_all = I.plain_all;
     plain_exact = I.safe && I.plain_max == I.plain_all;
+    if (!(plain_exact && plain_all > 0) && I.safe && I.plain_max <= kCumChars) {
+      const CharSet& S = I.cum[I.plain_max];
+      const bool within = (I.reach.a[0] & kPlainLo & ~S.a[0]) == 0 && (I.reach.a[1] & kPlainHi & ~S.a[1]) == 0 &&
+                          (!I.reach.mb || S.mb);
+      if (within) {
+        uniform = true;
+        plain_all = 0;
+        if (I.plain_max > 0) class_bits = class_tokens(S.a, I.reach.mb, I.plain_max);
+      }
+    }
   }
-  if (plain_all > 0) {
+  if (class_bits) {
+    t.accepted.assign(class_bits, class_bits + words);
+  } else if (plain_all > 0) {
     const std::uint32_t* p = tok.plain_upto(plain_all);
     t.accepted.assign(p, p + words);
   } else {
@@ -676,7 +772,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   const NodeInfo* last_info = nullptr;
   const auto& g_nodes = grammar_->nodes;
   // With an exact plain decision only the non-plain tokens are left: walk their (small) trie.
-  const bool np = plain_exact && plain_all > 0;
+  const bool np = (plain_exact && plain_all > 0) || uniform;
   const auto& trie = np ? tok.nonplain_trie() : tok.trie();
   const std::uint32_t* np_pos = tok.nonplain_positions().data();
   auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };

@@ -180,6 +180,12 @@ class CompiledGrammar {
   struct NodeInfo;
   /// Code-point-level analysis of a grammar node (memoised; see the class comment).
   const NodeInfo& node_info(std::uint32_t node) const;
+  /// Token id bitset (mask_words() words) of the plain tokens of at most `chars` code points
+  /// (chars <= 32) whose characters all lie in the class (ASCII bytes ascii[0..1], every multibyte
+  /// character if mb). Built once per class by a walk of the vocabulary trie, then memoised.
+  const std::uint32_t* class_tokens(const std::uint64_t ascii[2], bool mb, std::size_t chars) const;
+  struct ClassCache;
+  std::unique_ptr<ClassCache> class_cache_;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenizerInfo> tok_;
