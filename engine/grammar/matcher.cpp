@@ -290,7 +290,9 @@ struct CompiledGrammar::NodeTable {
 
 struct CompiledGrammar::NodeCache {
   mutable std::shared_mutex mu;
-  std::unordered_map<std::uint32_t, std::unique_ptr<NodeTable>> tables;
+  std::unordered_map<std::uint32_t, const NodeTable*> tables;  // grammar node -> its table
+  // Tables by node description (see node_table): nodes with the same description share one.
+  std::unordered_map<std::string, std::unique_ptr<NodeTable>> by_desc;
 };
 
 // A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
@@ -908,15 +910,44 @@ void CompiledGrammar::build_node_table_full(std::uint32_t node, NodeTable& t) co
 }
 
 const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node) const {
+  NodeCache& c = *node_cache_;
   {
-    std::shared_lock lk(node_cache_->mu);
-    auto it = node_cache_->tables.find(node);
-    if (it != node_cache_->tables.end()) return *it->second;
+    std::shared_lock lk(c.mu);
+    auto it = c.tables.find(node);
+    if (it != c.tables.end()) return *it->second;
+  }
+  // Nodes with the same rule end, the same rule calls (rule and return node) and the same byte
+  // edges to the same nodes have the same closure and successors, hence the same table. The grammar
+  // builder merges such nodes only outside cycles; inside a cycle (the character classes of a
+  // pattern or format repetition, e.g. the atext+ run of an email, one node per class) they remain
+  // and would each walk the vocabulary. (Off in NodeTableMode::kTrieUnshared, the test reference.)
+  std::string desc;
+  if (mode_ == NodeTableMode::kTrie) {
+    const GNode& g = grammar_->nodes[node];
+    auto put = [&](std::uint32_t x) { desc.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    put(g.final ? 1u : 0u);
+    put(static_cast<std::uint32_t>(g.calls.size()));
+    for (const CallEdge& e : g.calls) {
+      put(e.rule);
+      put(e.ret);
+    }
+    for (const ByteEdge& e : g.bytes) {
+      put(static_cast<std::uint32_t>(e.lo) | static_cast<std::uint32_t>(e.hi) << 8);
+      put(e.to);
+    }
+    std::unique_lock lk(c.mu);
+    if (auto it = c.by_desc.find(desc); it != c.by_desc.end()) {
+      c.tables.emplace(node, it->second.get());
+      return *it->second;
+    }
+  } else {
+    desc.assign(reinterpret_cast<const char*>(&node), sizeof node);  // one table per node
   }
   auto t = std::make_unique<NodeTable>();
   build_node_table(node, *t);
-  std::unique_lock lk(node_cache_->mu);
-  auto [it, inserted] = node_cache_->tables.emplace(node, std::move(t));
+  std::unique_lock lk(c.mu);
+  auto [it, inserted] = c.by_desc.emplace(std::move(desc), std::move(t));
+  c.tables.emplace(node, it->second.get());
   return *it->second;
 }
 

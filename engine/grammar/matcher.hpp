@@ -134,6 +134,9 @@ enum class NodeTableMode {
   /// Walk over the whole sorted vocabulary, token by token with shared prefixes (the earlier
   /// implementation; kept as the bench baseline and a test reference).
   kFullWalk,
+  /// The trie walk with one table per grammar node (kTrie shares one table between nodes of the
+  /// same description: rule end, calls, byte edges and their targets); the test reference for it.
+  kTrieUnshared,
 };
 
 /// A grammar bound to a vocabulary, with the token-mask caches. Immutable from the outside and
