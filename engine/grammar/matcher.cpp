@@ -643,58 +643,64 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
 }
 
 struct CompiledGrammar::ClassCache {
+  struct Class {
+    std::vector<std::uint32_t> ids;                // the class's plain tokens, by code point count
+    std::array<std::uint32_t, kCumChars + 1> end;  // end[c]: ids[0, end[c]) have <= c code points
+  };
   std::mutex mu;
-  // (ascii[0], ascii[1], mb) -> bitsets of the class's plain tokens with <= c code points, c = 0..kCumChars.
-  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint32_t>> upto;
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, Class> classes;  // (ascii[0], ascii[1], mb)
 };
 
-const std::uint32_t* CompiledGrammar::class_tokens(const std::uint64_t ascii_in[2], bool mb, std::size_t chars) const {
+void CompiledGrammar::class_tokens(const std::uint64_t ascii_in[2], bool mb, std::size_t chars,
+                                   std::uint32_t* out) const {
   const TokenizerInfo& tok = *tok_;
-  const std::size_t words = tok.mask_words();
   chars = std::min(chars, kCumChars);
   // Only plain characters matter (plain tokens hold no others).
   const std::uint64_t a0 = ascii_in[0] & kPlainLo, a1 = ascii_in[1] & kPlainHi;
   std::lock_guard lk(class_cache_->mu);
-  auto [it, fresh] = class_cache_->upto.try_emplace({a0, a1, mb});
-  std::vector<std::uint32_t>& up = it->second;
-  if (!fresh) return up.data() + chars * words;
-  up.assign((kCumChars + 1) * words, 0u);
-  // Walk of the vocabulary trie along prefixes whose characters all lie in the class: a subtree whose
-  // suffixes are complete UTF-8 over class characters is taken whole (summaries), a byte outside the
-  // class ends the subtree.
-  const auto& trie = tok.trie();
-  const auto& ids = tok.sorted_ids();
-  std::vector<int> u(tok.max_token_len() + 1, 0);  // UTF-8 automaton state after the prefix
-  auto add = [&](std::uint32_t p) {
-    std::size_t c = tok.sorted_chars(p);
-    if (c <= kCumChars) set_bit(up.data() + c * words, ids[p]);
-  };
-  const std::uint32_t end = trie[0].next;
-  for (std::uint32_t v = 1; v < end;) {
-    const TokenizerInfo::TrieNode& tn = trie[v];
-    const std::size_t d = tn.depth;
-    if (u[d - 1] == 0 && (tn.flags & TokenizerInfo::kSuffixUtf8) && (tn.suffix_ascii[0] & ~a0) == 0 &&
-        (tn.suffix_ascii[1] & ~a1) == 0 && (mb || !(tn.flags & TokenizerInfo::kSuffixNonAscii))) {
-      if (tn.suffix_min_chars <= kCumChars)
-        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) add(p);
-      v = tn.next;
-      continue;
+  auto [it, fresh] = class_cache_->classes.try_emplace({a0, a1, mb});
+  ClassCache::Class& cls = it->second;
+  if (fresh) {
+    // Walk of the vocabulary trie along prefixes whose characters all lie in the class: a subtree
+    // whose suffixes are complete UTF-8 over class characters is taken whole (summaries), a byte
+    // outside the class ends the subtree.
+    std::array<std::vector<std::uint32_t>, kCumChars + 1> by_chars;
+    const auto& trie = tok.trie();
+    const auto& ids = tok.sorted_ids();
+    std::vector<int> u(tok.max_token_len() + 1, 0);  // UTF-8 automaton state after the prefix
+    auto add = [&](std::uint32_t p) {
+      std::size_t c = tok.sorted_chars(p);
+      if (c <= kCumChars) by_chars[c].push_back(static_cast<std::uint32_t>(ids[p]));
+    };
+    const std::uint32_t end = trie[0].next;
+    for (std::uint32_t v = 1; v < end;) {
+      const TokenizerInfo::TrieNode& tn = trie[v];
+      const std::size_t d = tn.depth;
+      if (u[d - 1] == 0 && (tn.flags & TokenizerInfo::kSuffixUtf8) && (tn.suffix_ascii[0] & ~a0) == 0 &&
+          (tn.suffix_ascii[1] & ~a1) == 0 && (mb || !(tn.flags & TokenizerInfo::kSuffixNonAscii))) {
+        if (tn.suffix_min_chars <= kCumChars)
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) add(p);
+        v = tn.next;
+        continue;
+      }
+      const std::uint8_t b = tn.byte;
+      const bool in_class = b < 0x80 ? ((b < 64 ? a0 >> b : a1 >> (b - 64)) & 1) != 0 : mb;
+      const int u2 = utf8_step(u[d - 1], b);
+      if (!in_class || u2 == kUtf8Dead) {
+        v = tn.next;
+        continue;
+      }
+      u[d] = u2;
+      if ((tn.flags & TokenizerInfo::kHasToken) && u2 == 0)
+        for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(p).size() == d; ++p) add(p);
+      ++v;
     }
-    const std::uint8_t b = tn.byte;
-    const bool in_class = b < 0x80 ? ((b < 64 ? a0 >> b : a1 >> (b - 64)) & 1) != 0 : mb;
-    const int u2 = utf8_step(u[d - 1], b);
-    if (!in_class || u2 == kUtf8Dead) {
-      v = tn.next;
-      continue;
+    for (std::size_t c = 0; c <= kCumChars; ++c) {
+      cls.ids.insert(cls.ids.end(), by_chars[c].begin(), by_chars[c].end());
+      cls.end[c] = static_cast<std::uint32_t>(cls.ids.size());
     }
-    u[d] = u2;
-    if ((tn.flags & TokenizerInfo::kHasToken) && u2 == 0)
-      for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(p).size() == d; ++p) add(p);
-    ++v;
   }
-  for (std::size_t c = 1; c <= kCumChars; ++c)
-    for (std::size_t w = 0; w < words; ++w) up[c * words + w] |= up[(c - 1) * words + w];
-  return up.data() + chars * words;
+  for (std::uint32_t k = 0; k < cls.end[chars]; ++k) set_bit(out, static_cast<TokenId>(cls.ids[k]));
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
@@ -745,7 +751,9 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   // A uniform character class (see NodeInfo::reach): the plain tokens accepted are those over the
   // class with at most L code points, from a bitset built once per class.
   bool uniform = false;
-  const std::uint32_t* class_bits = nullptr;
+  std::size_t class_chars = 0;  // L of a uniform class (0: no class tokens)
+  const std::uint64_t* class_ascii = nullptr;
+  bool class_mb = false;
   if (single(st[0])) {
     const NodeInfo& I = node_info(st[0].threads[0].node);
     plain_all = I.plain_all;
@@ -757,12 +765,15 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       if (within) {
         uniform = true;
         plain_all = 0;
-        if (I.plain_max > 0) class_bits = class_tokens(S.a, I.reach.mb, I.plain_max);
+        class_chars = I.plain_max;
+        class_ascii = S.a;
+        class_mb = I.reach.mb;
       }
     }
   }
-  if (class_bits) {
-    t.accepted.assign(class_bits, class_bits + words);
+  if (class_chars > 0) {
+    t.accepted.assign(words, 0u);
+    class_tokens(class_ascii, class_mb, class_chars, t.accepted.data());
   } else if (plain_all > 0) {
     const std::uint32_t* p = tok.plain_upto(plain_all);
     t.accepted.assign(p, p + words);

@@ -156,6 +156,12 @@ enum class NodeTableMode {
 ///  - character-class runs: at a trie node reached in a single-thread state, if every character of
 ///    every token suffix below lies in a set the grammar accepts at each step (per-node analysis,
 ///    up to 32 code points), the subtree is accepted in one step.
+///  - uniform character classes: when the text strings accepted from the position are exactly the
+///    strings of at most L <= 32 characters over one class (every reachable text edge lies in the
+///    class), the plain tokens come from a per-class bitset by code point count (built once per
+///    class), and only the non-plain tokens are walked.
+/// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
+/// (NodeTableMode::kTrie; kTrieUnshared builds one per node).
 class CompiledGrammar {
  public:
   CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
@@ -183,10 +189,11 @@ class CompiledGrammar {
   struct NodeInfo;
   /// Code-point-level analysis of a grammar node (memoised; see the class comment).
   const NodeInfo& node_info(std::uint32_t node) const;
-  /// Token id bitset (mask_words() words) of the plain tokens of at most `chars` code points
-  /// (chars <= 32) whose characters all lie in the class (ASCII bytes ascii[0..1], every multibyte
-  /// character if mb). Built once per class by a walk of the vocabulary trie, then memoised.
-  const std::uint32_t* class_tokens(const std::uint64_t ascii[2], bool mb, std::size_t chars) const;
+  /// Sets in `out` (mask_words() words) the plain tokens of at most `chars` code points (chars <= 32)
+  /// whose characters all lie in the class (ASCII bytes ascii[0..1], every multibyte character if
+  /// mb). The class's tokens, ordered by code point count, are found once per class by a walk of the
+  /// vocabulary trie, then memoised.
+  void class_tokens(const std::uint64_t ascii[2], bool mb, std::size_t chars, std::uint32_t* out) const;
   struct ClassCache;
   std::unique_ptr<ClassCache> class_cache_;
 
