@@ -94,6 +94,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
   std::vector<TrieNode> trie_(1, TrieNode{});
   trie_[0].hi = static_cast<std::uint32_t>(n);
   std::vector<std::uint32_t> path{0};
+  std::vector<std::uint8_t> pstate(1, 0);  // per node: UTF-8 automaton state after its parent's prefix
   for (std::size_t k = 0; k < n; ++k) {
     std::size_t l = 0, len = tok_len(k);
     if (k > 0) {
@@ -107,7 +108,11 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       path.pop_back();
     }
     std::string_view t = sorted_token(P(k));
+    int u = 0;
+    for (std::size_t d = 1; d <= l && u != kUtf8Dead; ++d) u = utf8_step(u, static_cast<std::uint8_t>(t[d - 1]));
     for (std::size_t d = l + 1; d <= len; ++d) {
+      pstate.push_back(static_cast<std::uint8_t>(u));
+      if (u != kUtf8Dead) u = utf8_step(u, static_cast<std::uint8_t>(t[d - 1]));
       TrieNode v;
       v.lo = static_cast<std::uint32_t>(k);
       v.depth = static_cast<std::uint16_t>(d);
@@ -124,6 +129,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
   }
   // Subtree summaries, children before parents (reverse depth-first order).
   std::vector<std::uint16_t> utf8_ok(trie_.size(), 0);  // bit u: valid from automaton state u
+  std::vector<std::uint16_t> utf8_pre(trie_.size(), 0);  // bit u: a valid prefix from state u
   for (std::size_t vi = trie_.size(); vi-- > 1;) {
     TrieNode& v = trie_[vi];
     bool all_plain = true, nonascii = v.byte >= 0x80;
@@ -136,7 +142,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       all_plain = all_plain && plain[P(p)];
       maxc = std::max(maxc, chars[P(p)]);
     }
-    std::uint16_t child_ok = 0x1FF;
+    std::uint16_t child_ok = 0x1FF, child_pre = 0x1FF;
     for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < v.next; c = trie_[c].next) {
       const TrieNode& ch = trie_[c];
       all_plain = all_plain && (ch.flags & kAllPlain);
@@ -147,6 +153,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       sa[0] |= ch.suffix_ascii[0];
       sa[1] |= ch.suffix_ascii[1];
       child_ok &= utf8_ok[c];
+      child_pre &= utf8_pre[c];
     }
     std::uint16_t ok = 0;
     for (int u = 0; u < 8; ++u) {
@@ -154,8 +161,16 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       if (u2 != kUtf8Dead && (!has_token || u2 == 0) && ((child_ok >> u2) & 1)) ok |= static_cast<std::uint16_t>(1u << u);
     }
     utf8_ok[vi] = ok;
+    std::uint16_t pre = 0;
+    for (int u = 0; u < 8; ++u) {
+      int u2 = utf8_step(u, v.byte);
+      if (u2 != kUtf8Dead && ((child_pre >> u2) & 1)) pre |= static_cast<std::uint16_t>(1u << u);
+    }
+    utf8_pre[vi] = pre;
+    const bool path_pre = pstate[vi] != kUtf8Dead && ((pre >> pstate[vi]) & 1);
     v.flags = static_cast<std::uint8_t>((all_plain ? kAllPlain : 0) | ((ok & 1) ? kSuffixUtf8 : 0) |
-                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0));
+                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0) |
+                                        (path_pre ? kPathUtf8Prefix : 0));
     v.max_chars = maxc;
     v.suffix_max_chars = static_cast<std::uint8_t>(std::min(255, smaxc + (is_cont(v.byte) ? 0 : 1)));
     if (has_token) sminc = 0;
@@ -742,6 +757,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   std::vector<const NodeInfo*> info(maxd, nullptr);
   std::vector<char> info_known(maxd, 0);
   std::vector<std::uint16_t> pchars(maxd, 0);  // code points of the prefix at each depth
+  std::vector<std::uint8_t> ustate(maxd, 0);   // UTF-8 automaton state after the prefix
   local.close(seeds, st[0]);
   st[0].can_end = false;  // an exit before the first byte is covered by the other threads of a state
   auto single = [&](const ParseState& s) { return s.threads.size() == 1 && s.threads[0].stack == 0; };
@@ -790,6 +806,37 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   const std::uint32_t* np_pos = tok.nonplain_positions().data();
   auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };
   const std::uint32_t end = trie[0].next;
+  // The node after completing the current character from `x` over byte b (UTF-8 state u after b),
+  // if every valid completion leads there through nodes without calls or rule end; else UINT32_MAX.
+  auto plain_node = [&](std::uint32_t n) { return g_nodes[n].calls.empty() && !g_nodes[n].final; };
+  auto complete_char = [&](std::uint32_t x, std::uint8_t b, int u) -> std::uint32_t {
+    std::uint32_t node = UINT32_MAX;
+    for (const ByteEdge& e : g_nodes[x].bytes) {
+      if (e.lo > b) break;
+      if (b <= e.hi) {
+        if (node != UINT32_MAX) return UINT32_MAX;
+        node = e.to;
+      }
+    }
+    if (node == UINT32_MAX || !plain_node(node)) return UINT32_MAX;
+    while (u != 0) {
+      std::uint8_t lo, hi;
+      utf8_need(u, lo, hi);
+      std::uint32_t to = UINT32_MAX;
+      unsigned covered = 0;
+      for (const ByteEdge& e : g_nodes[node].bytes) {
+        const unsigned a = std::max<unsigned>(e.lo, lo), z = std::min<unsigned>(e.hi, hi);
+        if (a > z) continue;
+        if (to != UINT32_MAX && e.to != to) return UINT32_MAX;
+        to = e.to;
+        covered += z - a + 1;
+      }
+      if (to == UINT32_MAX || covered != static_cast<unsigned>(hi - lo + 1) || !plain_node(to)) return UINT32_MAX;
+      node = to;
+      u = utf8_step(u, lo);
+    }
+    return node;
+  };
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
     const std::size_t d = tn.depth;
@@ -802,6 +849,52 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     const ParseState& ps = st[d - 1];
     // (Not in the non-plain trie: its tokens hold quotes, escapes, controls or broken UTF-8, which
     // the character-class rules never settle.)
+    // Inside a multibyte character: when every completion of the character leads from the single
+    // thread to one node Y through plain nodes, the subtree (valid UTF-8 from here, possibly ending
+    // inside a character) is decided by Y's analysis of what follows the character.
+    if ((tn.flags & TokenizerInfo::kPathUtf8Prefix) && tn.byte >= 0x80 && !exitf[d - 1] && single(ps) &&
+        g_nodes[ps.threads[0].node].calls.empty()) {
+      const int u1 = utf8_step(ustate[d - 1], tn.byte);
+      const std::uint32_t y = u1 != 0 && u1 != kUtf8Dead ? complete_char(ps.threads[0].node, tn.byte, u1) : UINT32_MAX;
+      if (y != UINT32_MAX) {
+        if (y != last_node) { last_node = y; last_info = &node_info(y); }
+        const NodeInfo* I = last_info;
+        const unsigned cur = is_cont(tn.byte) ? 0u : 1u;  // the character begun here (counted in the suffix)
+        const unsigned rmax = tn.suffix_max_chars - cur, rmin = tn.suffix_min_chars >= cur ? tn.suffix_min_chars - cur : 0;
+        const bool text_only = !(tn.suffix_ascii[0] & kQuote) && !(tn.suffix_ascii[1] & kBackslash);
+        if (I->safe && text_only && rmin > I->plain_max) {
+          v = tn.next;  // every token completes the character, then needs more than L characters
+          continue;
+        }
+        auto fits = [&](std::size_t j) {
+          const CharSet& c = I->cum[j];
+          return (tn.suffix_ascii[0] & ~c.a[0]) == 0 && (tn.suffix_ascii[1] & ~c.a[1]) == 0 && c.mb;
+        };
+        std::size_t top = std::min<std::size_t>(rmax, kCumChars), j = 0;
+        if (fits(top)) {
+          j = top;
+        } else {
+          std::size_t lo = 0, hi = top;
+          while (hi - lo > 1) {
+            std::size_t mid = (lo + hi) / 2;
+            (fits(mid) ? lo : hi) = mid;
+          }
+          j = lo;
+        }
+        if (j == rmax) {
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+        if (j >= rmin && j == I->plain_max && I->safe && text_only) {
+          const std::size_t base = pchars[d - 1] + cur + j;
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p)
+            if (tok.sorted_chars(P(p)) <= base) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+      }
+    }
     if (!np && (tn.flags & TokenizerInfo::kSuffixUtf8)) {
       if (!info_known[d - 1]) {
         info_known[d - 1] = 1;
@@ -887,6 +980,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     }
     exitf[d] = exitf[d - 1] || st[d].can_end;
     pchars[d] = pchars[d - 1] + (is_cont(tn.byte) ? 0 : 1);
+    ustate[d] = static_cast<std::uint8_t>(ustate[d - 1] == kUtf8Dead ? kUtf8Dead : utf8_step(ustate[d - 1], tn.byte));
     info_known[d] = 0;
     std::uint32_t p = tn.lo;
     if (tn.flags & TokenizerInfo::kHasToken)

@@ -86,6 +86,9 @@ class TokenizerInfo {
   static constexpr std::uint8_t kSuffixNonAscii = 4;
   /// A token ends at this node (its bytes are the node's prefix).
   static constexpr std::uint8_t kHasToken = 8;
+  /// Read after the parent's prefix (whose UTF-8 may end inside a character), every edge-inclusive
+  /// suffix continues as valid UTF-8 that may itself end inside a character.
+  static constexpr std::uint8_t kPathUtf8Prefix = 16;
   const std::vector<TrieNode>& trie() const { return trie_; }
   /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
   /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
