@@ -163,6 +163,8 @@ enum class NodeTableMode {
 ///    strings of at most L <= 32 characters over one class (every reachable text edge lies in the
 ///    class), the plain tokens come from a per-class bitset by code point count (built once per
 ///    class), and only the non-plain tokens are walked.
+///  - inside a multibyte character: when every completion of the character leads from the single
+///    thread to one node, the subtree is decided from that node's analysis as above.
 /// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
 /// (NodeTableMode::kTrie; kTrieUnshared builds one per node).
 class CompiledGrammar {
