@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
+#include <tuple>
 
 #include "engine/tokenizer/tokenizer.hpp"
 
@@ -93,6 +94,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
   std::vector<TrieNode> trie_(1, TrieNode{});
   trie_[0].hi = static_cast<std::uint32_t>(n);
   std::vector<std::uint32_t> path{0};
+  std::vector<std::uint8_t> pstate(1, 0);  // per node: UTF-8 automaton state after its parent's prefix
   for (std::size_t k = 0; k < n; ++k) {
     std::size_t l = 0, len = tok_len(k);
     if (k > 0) {
@@ -106,7 +108,11 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       path.pop_back();
     }
     std::string_view t = sorted_token(P(k));
+    int u = 0;
+    for (std::size_t d = 1; d <= l && u != kUtf8Dead; ++d) u = utf8_step(u, static_cast<std::uint8_t>(t[d - 1]));
     for (std::size_t d = l + 1; d <= len; ++d) {
+      pstate.push_back(static_cast<std::uint8_t>(u));
+      if (u != kUtf8Dead) u = utf8_step(u, static_cast<std::uint8_t>(t[d - 1]));
       TrieNode v;
       v.lo = static_cast<std::uint32_t>(k);
       v.depth = static_cast<std::uint16_t>(d);
@@ -123,6 +129,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
   }
   // Subtree summaries, children before parents (reverse depth-first order).
   std::vector<std::uint16_t> utf8_ok(trie_.size(), 0);  // bit u: valid from automaton state u
+  std::vector<std::uint16_t> utf8_pre(trie_.size(), 0);  // bit u: a valid prefix from state u
   for (std::size_t vi = trie_.size(); vi-- > 1;) {
     TrieNode& v = trie_[vi];
     bool all_plain = true, nonascii = v.byte >= 0x80;
@@ -135,7 +142,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       all_plain = all_plain && plain[P(p)];
       maxc = std::max(maxc, chars[P(p)]);
     }
-    std::uint16_t child_ok = 0x1FF;
+    std::uint16_t child_ok = 0x1FF, child_pre = 0x1FF;
     for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < v.next; c = trie_[c].next) {
       const TrieNode& ch = trie_[c];
       all_plain = all_plain && (ch.flags & kAllPlain);
@@ -146,6 +153,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       sa[0] |= ch.suffix_ascii[0];
       sa[1] |= ch.suffix_ascii[1];
       child_ok &= utf8_ok[c];
+      child_pre &= utf8_pre[c];
     }
     std::uint16_t ok = 0;
     for (int u = 0; u < 8; ++u) {
@@ -153,8 +161,16 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       if (u2 != kUtf8Dead && (!has_token || u2 == 0) && ((child_ok >> u2) & 1)) ok |= static_cast<std::uint16_t>(1u << u);
     }
     utf8_ok[vi] = ok;
+    std::uint16_t pre = 0;
+    for (int u = 0; u < 8; ++u) {
+      int u2 = utf8_step(u, v.byte);
+      if (u2 != kUtf8Dead && ((child_pre >> u2) & 1)) pre |= static_cast<std::uint16_t>(1u << u);
+    }
+    utf8_pre[vi] = pre;
+    const bool path_pre = pstate[vi] != kUtf8Dead && ((pre >> pstate[vi]) & 1);
     v.flags = static_cast<std::uint8_t>((all_plain ? kAllPlain : 0) | ((ok & 1) ? kSuffixUtf8 : 0) |
-                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0));
+                                        (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0) |
+                                        (path_pre ? kPathUtf8Prefix : 0));
     v.max_chars = maxc;
     v.suffix_max_chars = static_cast<std::uint8_t>(std::min(255, smaxc + (is_cont(v.byte) ? 0 : 1)));
     if (has_token) sminc = 0;
@@ -289,7 +305,9 @@ struct CompiledGrammar::NodeTable {
 
 struct CompiledGrammar::NodeCache {
   mutable std::shared_mutex mu;
-  std::unordered_map<std::uint32_t, std::unique_ptr<NodeTable>> tables;
+  std::unordered_map<std::uint32_t, const NodeTable*> tables;  // grammar node -> its table
+  // Tables by node description (see node_table): nodes with the same description share one.
+  std::unordered_map<std::string, std::unique_ptr<NodeTable>> by_desc;
 };
 
 // A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
@@ -378,6 +396,11 @@ struct CompiledGrammar::NodeInfo {
   std::uint8_t plain_all = 0;  // B: every plain string of <= B code points is accepted (kInf: any)
   std::uint8_t plain_max = 0;  // L: no string of more than L text characters is accepted (kInf: unbounded)
   bool safe = false;           // no rule end nor call is reachable through text characters
+  // The text characters that have an edge at some node reachable through text characters (mb: some
+  // multibyte character has one). With safe, reach within cum[plain_max] and plain_max <= kCumChars,
+  // the text strings accepted from the node are exactly the strings of at most plain_max characters
+  // over cum[plain_max] (a "uniform character class", e.g. the positions of `[a-z0-9_.-]{1,16}`).
+  CharSet reach;
 };
 
 struct CompiledGrammar::InfoCache {
@@ -396,6 +419,7 @@ namespace {
 struct CharStep {
   std::uint64_t cov[2] = {0, 0};
   bool mb_all = true;
+  bool mb_any = false;  // some lead byte C2..F4 has an edge
   bool mids_ok = true;
   std::vector<std::uint32_t> succ;
 };
@@ -437,6 +461,7 @@ CharStep char_step(const Grammar& g, std::uint32_t n) {
       }
     }
     if (covered < 0xF4 - 0xC2 + 1) r.mb_all = false;
+    r.mb_any = covered > 0;
   }
   while (!work.empty()) {
     Item it = work.back();
@@ -563,9 +588,25 @@ const CompiledGrammar::NodeInfo& CompiledGrammar::node_info(std::uint32_t n0) co
       if (!steps[v].succ.empty()) L = std::max(L, 1u);
     }
     if (cyclic) L = kInf;
+    // reach: the union over the component and everything after it (a component reaches all of it).
+    CharSet reach;
+    for (std::uint32_t v : C) {
+      reach.a[0] |= steps[v].cov[0];
+      reach.a[1] |= steps[v].cov[1];
+      reach.mb = reach.mb || steps[v].mb_any;
+      for (std::uint32_t m : steps[v].succ) {
+        std::uint32_t w = local(m);
+        if (w != UINT32_MAX && comp[w] == c) continue;
+        const CharSet& o = info_of(m).reach;
+        reach.a[0] |= o.a[0];
+        reach.a[1] |= o.a[1];
+        reach.mb = reach.mb || o.mb;
+      }
+    }
     for (std::uint32_t v : C) {
       out[v]->plain_max = static_cast<std::uint8_t>(std::min<unsigned>(L, kInf));
       out[v]->safe = safe;
+      out[v]->reach = reach;
     }
     // B: start from "unbounded" and lower until stable.
     auto plain_cov = [&](std::uint32_t v) {
@@ -613,6 +654,68 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
       node_cache_(std::make_unique<NodeCache>()) {
   if (!grammar_ || !tok_) throw std::invalid_argument("CompiledGrammar: null grammar or tokenizer");
   meta_.grammar = grammar_;
+  class_cache_ = std::make_unique<ClassCache>();
+}
+
+struct CompiledGrammar::ClassCache {
+  struct Class {
+    std::vector<std::uint32_t> ids;                // the class's plain tokens, by code point count
+    std::array<std::uint32_t, kCumChars + 1> end;  // end[c]: ids[0, end[c]) have <= c code points
+  };
+  std::mutex mu;
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, Class> classes;  // (ascii[0], ascii[1], mb)
+};
+
+void CompiledGrammar::class_tokens(const std::uint64_t ascii_in[2], bool mb, std::size_t chars,
+                                   std::uint32_t* out) const {
+  const TokenizerInfo& tok = *tok_;
+  chars = std::min(chars, kCumChars);
+  // Only plain characters matter (plain tokens hold no others).
+  const std::uint64_t a0 = ascii_in[0] & kPlainLo, a1 = ascii_in[1] & kPlainHi;
+  std::lock_guard lk(class_cache_->mu);
+  auto [it, fresh] = class_cache_->classes.try_emplace({a0, a1, mb});
+  ClassCache::Class& cls = it->second;
+  if (fresh) {
+    // Walk of the vocabulary trie along prefixes whose characters all lie in the class: a subtree
+    // whose suffixes are complete UTF-8 over class characters is taken whole (summaries), a byte
+    // outside the class ends the subtree.
+    std::array<std::vector<std::uint32_t>, kCumChars + 1> by_chars;
+    const auto& trie = tok.trie();
+    const auto& ids = tok.sorted_ids();
+    std::vector<int> u(tok.max_token_len() + 1, 0);  // UTF-8 automaton state after the prefix
+    auto add = [&](std::uint32_t p) {
+      std::size_t c = tok.sorted_chars(p);
+      if (c <= kCumChars) by_chars[c].push_back(static_cast<std::uint32_t>(ids[p]));
+    };
+    const std::uint32_t end = trie[0].next;
+    for (std::uint32_t v = 1; v < end;) {
+      const TokenizerInfo::TrieNode& tn = trie[v];
+      const std::size_t d = tn.depth;
+      if (u[d - 1] == 0 && (tn.flags & TokenizerInfo::kSuffixUtf8) && (tn.suffix_ascii[0] & ~a0) == 0 &&
+          (tn.suffix_ascii[1] & ~a1) == 0 && (mb || !(tn.flags & TokenizerInfo::kSuffixNonAscii))) {
+        if (tn.suffix_min_chars <= kCumChars)
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) add(p);
+        v = tn.next;
+        continue;
+      }
+      const std::uint8_t b = tn.byte;
+      const bool in_class = b < 0x80 ? ((b < 64 ? a0 >> b : a1 >> (b - 64)) & 1) != 0 : mb;
+      const int u2 = utf8_step(u[d - 1], b);
+      if (!in_class || u2 == kUtf8Dead) {
+        v = tn.next;
+        continue;
+      }
+      u[d] = u2;
+      if ((tn.flags & TokenizerInfo::kHasToken) && u2 == 0)
+        for (std::uint32_t p = tn.lo; p < tn.hi && tok.sorted_token(p).size() == d; ++p) add(p);
+      ++v;
+    }
+    for (std::size_t c = 0; c <= kCumChars; ++c) {
+      cls.ids.insert(cls.ids.end(), by_chars[c].begin(), by_chars[c].end());
+      cls.end[c] = static_cast<std::uint32_t>(cls.ids.size());
+    }
+  }
+  for (std::uint32_t k = 0; k < cls.end[chars]; ++k) set_bit(out, static_cast<TokenId>(cls.ids[k]));
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
@@ -654,18 +757,40 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   std::vector<const NodeInfo*> info(maxd, nullptr);
   std::vector<char> info_known(maxd, 0);
   std::vector<std::uint16_t> pchars(maxd, 0);  // code points of the prefix at each depth
+  std::vector<std::uint8_t> ustate(maxd, 0);   // UTF-8 automaton state after the prefix
   local.close(seeds, st[0]);
   st[0].can_end = false;  // an exit before the first byte is covered by the other threads of a state
   auto single = [&](const ParseState& s) { return s.threads.size() == 1 && s.threads[0].stack == 0; };
   // Plain text decided from the start position (see the class comment).
   std::uint8_t plain_all = 0;
   bool plain_exact = false;
+  // A uniform character class (see NodeInfo::reach): the plain tokens accepted are those over the
+  // class with at most L code points, from a bitset built once per class.
+  bool uniform = false;
+  std::size_t class_chars = 0;  // L of a uniform class (0: no class tokens)
+  const std::uint64_t* class_ascii = nullptr;
+  bool class_mb = false;
   if (single(st[0])) {
     const NodeInfo& I = node_info(st[0].threads[0].node);
     plain_all = I.plain_all;
     plain_exact = I.safe && I.plain_max == I.plain_all;
+    if (!(plain_exact && plain_all > 0) && I.safe && I.plain_max <= kCumChars) {
+      const CharSet& S = I.cum[I.plain_max];
+      const bool within = (I.reach.a[0] & kPlainLo & ~S.a[0]) == 0 && (I.reach.a[1] & kPlainHi & ~S.a[1]) == 0 &&
+                          (!I.reach.mb || S.mb);
+      if (within) {
+        uniform = true;
+        plain_all = 0;
+        class_chars = I.plain_max;
+        class_ascii = S.a;
+        class_mb = I.reach.mb;
+      }
+    }
   }
-  if (plain_all > 0) {
+  if (class_chars > 0) {
+    t.accepted.assign(words, 0u);
+    class_tokens(class_ascii, class_mb, class_chars, t.accepted.data());
+  } else if (plain_all > 0) {
     const std::uint32_t* p = tok.plain_upto(plain_all);
     t.accepted.assign(p, p + words);
   } else {
@@ -676,11 +801,42 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   const NodeInfo* last_info = nullptr;
   const auto& g_nodes = grammar_->nodes;
   // With an exact plain decision only the non-plain tokens are left: walk their (small) trie.
-  const bool np = plain_exact && plain_all > 0;
+  const bool np = (plain_exact && plain_all > 0) || uniform;
   const auto& trie = np ? tok.nonplain_trie() : tok.trie();
   const std::uint32_t* np_pos = tok.nonplain_positions().data();
   auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };
   const std::uint32_t end = trie[0].next;
+  // The node after completing the current character from `x` over byte b (UTF-8 state u after b),
+  // if every valid completion leads there through nodes without calls or rule end; else UINT32_MAX.
+  auto plain_node = [&](std::uint32_t n) { return g_nodes[n].calls.empty() && !g_nodes[n].final; };
+  auto complete_char = [&](std::uint32_t x, std::uint8_t b, int u) -> std::uint32_t {
+    std::uint32_t node = UINT32_MAX;
+    for (const ByteEdge& e : g_nodes[x].bytes) {
+      if (e.lo > b) break;
+      if (b <= e.hi) {
+        if (node != UINT32_MAX) return UINT32_MAX;
+        node = e.to;
+      }
+    }
+    if (node == UINT32_MAX || !plain_node(node)) return UINT32_MAX;
+    while (u != 0) {
+      std::uint8_t lo, hi;
+      utf8_need(u, lo, hi);
+      std::uint32_t to = UINT32_MAX;
+      unsigned covered = 0;
+      for (const ByteEdge& e : g_nodes[node].bytes) {
+        const unsigned a = std::max<unsigned>(e.lo, lo), z = std::min<unsigned>(e.hi, hi);
+        if (a > z) continue;
+        if (to != UINT32_MAX && e.to != to) return UINT32_MAX;
+        to = e.to;
+        covered += z - a + 1;
+      }
+      if (to == UINT32_MAX || covered != static_cast<unsigned>(hi - lo + 1) || !plain_node(to)) return UINT32_MAX;
+      node = to;
+      u = utf8_step(u, lo);
+    }
+    return node;
+  };
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
     const std::size_t d = tn.depth;
@@ -691,8 +847,55 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       continue;
     }
     const ParseState& ps = st[d - 1];
+    // Inside a multibyte character: when every completion of the character leads from the single
+    // thread to one node Y through plain nodes, the subtree (valid UTF-8 from here, possibly ending
+    // inside a character) is decided by Y's analysis of what follows the character.
+    if ((tn.flags & TokenizerInfo::kPathUtf8Prefix) && tn.byte >= 0x80 && !exitf[d - 1] && single(ps) &&
+        g_nodes[ps.threads[0].node].calls.empty()) {
+      const int u1 = utf8_step(ustate[d - 1], tn.byte);
+      const std::uint32_t y = u1 != 0 && u1 != kUtf8Dead ? complete_char(ps.threads[0].node, tn.byte, u1) : UINT32_MAX;
+      if (y != UINT32_MAX) {
+        if (y != last_node) { last_node = y; last_info = &node_info(y); }
+        const NodeInfo* I = last_info;
+        const unsigned cur = is_cont(tn.byte) ? 0u : 1u;  // the character begun here (counted in the suffix)
+        const unsigned rmax = tn.suffix_max_chars - cur, rmin = tn.suffix_min_chars >= cur ? tn.suffix_min_chars - cur : 0;
+        const bool text_only = !(tn.suffix_ascii[0] & kQuote) && !(tn.suffix_ascii[1] & kBackslash);
+        if (I->safe && text_only && rmin > I->plain_max) {
+          v = tn.next;  // every token completes the character, then needs more than L characters
+          continue;
+        }
+        auto fits = [&](std::size_t j) {
+          const CharSet& c = I->cum[j];
+          return (tn.suffix_ascii[0] & ~c.a[0]) == 0 && (tn.suffix_ascii[1] & ~c.a[1]) == 0 && c.mb;
+        };
+        std::size_t top = std::min<std::size_t>(rmax, kCumChars), j = 0;
+        if (fits(top)) {
+          j = top;
+        } else {
+          std::size_t lo = 0, hi = top;
+          while (hi - lo > 1) {
+            std::size_t mid = (lo + hi) / 2;
+            (fits(mid) ? lo : hi) = mid;
+          }
+          j = lo;
+        }
+        if (j == rmax) {
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+        if (j >= rmin && j == I->plain_max && I->safe && text_only) {
+          const std::size_t base = pchars[d - 1] + cur + j;
+          for (std::uint32_t p = tn.lo; p < tn.hi; ++p)
+            if (tok.sorted_chars(P(p)) <= base) set_bit(acc, ids[P(p)]);
+          v = tn.next;
+          continue;
+        }
+      }
+    }
     // (Not in the non-plain trie: its tokens hold quotes, escapes, controls or broken UTF-8, which
-    // the character-class rules never settle.)
+    // the character-class rules at a character boundary never settle; tried for the tokens that end
+    // inside a character, it changed nothing measurable.)
     if (!np && (tn.flags & TokenizerInfo::kSuffixUtf8)) {
       if (!info_known[d - 1]) {
         info_known[d - 1] = 1;
@@ -778,6 +981,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     }
     exitf[d] = exitf[d - 1] || st[d].can_end;
     pchars[d] = pchars[d - 1] + (is_cont(tn.byte) ? 0 : 1);
+    ustate[d] = static_cast<std::uint8_t>(ustate[d - 1] == kUtf8Dead ? kUtf8Dead : utf8_step(ustate[d - 1], tn.byte));
     info_known[d] = 0;
     std::uint32_t p = tn.lo;
     if (tn.flags & TokenizerInfo::kHasToken)
@@ -812,15 +1016,44 @@ void CompiledGrammar::build_node_table_full(std::uint32_t node, NodeTable& t) co
 }
 
 const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node) const {
+  NodeCache& c = *node_cache_;
   {
-    std::shared_lock lk(node_cache_->mu);
-    auto it = node_cache_->tables.find(node);
-    if (it != node_cache_->tables.end()) return *it->second;
+    std::shared_lock lk(c.mu);
+    auto it = c.tables.find(node);
+    if (it != c.tables.end()) return *it->second;
+  }
+  // Nodes with the same rule end, the same rule calls (rule and return node) and the same byte
+  // edges to the same nodes have the same closure and successors, hence the same table. The grammar
+  // builder merges such nodes only outside cycles; inside a cycle (the character classes of a
+  // pattern or format repetition, e.g. the atext+ run of an email, one node per class) they remain
+  // and would each walk the vocabulary. (Off in NodeTableMode::kTrieUnshared, the test reference.)
+  std::string desc;
+  if (mode_ == NodeTableMode::kTrie) {
+    const GNode& g = grammar_->nodes[node];
+    auto put = [&](std::uint32_t x) { desc.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    put(g.final ? 1u : 0u);
+    put(static_cast<std::uint32_t>(g.calls.size()));
+    for (const CallEdge& e : g.calls) {
+      put(e.rule);
+      put(e.ret);
+    }
+    for (const ByteEdge& e : g.bytes) {
+      put(static_cast<std::uint32_t>(e.lo) | static_cast<std::uint32_t>(e.hi) << 8);
+      put(e.to);
+    }
+    std::unique_lock lk(c.mu);
+    if (auto it = c.by_desc.find(desc); it != c.by_desc.end()) {
+      c.tables.emplace(node, it->second.get());
+      return *it->second;
+    }
+  } else {
+    desc.assign(reinterpret_cast<const char*>(&node), sizeof node);  // one table per node
   }
   auto t = std::make_unique<NodeTable>();
   build_node_table(node, *t);
-  std::unique_lock lk(node_cache_->mu);
-  auto [it, inserted] = node_cache_->tables.emplace(node, std::move(t));
+  std::unique_lock lk(c.mu);
+  auto [it, inserted] = c.by_desc.emplace(std::move(desc), std::move(t));
+  c.tables.emplace(node, it->second.get());
   return *it->second;
 }
 

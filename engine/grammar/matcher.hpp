@@ -86,6 +86,9 @@ class TokenizerInfo {
   static constexpr std::uint8_t kSuffixNonAscii = 4;
   /// A token ends at this node (its bytes are the node's prefix).
   static constexpr std::uint8_t kHasToken = 8;
+  /// Read after the parent's prefix (whose UTF-8 may end inside a character), every edge-inclusive
+  /// suffix continues as valid UTF-8 that may itself end inside a character.
+  static constexpr std::uint8_t kPathUtf8Prefix = 16;
   const std::vector<TrieNode>& trie() const { return trie_; }
   /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
   /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
@@ -134,6 +137,9 @@ enum class NodeTableMode {
   /// Walk over the whole sorted vocabulary, token by token with shared prefixes (the earlier
   /// implementation; kept as the bench baseline and a test reference).
   kFullWalk,
+  /// The trie walk with one table per grammar node (kTrie shares one table between nodes of the
+  /// same description: rule end, calls, byte edges and their targets); the test reference for it.
+  kTrieUnshared,
 };
 
 /// A grammar bound to a vocabulary, with the token-mask caches. Immutable from the outside and
@@ -153,6 +159,14 @@ enum class NodeTableMode {
 ///  - character-class runs: at a trie node reached in a single-thread state, if every character of
 ///    every token suffix below lies in a set the grammar accepts at each step (per-node analysis,
 ///    up to 32 code points), the subtree is accepted in one step.
+///  - uniform character classes: when the text strings accepted from the position are exactly the
+///    strings of at most L <= 32 characters over one class (every reachable text edge lies in the
+///    class), the plain tokens come from a per-class bitset by code point count (built once per
+///    class), and only the non-plain tokens are walked.
+///  - inside a multibyte character: when every completion of the character leads from the single
+///    thread to one node, the subtree is decided from that node's analysis as above.
+/// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
+/// (NodeTableMode::kTrie; kTrieUnshared builds one per node).
 class CompiledGrammar {
  public:
   CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
@@ -180,6 +194,13 @@ class CompiledGrammar {
   struct NodeInfo;
   /// Code-point-level analysis of a grammar node (memoised; see the class comment).
   const NodeInfo& node_info(std::uint32_t node) const;
+  /// Sets in `out` (mask_words() words) the plain tokens of at most `chars` code points (chars <= 32)
+  /// whose characters all lie in the class (ASCII bytes ascii[0..1], every multibyte character if
+  /// mb). The class's tokens, ordered by code point count, are found once per class by a walk of the
+  /// vocabulary trie, then memoised.
+  void class_tokens(const std::uint64_t ascii[2], bool mb, std::size_t chars, std::uint32_t* out) const;
+  struct ClassCache;
+  std::unique_ptr<ClassCache> class_cache_;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenizerInfo> tok_;

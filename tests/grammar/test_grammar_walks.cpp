@@ -105,14 +105,10 @@ void run_walks(const fs::path& schema_path, int walks, std::uint64_t seed) {
             << st.hits << " misses " << st.misses << " node tables " << st.node_tables << "\n";
 }
 
-}  // namespace
 
-TEST(GrammarWalks, Invoice) { run_walks(invoice_schema(), 20, 11); }
-TEST(GrammarWalks, ShipmentConditionalKeywords) { run_walks(schema_dir() / "shipment.schema.json", 20, 17); }
-
-// The trie-walk node tables (default) against the earlier full-vocabulary walk, at every step of
-// random walks over every schema: the masks must be identical.
-TEST(GrammarWalks, TrieTablesEqualFullWalk) {
+// Masks of two node-table builders over the same grammar, compared at every step of random walks
+// over every test schema (the walk follows the first builder's masks).
+void expect_same_masks(eg::NodeTableMode mode_a, eg::NodeTableMode mode_b, int walks, int max_steps) {
   std::vector<fs::path> schemas{invoice_schema()};
   for (const auto& e : fs::directory_iterator(schema_dir()))
     if (e.path().extension() == ".json" && e.path().filename() != "invoice.schema.json") schemas.push_back(e.path());
@@ -120,16 +116,16 @@ TEST(GrammarWalks, TrieTablesEqualFullWalk) {
   for (const auto& sp : schemas) {
     SCOPED_TRACE(sp.filename().string());
     auto res = eg::compile_json_schema(read(sp));
-    auto trie = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, eg::NodeTableMode::kTrie);
-    auto full = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, eg::NodeTableMode::kFullWalk);
+    auto ga = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, mode_a);
+    auto gb = std::make_shared<eg::CompiledGrammar>(res.grammar, vocab(), res, mode_b);
     std::mt19937_64 rng(5);
     std::vector<std::uint32_t> a(vocab()->mask_words()), b(vocab()->mask_words());
     int steps = 0;
-    for (int w = 0; w < 6; ++w) {
-      eg::GrammarMatcher mt(trie), mf(full);
-      for (int t = 0; t < 300 && !mt.is_terminated(); ++t) {
-        mt.fill_bitmask(a);
-        mf.fill_bitmask(b);
+    for (int w = 0; w < walks; ++w) {
+      eg::GrammarMatcher ma(ga), mb(gb);
+      for (int t = 0; t < max_steps && !ma.is_terminated(); ++t) {
+        ma.fill_bitmask(a);
+        mb.fill_bitmask(b);
         ++steps;
         ASSERT_EQ(a, b) << "step " << steps;
         std::vector<eg::TokenId> allowed;
@@ -143,12 +139,29 @@ TEST(GrammarWalks, TrieTablesEqualFullWalk) {
             eg::TokenId c = allowed[rng() % allowed.size()];
             if (vocab()->is_eos(c) || vocab()->token(c).find_first_of("\"}],") != std::string::npos) { pick = c; break; }
           }
-        ASSERT_TRUE(mt.accept(pick));
-        ASSERT_TRUE(mf.accept(pick));
+        ASSERT_TRUE(ma.accept(pick));
+        ASSERT_TRUE(mb.accept(pick));
       }
     }
     std::cout << sp.filename().string() << ": " << steps << " masks equal\n";
   }
+}
+
+}  // namespace
+
+TEST(GrammarWalks, Invoice) { run_walks(invoice_schema(), 20, 11); }
+TEST(GrammarWalks, ShipmentConditionalKeywords) { run_walks(schema_dir() / "shipment.schema.json", 20, 17); }
+
+// The trie-walk node tables (default) against the earlier full-vocabulary walk, at every step of
+// random walks over every schema: the masks must be identical.
+TEST(GrammarWalks, TrieTablesEqualFullWalk) {
+  expect_same_masks(eg::NodeTableMode::kTrie, eg::NodeTableMode::kFullWalk, 6, 300);
+}
+
+// Node tables shared between grammar nodes of the same description (kTrie) against one table per
+// node (kTrieUnshared), at every step of longer random walks over every schema.
+TEST(GrammarWalks, SharedTablesEqualUnshared) {
+  expect_same_masks(eg::NodeTableMode::kTrie, eg::NodeTableMode::kTrieUnshared, 12, 400);
 }
 TEST(GrammarWalks, ProductCatalog) { run_walks(schema_dir() / "product_catalog.schema.json", 20, 12); }
 TEST(GrammarWalks, FileTree) { run_walks(schema_dir() / "file_tree.schema.json", 20, 13); }
