@@ -137,7 +137,9 @@ std::string report_markdown(const json& r) {
       << " x " << mi.value("head_dim", 0) << ", vocab " << mi.value("vocab_size", 0) << ", "
       << mi.value("max_position_embeddings", 0) << " positions; " << num(get(mi, "weight_bytes_per_step") / 1e6, 1)
       << " MB of weights read per decode step, KV " << num(get(mi, "kv_bytes_per_token") / 1e3, 1)
-      << " KB per token (f32)" << (mi.value("random_weights", false) ? "; random weights" : "") << ".\n\n";
+      << " KB per token (" << (mi.value("compute", std::string("exact")) == "bf16" ? "bf16" : "f32") << "); compute "
+      << mi.value("compute", std::string("exact")) << (mi.value("random_weights", false) ? "; random weights" : "")
+      << ".\n\n";
     if (mi.value("weights_fit_in_last_level_cache", false))
       s << "Its weights fit in the CPU's last-level cache (" << num(get(mach, "last_level_cache_bytes") / 1e6, 0)
         << " MB), so decode is not bound by the DRAM bandwidth: the roofline columns are a reference, not a "
