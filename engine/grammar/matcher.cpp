@@ -300,7 +300,14 @@ inline bool get_bit(const std::uint32_t* m, TokenId id) { return (m[id >> 5] >> 
 
 struct CompiledGrammar::NodeTable {
   std::vector<std::uint32_t> accepted;   // bitset: accepted whatever the stack below holds
-  std::vector<std::uint32_t> uncertain;  // positions in sorted_ids(): depends on the stack
+  std::vector<std::uint32_t> uncertain;  // positions in sorted_ids(): depends on the stack (kFullWalk)
+  // Context-dependent tokens with their rule ends (trie builders): the walk of the token from the
+  // node (empty stack) ends the node's rule after `ctx_off` >= 1 bytes and the token goes on, so it
+  // is accepted from a thread (node, S) iff the state after popping S accepts the rest of the token
+  // (a token with several such offsets has one entry per offset). The run-time check groups the
+  // entries by what follows the rule end (see fill_mask).
+  std::vector<std::uint32_t> ctx_pos;  // positions in sorted_ids()
+  std::vector<std::uint16_t> ctx_off;  // bytes of the token up to the rule end
 };
 
 struct CompiledGrammar::NodeCache {
@@ -837,6 +844,25 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     }
     return node;
   };
+  // Context-dependent tokens (see NodeTable::ctx_pos): the trie positions [lo, hi) share the path
+  // up to depth `upto`; their rule ends are the depths k in 1..upto where the walk's state may end.
+  std::uint16_t exits[8];
+  auto add_ctx = [&](std::uint32_t lo, std::uint32_t hi, std::size_t upto) {
+    std::size_t ne = 0;
+    for (std::size_t k = 1; k <= upto; ++k)
+      if (st[k].can_end) {
+        if (ne == 8) {  // (never seen: a rule ending at more than 8 depths of one token) the plain list
+          for (std::uint32_t p = lo; p < hi; ++p) t.uncertain.push_back(P(p));
+          return;
+        }
+        exits[ne++] = static_cast<std::uint16_t>(k);
+      }
+    for (std::uint32_t p = lo; p < hi; ++p)
+      for (std::size_t e = 0; e < ne; ++e) {
+        t.ctx_pos.push_back(P(p));
+        t.ctx_off.push_back(exits[e]);
+      }
+  };
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
     const std::size_t d = tn.depth;
@@ -974,8 +1000,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       alive = local.advance(ps, tn.byte, st[d]);
     }
     if (!alive) {
-      if (exitf[d - 1])
-        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      if (exitf[d - 1]) add_ctx(tn.lo, tn.hi, d - 1);
       v = tn.next;
       continue;
     }
@@ -989,7 +1014,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     if (st[d].threads.empty()) {
       // The rule ended here and nothing inside it goes on: every longer token below depends on the
       // context (exitf[d] holds).
-      for (; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      add_ctx(p, tn.hi, d);
       v = tn.next;
       continue;
     }
@@ -1063,6 +1088,59 @@ void CompiledGrammar::warm_up() const {
     if (!grammar_->nodes[n].bytes.empty()) node_table(n);
 }
 
+void CompiledGrammar::check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t,
+                                     std::uint32_t* mask) const {
+  // The state after the rule end: the thread's stack popped. Every context-dependent token of the
+  // table is then accepted iff this state accepts the token's bytes after its rule end. Most of
+  // them (about 1,150 at a string position, 570 distinct continuations) fail on the first byte
+  // after the closing quote, so: the bytes the state can take (one bit test per token), the state
+  // after each first byte (once per byte), and the rest of a longer continuation once per distinct
+  // continuation.
+  const TokenizerInfo& tok = *tok_;
+  const auto& ids = tok.sorted_ids();
+  std::vector<Thread> seeds{{parser.pool().top(stack), parser.pool().parent(stack)}};
+  ParseState popped;
+  parser.close(seeds, popped);
+  if (popped.threads.empty()) return;
+  std::uint32_t next[8];
+  parser.next_bytes(popped, next);
+  std::array<std::int8_t, 256> first_ok;
+  first_ok.fill(-1);
+  std::array<std::uint8_t, 256> first_idx{};
+  std::vector<ParseState> first_state;
+  std::unordered_map<std::string_view, bool> rest_ok;
+  ParseState a, b;
+  for (std::size_t e = 0; e < t.ctx_pos.size(); ++e) {
+    const TokenId id = ids[t.ctx_pos[e]];
+    if (get_bit(mask, id)) continue;
+    const std::string_view sfx = tok.sorted_token(t.ctx_pos[e]).substr(t.ctx_off[e]);
+    const std::uint8_t c0 = static_cast<std::uint8_t>(sfx[0]);
+    if (!((next[c0 >> 5] >> (c0 & 31)) & 1u)) continue;
+    if (first_ok[c0] < 0) {
+      first_idx[c0] = static_cast<std::uint8_t>(first_state.size());
+      first_state.emplace_back();
+      first_ok[c0] = parser.advance(popped, c0, first_state.back()) ? 1 : 0;
+    }
+    if (!first_ok[c0]) continue;
+    bool ok = true;
+    if (sfx.size() > 1) {
+      auto [it, fresh] = rest_ok.try_emplace(sfx, false);
+      if (fresh) {
+        const ParseState* cur = &first_state[first_idx[c0]];
+        bool alive = true;
+        for (std::size_t i = 1; i < sfx.size() && alive; ++i) {
+          ParseState& out = (cur == &a) ? b : a;
+          alive = parser.advance(*cur, static_cast<std::uint8_t>(sfx[i]), out);
+          cur = &out;
+        }
+        it->second = alive;
+      }
+      ok = it->second;
+    }
+    if (ok) set_bit(mask, id);
+  }
+}
+
 void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint32_t* mask) const {
   const TokenizerInfo& tok = *tok_;
   const std::size_t words = tok.mask_words();
@@ -1088,12 +1166,18 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
   std::fill(mask, mask + words, 0u);
   std::vector<std::uint32_t> uncertain;
   std::uint32_t prev_node = UINT32_MAX;
+  const NodeTable* prev_table = nullptr;
   for (const Thread& th : st.threads) {
-    if (th.node == prev_node) continue;  // threads are sorted by node
-    prev_node = th.node;
-    const NodeTable& t = node_table(th.node);
-    for (std::size_t w = 0; w < words; ++w) mask[w] |= t.accepted[w];
-    uncertain.insert(uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+    // Threads are sorted by node: the stack-independent part once per node.
+    const NodeTable& t = th.node == prev_node ? *prev_table : node_table(th.node);
+    if (th.node != prev_node) {
+      prev_node = th.node;
+      prev_table = &t;
+      for (std::size_t w = 0; w < words; ++w) mask[w] |= t.accepted[w];
+      uncertain.insert(uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+    }
+    if (!t.ctx_pos.empty() && th.stack != 0) check_rule_end(parser, th.stack, t, mask);
+    // (With an empty stack the rule end is the end of the value: nothing may follow.)
   }
   if (!uncertain.empty()) {
     std::sort(uncertain.begin(), uncertain.end());

@@ -191,6 +191,9 @@ class CompiledGrammar {
   const NodeTable& node_table(std::uint32_t node) const;
   void build_node_table(std::uint32_t node, NodeTable& t) const;
   void build_node_table_full(std::uint32_t node, NodeTable& t) const;
+  /// Sets in `mask` the context-dependent tokens of `t` (those that end the table's rule and go on)
+  /// that the state after the rule end accepts, for a thread of that node with stack `stack` (!= 0).
+  void check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t, std::uint32_t* mask) const;
   struct NodeInfo;
   /// Code-point-level analysis of a grammar node (memoised; see the class comment).
   const NodeInfo& node_info(std::uint32_t node) const;
