@@ -49,6 +49,17 @@ TokenizerInfo::TokenizerInfo(std::vector<std::string> token_bytes, std::vector<T
     while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
     lcp_[k] = static_cast<std::uint16_t>(std::min<std::size_t>(l, 65535));
   }
+  for (std::size_t k = 0; k < sorted_.size(); ++k) {
+    std::string_view t = tokens_[sorted_[k]];
+    if (t.size() < kLongToken) continue;
+    std::uint16_t l = 0;
+    if (!long_pos_.empty()) {
+      std::string_view p = tokens_[sorted_[long_pos_.back()]];
+      while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
+    }
+    long_pos_.push_back(static_cast<std::uint32_t>(k));
+    long_lcp_.push_back(l);
+  }
   build_trie();
 }
 
@@ -315,6 +326,9 @@ struct CompiledGrammar::NodeCache {
   std::unordered_map<std::uint32_t, const NodeTable*> tables;  // grammar node -> its table
   // Tables by node description (see node_table): nodes with the same description share one.
   std::unordered_map<std::string, std::unique_ptr<NodeTable>> by_desc;
+  // Built tables by node shape (rule end, calls, byte ranges without their targets): candidates
+  // for derive_node_table (the positions of a length counter share a shape).
+  std::unordered_map<std::string, std::vector<std::pair<std::uint32_t, const NodeTable*>>> by_shape;
 };
 
 // A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
@@ -1074,12 +1088,101 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
   } else {
     desc.assign(reinterpret_cast<const char*>(&node), sizeof node);  // one table per node
   }
+  // Positions of a length counter (maxLength strings, the 61-character label of the email
+  // format) have the same shape and differ only for tokens longer than their distance to the
+  // bound: derive the table from a similar node's, walking only the long tokens.
+  std::string shape;
+  std::pair<std::uint32_t, const NodeTable*> base{UINT32_MAX, nullptr};
+  if (mode_ == NodeTableMode::kTrie) {
+    const GNode& g = grammar_->nodes[node];
+    auto put = [&](std::uint32_t x) { shape.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    put(g.final ? 1u : 0u);
+    for (const CallEdge& e : g.calls) {
+      put(e.rule);
+      put(e.ret);
+    }
+    put(UINT32_MAX);
+    for (const ByteEdge& e : g.bytes) put(static_cast<std::uint32_t>(e.lo) | static_cast<std::uint32_t>(e.hi) << 8);
+    std::vector<std::pair<std::uint32_t, const NodeTable*>> cands;
+    {
+      std::shared_lock lk(c.mu);
+      if (auto it = c.by_shape.find(shape); it != c.by_shape.end()) cands = it->second;
+    }
+    std::size_t tried = 0;
+    for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried)
+      if (similar_upto(node, it->first, TokenizerInfo::kLongToken)) {
+        base = *it;
+        break;
+      }
+  }
   auto t = std::make_unique<NodeTable>();
-  build_node_table(node, *t);
+  if (base.second) derive_node_table(node, *base.second, *t);
+  else build_node_table(node, *t);
   std::unique_lock lk(c.mu);
   auto [it, inserted] = c.by_desc.emplace(std::move(desc), std::move(t));
   c.tables.emplace(node, it->second.get());
+  if (inserted && !base.second && mode_ == NodeTableMode::kTrie) {
+    auto& v = c.by_shape[shape];
+    if (v.size() < 16) v.emplace_back(node, it->second.get());
+  }
   return *it->second;
+}
+
+bool CompiledGrammar::similar_upto(std::uint32_t x0, std::uint32_t y0, std::size_t k0) const {
+  const auto& nodes = grammar_->nodes;
+  // Pairs already shown similar for at least the given depth.
+  std::unordered_map<std::uint64_t, std::size_t> done;
+  std::size_t budget = 4096;
+  auto rec = [&](auto&& self, std::uint32_t x, std::uint32_t y, std::size_t k) -> bool {
+    if (k == 0 || x == y) return true;
+    const std::uint64_t key = static_cast<std::uint64_t>(x) << 32 | y;
+    if (auto it = done.find(key); it != done.end() && it->second >= k) return true;
+    if (budget-- == 0) return false;
+    const GNode& a = nodes[x];
+    const GNode& b = nodes[y];
+    if (a.final != b.final || a.bytes.size() != b.bytes.size() || a.calls.size() != b.calls.size()) return false;
+    for (std::size_t i = 0; i < a.calls.size(); ++i)
+      if (a.calls[i].rule != b.calls[i].rule || a.calls[i].ret != b.calls[i].ret) return false;
+    for (std::size_t i = 0; i < a.bytes.size(); ++i)
+      if (a.bytes[i].lo != b.bytes[i].lo || a.bytes[i].hi != b.bytes[i].hi) return false;
+    for (std::size_t i = 0; i < a.bytes.size(); ++i)
+      if (!self(self, a.bytes[i].to, b.bytes[i].to, k - 1)) return false;
+    std::size_t& d = done[key];
+    d = std::max(d, k);
+    return true;
+  };
+  return rec(rec, x0, y0, k0);
+}
+
+void CompiledGrammar::derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const {
+  // Tokens of fewer than kLongToken bytes: every state of the walk from x corresponds to one from y
+  // (similar_upto), with the same rule ends, so their decision (accepted, context-dependent with
+  // the same rule-end offsets, rejected) is y's. The long tokens are walked from x.
+  const TokenizerInfo& tok = *tok_;
+  const auto& ids = tok.sorted_ids();
+  const auto& lpos = tok.long_positions();
+  const auto& llcp = tok.long_lcp();
+  auto is_long = [&](std::uint32_t p) { return tok.sorted_token(p).size() >= TokenizerInfo::kLongToken; };
+  t.accepted = y.accepted;
+  for (std::uint32_t p : lpos) t.accepted[ids[p] >> 5] &= ~(1u << (ids[p] & 31));
+  for (std::size_t e = 0; e < y.ctx_pos.size(); ++e)
+    if (!is_long(y.ctx_pos[e])) {
+      t.ctx_pos.push_back(y.ctx_pos[e]);
+      t.ctx_off.push_back(y.ctx_off[e]);
+    }
+  for (std::uint32_t p : y.uncertain)
+    if (!is_long(p)) t.uncertain.push_back(p);
+  Parser local(*grammar_);
+  std::vector<Thread> seeds{{x, 0}};
+  ParseState start;
+  local.close(seeds, start);
+  start.can_end = false;  // as in build_node_table
+  Walker w;
+  w.run(local, start, tok, lpos.size(), [&](std::size_t k) { return lpos[k]; }, [&](std::size_t k) { return llcp[k]; },
+        [&](std::size_t k, bool ok, bool exit_seen) {
+          if (ok) set_bit(t.accepted.data(), ids[lpos[k]]);
+          else if (exit_seen) t.uncertain.push_back(lpos[k]);  // checked against the whole state
+        });
 }
 
 void CompiledGrammar::warm_up() const {

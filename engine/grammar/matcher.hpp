@@ -102,6 +102,12 @@ class TokenizerInfo {
   std::size_t max_plain_chars() const { return max_plain_chars_; }
   /// Code points of the k-th token in sorted order (bytes that are not UTF-8 continuation bytes).
   std::uint8_t sorted_chars(std::size_t k) const { return sorted_chars_[k]; }
+  /// Tokens of at least kLongToken bytes: their sorted positions (increasing) and the common prefix
+  /// length of each with the previous one of this list (node tables derived from a similar node
+  /// walk only these again; see CompiledGrammar).
+  static constexpr std::size_t kLongToken = 24;
+  const std::vector<std::uint32_t>& long_positions() const { return long_pos_; }
+  const std::vector<std::uint16_t>& long_lcp() const { return long_lcp_; }
 
  private:
   void build_trie();
@@ -122,6 +128,8 @@ class TokenizerInfo {
   std::vector<TrieNode> nonplain_trie_;
   std::vector<std::uint32_t> nonplain_pos_;
   std::size_t max_plain_chars_ = 0;
+  std::vector<std::uint32_t> long_pos_;
+  std::vector<std::uint16_t> long_lcp_;
 };
 
 /// Counters of one compiled grammar (atomic; read at any time).
@@ -191,6 +199,13 @@ class CompiledGrammar {
   const NodeTable& node_table(std::uint32_t node) const;
   void build_node_table(std::uint32_t node, NodeTable& t) const;
   void build_node_table_full(std::uint32_t node, NodeTable& t) const;
+  /// True if nodes x and y accept the same byte strings of fewer than k bytes with the same rule
+  /// ends on the way (bounded bisimulation over byte edges, identical calls); false also when the
+  /// check would take too long.
+  bool similar_upto(std::uint32_t x, std::uint32_t y, std::size_t k) const;
+  /// t = the table of node x from the table of a node y similar_upto(x, y, kLongToken): the tokens
+  /// shorter than kLongToken bytes are decided alike, the longer ones are walked from x.
+  void derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const;
   /// Sets in `mask` the context-dependent tokens of `t` (those that end the table's rule and go on)
   /// that the state after the rule end accepts, for a thread of that node with stack `stack` (!= 0).
   void check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t, std::uint32_t* mask) const;
