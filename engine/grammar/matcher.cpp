@@ -747,6 +747,7 @@ MaskCacheStats CompiledGrammar::stats() const {
   s.misses = misses_.load();
   std::shared_lock lk(node_cache_->mu);
   s.node_tables = node_cache_->tables.size();
+  s.derived_tables = derived_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -1116,8 +1117,12 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
       }
   }
   auto t = std::make_unique<NodeTable>();
-  if (base.second) derive_node_table(node, *base.second, *t);
-  else build_node_table(node, *t);
+  if (base.second) {
+    derive_node_table(node, *base.second, *t);
+    derived_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    build_node_table(node, *t);
+  }
   std::unique_lock lk(c.mu);
   auto [it, inserted] = c.by_desc.emplace(std::move(desc), std::move(t));
   c.tables.emplace(node, it->second.get());

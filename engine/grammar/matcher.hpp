@@ -135,6 +135,7 @@ class TokenizerInfo {
 /// Counters of one compiled grammar (atomic; read at any time).
 struct MaskCacheStats {
   std::uint64_t hits = 0, misses = 0, node_tables = 0;
+  std::uint64_t derived_tables = 0;  ///< node tables derived from a similar node's (kTrie)
 };
 
 /// How the per-node adaptive mask tables are built.
@@ -230,7 +231,7 @@ class CompiledGrammar {
   std::unique_ptr<StateCache> state_cache_;
   struct NodeCache;
   std::unique_ptr<NodeCache> node_cache_;
-  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
+  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0}, derived_{0};
 };
 
 /// Compiles JSON Schemas for one vocabulary; results are cached by (schema text, options) hash.
