@@ -766,6 +766,18 @@ void CompiledGrammar::fill_mask_walk(Parser& parser, const ParseState& st, std::
         });
 }
 
+bool CompiledGrammar::nonplain_walk(std::uint32_t node) const {
+  // The condition of build_node_table for walking only the non-plain trie (exact plain decision
+  // or a uniform character class).
+  if (!grammar_->nodes[node].calls.empty()) return false;
+  const NodeInfo& I = node_info(node);
+  if (I.safe && I.plain_max == I.plain_all && I.plain_all > 0) return true;
+  if (!I.safe || I.plain_max > kCumChars) return false;
+  const CharSet& S = I.cum[I.plain_max];
+  return (I.reach.a[0] & kPlainLo & ~S.a[0]) == 0 && (I.reach.a[1] & kPlainHi & ~S.a[1]) == 0 &&
+         (!I.reach.mb || S.mb);
+}
+
 void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   if (mode_ == NodeTableMode::kFullWalk) return build_node_table_full(node, t);
   const TokenizerInfo& tok = *tok_;
@@ -1110,6 +1122,12 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
       if (auto it = c.by_shape.find(shape); it != c.by_shape.end()) cands = it->second;
     }
     std::size_t tried = 0;
+    // (Only where the builder would walk the whole trie: a walk of the long tokens with the parser
+    // costs more than the non-plain trie walk of a free-text or character-class position.)
+    // Nor where few first bytes are taken (literals): their trie walk enters few subtrees.
+    unsigned covered = 0;
+    for (const ByteEdge& e : g.bytes) covered += static_cast<unsigned>(e.hi - e.lo) + 1u;
+    if (!cands.empty() && (covered < 16 || nonplain_walk(node))) cands.clear();
     for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried)
       if (similar_upto(node, it->first, TokenizerInfo::kLongToken)) {
         base = *it;

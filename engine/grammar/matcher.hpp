@@ -175,7 +175,12 @@ enum class NodeTableMode {
 ///  - inside a multibyte character: when every completion of the character leads from the single
 ///    thread to one node, the subtree is decided from that node's analysis as above.
 /// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
-/// (NodeTableMode::kTrie; kTrieUnshared builds one per node).
+/// (NodeTableMode::kTrie; kTrieUnshared builds one per node). In kTrie, a node that agrees with an
+/// already built node of the same shape on every byte string shorter than
+/// TokenizerInfo::kLongToken bytes (bounded bisimulation; the positions of a length counter) gets a
+/// table derived from that node's: only the long tokens are walked again.
+/// Context-dependent tokens are kept with the offset of their rule end, and checked per thread
+/// against the state after popping the thread's stack, once per distinct continuation.
 class CompiledGrammar {
  public:
   CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
@@ -207,6 +212,9 @@ class CompiledGrammar {
   /// t = the table of node x from the table of a node y similar_upto(x, y, kLongToken): the tokens
   /// shorter than kLongToken bytes are decided alike, the longer ones are walked from x.
   void derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const;
+  /// True if build_node_table walks only the non-plain trie from `node` (a single thread of byte
+  /// edges at a free-text or uniform character-class position).
+  bool nonplain_walk(std::uint32_t node) const;
   /// Sets in `mask` the context-dependent tokens of `t` (those that end the table's rule and go on)
   /// that the state after the rule end accepts, for a thread of that node with stack `stack` (!= 0).
   void check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t, std::uint32_t* mask) const;
