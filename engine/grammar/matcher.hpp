@@ -178,7 +178,8 @@ enum class NodeTableMode {
 /// (NodeTableMode::kTrie; kTrieUnshared builds one per node). In kTrie, a node that agrees with an
 /// already built node of the same shape on every byte string shorter than
 /// TokenizerInfo::kLongToken bytes (bounded bisimulation; the positions of a length counter) gets a
-/// table derived from that node's: only the long tokens are walked again.
+/// table derived from that node's: only the long tokens are walked again (where the builder would
+/// walk the whole trie and the node takes >= 16 first bytes, e.g. the email domain label).
 /// Context-dependent tokens are kept with the offset of their rule end, and checked per thread
 /// against the state after popping the thread's stack, once per distinct continuation.
 class CompiledGrammar {

@@ -148,8 +148,8 @@ void expect_same_masks(eg::NodeTableMode mode_a, eg::NodeTableMode mode_b, int w
               << ga->stats().derived_tables << " / " << gb->stats().derived_tables << "\n";
     derived += ga->stats().derived_tables + gb->stats().derived_tables;
   }
-  // The walks reach length-counter positions (maxLength strings, email domain labels), so the
-  // tables derived from a similar node are among those compared.
+  // The walks reach length-counter positions (the email domain labels of event_log), so tables
+  // derived from a similar node are among those compared.
   EXPECT_GT(derived, 0u);
 }
 
