@@ -49,6 +49,17 @@ TokenizerInfo::TokenizerInfo(std::vector<std::string> token_bytes, std::vector<T
     while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
     lcp_[k] = static_cast<std::uint16_t>(std::min<std::size_t>(l, 65535));
   }
+  for (std::size_t k = 0; k < sorted_.size(); ++k) {
+    std::string_view t = tokens_[sorted_[k]];
+    if (t.size() < kLongToken) continue;
+    std::uint16_t l = 0;
+    if (!long_pos_.empty()) {
+      std::string_view p = tokens_[sorted_[long_pos_.back()]];
+      while (l < p.size() && l < t.size() && p[l] == t[l]) ++l;
+    }
+    long_pos_.push_back(static_cast<std::uint32_t>(k));
+    long_lcp_.push_back(l);
+  }
   build_trie();
 }
 
@@ -300,7 +311,14 @@ inline bool get_bit(const std::uint32_t* m, TokenId id) { return (m[id >> 5] >> 
 
 struct CompiledGrammar::NodeTable {
   std::vector<std::uint32_t> accepted;   // bitset: accepted whatever the stack below holds
-  std::vector<std::uint32_t> uncertain;  // positions in sorted_ids(): depends on the stack
+  std::vector<std::uint32_t> uncertain;  // positions in sorted_ids(): depends on the stack (kFullWalk)
+  // Context-dependent tokens with their rule ends (trie builders): the walk of the token from the
+  // node (empty stack) ends the node's rule after `ctx_off` >= 1 bytes and the token goes on, so it
+  // is accepted from a thread (node, S) iff the state after popping S accepts the rest of the token
+  // (a token with several such offsets has one entry per offset). The run-time check groups the
+  // entries by what follows the rule end (see fill_mask).
+  std::vector<std::uint32_t> ctx_pos;  // positions in sorted_ids()
+  std::vector<std::uint16_t> ctx_off;  // bytes of the token up to the rule end
 };
 
 struct CompiledGrammar::NodeCache {
@@ -308,6 +326,9 @@ struct CompiledGrammar::NodeCache {
   std::unordered_map<std::uint32_t, const NodeTable*> tables;  // grammar node -> its table
   // Tables by node description (see node_table): nodes with the same description share one.
   std::unordered_map<std::string, std::unique_ptr<NodeTable>> by_desc;
+  // Built tables by node shape (rule end, calls, byte ranges without their targets): candidates
+  // for derive_node_table (the positions of a length counter share a shape).
+  std::unordered_map<std::string, std::vector<std::pair<std::uint32_t, const NodeTable*>>> by_shape;
 };
 
 // A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
@@ -726,6 +747,7 @@ MaskCacheStats CompiledGrammar::stats() const {
   s.misses = misses_.load();
   std::shared_lock lk(node_cache_->mu);
   s.node_tables = node_cache_->tables.size();
+  s.derived_tables = derived_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -742,6 +764,18 @@ void CompiledGrammar::fill_mask_walk(Parser& parser, const ParseState& st, std::
         [&](std::size_t k, bool ok, bool) {
           if (ok) set_bit(mask, ids[k]);
         });
+}
+
+bool CompiledGrammar::nonplain_walk(std::uint32_t node) const {
+  // The condition of build_node_table for walking only the non-plain trie (exact plain decision
+  // or a uniform character class).
+  if (!grammar_->nodes[node].calls.empty()) return false;
+  const NodeInfo& I = node_info(node);
+  if (I.safe && I.plain_max == I.plain_all && I.plain_all > 0) return true;
+  if (!I.safe || I.plain_max > kCumChars) return false;
+  const CharSet& S = I.cum[I.plain_max];
+  return (I.reach.a[0] & kPlainLo & ~S.a[0]) == 0 && (I.reach.a[1] & kPlainHi & ~S.a[1]) == 0 &&
+         (!I.reach.mb || S.mb);
 }
 
 void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
@@ -836,6 +870,25 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       u = utf8_step(u, lo);
     }
     return node;
+  };
+  // Context-dependent tokens (see NodeTable::ctx_pos): the trie positions [lo, hi) share the path
+  // up to depth `upto`; their rule ends are the depths k in 1..upto where the walk's state may end.
+  std::uint16_t exits[8];
+  auto add_ctx = [&](std::uint32_t lo, std::uint32_t hi, std::size_t upto) {
+    std::size_t ne = 0;
+    for (std::size_t k = 1; k <= upto; ++k)
+      if (st[k].can_end) {
+        if (ne == 8) {  // (never seen: a rule ending at more than 8 depths of one token) the plain list
+          for (std::uint32_t p = lo; p < hi; ++p) t.uncertain.push_back(P(p));
+          return;
+        }
+        exits[ne++] = static_cast<std::uint16_t>(k);
+      }
+    for (std::uint32_t p = lo; p < hi; ++p)
+      for (std::size_t e = 0; e < ne; ++e) {
+        t.ctx_pos.push_back(P(p));
+        t.ctx_off.push_back(exits[e]);
+      }
   };
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
@@ -974,8 +1027,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       alive = local.advance(ps, tn.byte, st[d]);
     }
     if (!alive) {
-      if (exitf[d - 1])
-        for (std::uint32_t p = tn.lo; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      if (exitf[d - 1]) add_ctx(tn.lo, tn.hi, d - 1);
       v = tn.next;
       continue;
     }
@@ -989,7 +1041,7 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     if (st[d].threads.empty()) {
       // The rule ended here and nothing inside it goes on: every longer token below depends on the
       // context (exitf[d] holds).
-      for (; p < tn.hi; ++p) t.uncertain.push_back(P(p));
+      add_ctx(p, tn.hi, d);
       v = tn.next;
       continue;
     }
@@ -1049,18 +1101,170 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
   } else {
     desc.assign(reinterpret_cast<const char*>(&node), sizeof node);  // one table per node
   }
+  // Positions of a length counter (maxLength strings, the 61-character label of the email
+  // format) have the same shape and differ only for tokens longer than their distance to the
+  // bound: derive the table from a similar node's, walking only the long tokens.
+  std::string shape;
+  std::pair<std::uint32_t, const NodeTable*> base{UINT32_MAX, nullptr};
+  if (mode_ == NodeTableMode::kTrie) {
+    const GNode& g = grammar_->nodes[node];
+    auto put = [&](std::uint32_t x) { shape.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    put(g.final ? 1u : 0u);
+    for (const CallEdge& e : g.calls) {
+      put(e.rule);
+      put(e.ret);
+    }
+    put(UINT32_MAX);
+    for (const ByteEdge& e : g.bytes) put(static_cast<std::uint32_t>(e.lo) | static_cast<std::uint32_t>(e.hi) << 8);
+    std::vector<std::pair<std::uint32_t, const NodeTable*>> cands;
+    {
+      std::shared_lock lk(c.mu);
+      if (auto it = c.by_shape.find(shape); it != c.by_shape.end()) cands = it->second;
+    }
+    std::size_t tried = 0;
+    // (Only where the builder would walk the whole trie: a walk of the long tokens with the parser
+    // costs more than the non-plain trie walk of a free-text or character-class position.)
+    // Nor where few first bytes are taken (literals): their trie walk enters few subtrees.
+    unsigned covered = 0;
+    for (const ByteEdge& e : g.bytes) covered += static_cast<unsigned>(e.hi - e.lo) + 1u;
+    if (!cands.empty() && (covered < 16 || nonplain_walk(node))) cands.clear();
+    for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried)
+      if (similar_upto(node, it->first, TokenizerInfo::kLongToken)) {
+        base = *it;
+        break;
+      }
+  }
   auto t = std::make_unique<NodeTable>();
-  build_node_table(node, *t);
+  if (base.second) {
+    derive_node_table(node, *base.second, *t);
+    derived_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    build_node_table(node, *t);
+  }
   std::unique_lock lk(c.mu);
   auto [it, inserted] = c.by_desc.emplace(std::move(desc), std::move(t));
   c.tables.emplace(node, it->second.get());
+  if (inserted && !base.second && mode_ == NodeTableMode::kTrie) {
+    auto& v = c.by_shape[shape];
+    if (v.size() < 16) v.emplace_back(node, it->second.get());
+  }
   return *it->second;
+}
+
+bool CompiledGrammar::similar_upto(std::uint32_t x0, std::uint32_t y0, std::size_t k0) const {
+  const auto& nodes = grammar_->nodes;
+  // Pairs already shown similar for at least the given depth.
+  std::unordered_map<std::uint64_t, std::size_t> done;
+  std::size_t budget = 4096;
+  auto rec = [&](auto&& self, std::uint32_t x, std::uint32_t y, std::size_t k) -> bool {
+    if (k == 0 || x == y) return true;
+    const std::uint64_t key = static_cast<std::uint64_t>(x) << 32 | y;
+    if (auto it = done.find(key); it != done.end() && it->second >= k) return true;
+    if (budget-- == 0) return false;
+    const GNode& a = nodes[x];
+    const GNode& b = nodes[y];
+    if (a.final != b.final || a.bytes.size() != b.bytes.size() || a.calls.size() != b.calls.size()) return false;
+    for (std::size_t i = 0; i < a.calls.size(); ++i)
+      if (a.calls[i].rule != b.calls[i].rule || a.calls[i].ret != b.calls[i].ret) return false;
+    for (std::size_t i = 0; i < a.bytes.size(); ++i)
+      if (a.bytes[i].lo != b.bytes[i].lo || a.bytes[i].hi != b.bytes[i].hi) return false;
+    for (std::size_t i = 0; i < a.bytes.size(); ++i)
+      if (!self(self, a.bytes[i].to, b.bytes[i].to, k - 1)) return false;
+    std::size_t& d = done[key];
+    d = std::max(d, k);
+    return true;
+  };
+  return rec(rec, x0, y0, k0);
+}
+
+void CompiledGrammar::derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const {
+  // Tokens of fewer than kLongToken bytes: every state of the walk from x corresponds to one from y
+  // (similar_upto), with the same rule ends, so their decision (accepted, context-dependent with
+  // the same rule-end offsets, rejected) is y's. The long tokens are walked from x.
+  const TokenizerInfo& tok = *tok_;
+  const auto& ids = tok.sorted_ids();
+  const auto& lpos = tok.long_positions();
+  const auto& llcp = tok.long_lcp();
+  auto is_long = [&](std::uint32_t p) { return tok.sorted_token(p).size() >= TokenizerInfo::kLongToken; };
+  t.accepted = y.accepted;
+  for (std::uint32_t p : lpos) t.accepted[ids[p] >> 5] &= ~(1u << (ids[p] & 31));
+  for (std::size_t e = 0; e < y.ctx_pos.size(); ++e)
+    if (!is_long(y.ctx_pos[e])) {
+      t.ctx_pos.push_back(y.ctx_pos[e]);
+      t.ctx_off.push_back(y.ctx_off[e]);
+    }
+  for (std::uint32_t p : y.uncertain)
+    if (!is_long(p)) t.uncertain.push_back(p);
+  Parser local(*grammar_);
+  std::vector<Thread> seeds{{x, 0}};
+  ParseState start;
+  local.close(seeds, start);
+  start.can_end = false;  // as in build_node_table
+  Walker w;
+  w.run(local, start, tok, lpos.size(), [&](std::size_t k) { return lpos[k]; }, [&](std::size_t k) { return llcp[k]; },
+        [&](std::size_t k, bool ok, bool exit_seen) {
+          if (ok) set_bit(t.accepted.data(), ids[lpos[k]]);
+          else if (exit_seen) t.uncertain.push_back(lpos[k]);  // checked against the whole state
+        });
 }
 
 void CompiledGrammar::warm_up() const {
   // Every node that has byte edges can appear in a state.
   for (std::uint32_t n = 0; n < grammar_->nodes.size(); ++n)
     if (!grammar_->nodes[n].bytes.empty()) node_table(n);
+}
+
+void CompiledGrammar::check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t,
+                                     std::uint32_t* mask) const {
+  // The state after the rule end: the thread's stack popped. Every context-dependent token of the
+  // table is then accepted iff this state accepts the token's bytes after its rule end. Most of
+  // them (about 1,150 at a string position, 570 distinct continuations) fail on the first byte
+  // after the closing quote, so: the bytes the state can take (one bit test per token), the state
+  // after each first byte (once per byte), and the rest of a longer continuation once per distinct
+  // continuation.
+  const TokenizerInfo& tok = *tok_;
+  const auto& ids = tok.sorted_ids();
+  std::vector<Thread> seeds{{parser.pool().top(stack), parser.pool().parent(stack)}};
+  ParseState popped;
+  parser.close(seeds, popped);
+  if (popped.threads.empty()) return;
+  std::uint32_t next[8];
+  parser.next_bytes(popped, next);
+  std::array<std::int8_t, 256> first_ok;
+  first_ok.fill(-1);
+  std::array<std::uint8_t, 256> first_idx{};
+  std::vector<ParseState> first_state;
+  std::unordered_map<std::string_view, bool> rest_ok;
+  ParseState a, b;
+  for (std::size_t e = 0; e < t.ctx_pos.size(); ++e) {
+    const TokenId id = ids[t.ctx_pos[e]];
+    if (get_bit(mask, id)) continue;
+    const std::string_view sfx = tok.sorted_token(t.ctx_pos[e]).substr(t.ctx_off[e]);
+    const std::uint8_t c0 = static_cast<std::uint8_t>(sfx[0]);
+    if (!((next[c0 >> 5] >> (c0 & 31)) & 1u)) continue;
+    if (first_ok[c0] < 0) {
+      first_idx[c0] = static_cast<std::uint8_t>(first_state.size());
+      first_state.emplace_back();
+      first_ok[c0] = parser.advance(popped, c0, first_state.back()) ? 1 : 0;
+    }
+    if (!first_ok[c0]) continue;
+    bool ok = true;
+    if (sfx.size() > 1) {
+      auto [it, fresh] = rest_ok.try_emplace(sfx, false);
+      if (fresh) {
+        const ParseState* cur = &first_state[first_idx[c0]];
+        bool alive = true;
+        for (std::size_t i = 1; i < sfx.size() && alive; ++i) {
+          ParseState& out = (cur == &a) ? b : a;
+          alive = parser.advance(*cur, static_cast<std::uint8_t>(sfx[i]), out);
+          cur = &out;
+        }
+        it->second = alive;
+      }
+      ok = it->second;
+    }
+    if (ok) set_bit(mask, id);
+  }
 }
 
 void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint32_t* mask) const {
@@ -1088,12 +1292,18 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
   std::fill(mask, mask + words, 0u);
   std::vector<std::uint32_t> uncertain;
   std::uint32_t prev_node = UINT32_MAX;
+  const NodeTable* prev_table = nullptr;
   for (const Thread& th : st.threads) {
-    if (th.node == prev_node) continue;  // threads are sorted by node
-    prev_node = th.node;
-    const NodeTable& t = node_table(th.node);
-    for (std::size_t w = 0; w < words; ++w) mask[w] |= t.accepted[w];
-    uncertain.insert(uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+    // Threads are sorted by node: the stack-independent part once per node.
+    const NodeTable& t = th.node == prev_node ? *prev_table : node_table(th.node);
+    if (th.node != prev_node) {
+      prev_node = th.node;
+      prev_table = &t;
+      for (std::size_t w = 0; w < words; ++w) mask[w] |= t.accepted[w];
+      uncertain.insert(uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+    }
+    if (!t.ctx_pos.empty() && th.stack != 0) check_rule_end(parser, th.stack, t, mask);
+    // (With an empty stack the rule end is the end of the value: nothing may follow.)
   }
   if (!uncertain.empty()) {
     std::sort(uncertain.begin(), uncertain.end());

@@ -102,6 +102,12 @@ class TokenizerInfo {
   std::size_t max_plain_chars() const { return max_plain_chars_; }
   /// Code points of the k-th token in sorted order (bytes that are not UTF-8 continuation bytes).
   std::uint8_t sorted_chars(std::size_t k) const { return sorted_chars_[k]; }
+  /// Tokens of at least kLongToken bytes: their sorted positions (increasing) and the common prefix
+  /// length of each with the previous one of this list (node tables derived from a similar node
+  /// walk only these again; see CompiledGrammar).
+  static constexpr std::size_t kLongToken = 24;
+  const std::vector<std::uint32_t>& long_positions() const { return long_pos_; }
+  const std::vector<std::uint16_t>& long_lcp() const { return long_lcp_; }
 
  private:
   void build_trie();
@@ -122,11 +128,14 @@ class TokenizerInfo {
   std::vector<TrieNode> nonplain_trie_;
   std::vector<std::uint32_t> nonplain_pos_;
   std::size_t max_plain_chars_ = 0;
+  std::vector<std::uint32_t> long_pos_;
+  std::vector<std::uint16_t> long_lcp_;
 };
 
 /// Counters of one compiled grammar (atomic; read at any time).
 struct MaskCacheStats {
   std::uint64_t hits = 0, misses = 0, node_tables = 0;
+  std::uint64_t derived_tables = 0;  ///< node tables derived from a similar node's (kTrie)
 };
 
 /// How the per-node adaptive mask tables are built.
@@ -166,7 +175,13 @@ enum class NodeTableMode {
 ///  - inside a multibyte character: when every completion of the character leads from the single
 ///    thread to one node, the subtree is decided from that node's analysis as above.
 /// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
-/// (NodeTableMode::kTrie; kTrieUnshared builds one per node).
+/// (NodeTableMode::kTrie; kTrieUnshared builds one per node). In kTrie, a node that agrees with an
+/// already built node of the same shape on every byte string shorter than
+/// TokenizerInfo::kLongToken bytes (bounded bisimulation; the positions of a length counter) gets a
+/// table derived from that node's: only the long tokens are walked again (where the builder would
+/// walk the whole trie and the node takes >= 16 first bytes, e.g. the email domain label).
+/// Context-dependent tokens are kept with the offset of their rule end, and checked per thread
+/// against the state after popping the thread's stack, once per distinct continuation.
 class CompiledGrammar {
  public:
   CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenizerInfo> tok,
@@ -191,6 +206,19 @@ class CompiledGrammar {
   const NodeTable& node_table(std::uint32_t node) const;
   void build_node_table(std::uint32_t node, NodeTable& t) const;
   void build_node_table_full(std::uint32_t node, NodeTable& t) const;
+  /// True if nodes x and y accept the same byte strings of fewer than k bytes with the same rule
+  /// ends on the way (bounded bisimulation over byte edges, identical calls); false also when the
+  /// check would take too long.
+  bool similar_upto(std::uint32_t x, std::uint32_t y, std::size_t k) const;
+  /// t = the table of node x from the table of a node y similar_upto(x, y, kLongToken): the tokens
+  /// shorter than kLongToken bytes are decided alike, the longer ones are walked from x.
+  void derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const;
+  /// True if build_node_table walks only the non-plain trie from `node` (a single thread of byte
+  /// edges at a free-text or uniform character-class position).
+  bool nonplain_walk(std::uint32_t node) const;
+  /// Sets in `mask` the context-dependent tokens of `t` (those that end the table's rule and go on)
+  /// that the state after the rule end accepts, for a thread of that node with stack `stack` (!= 0).
+  void check_rule_end(Parser& parser, std::uint32_t stack, const NodeTable& t, std::uint32_t* mask) const;
   struct NodeInfo;
   /// Code-point-level analysis of a grammar node (memoised; see the class comment).
   const NodeInfo& node_info(std::uint32_t node) const;
@@ -212,7 +240,7 @@ class CompiledGrammar {
   std::unique_ptr<StateCache> state_cache_;
   struct NodeCache;
   std::unique_ptr<NodeCache> node_cache_;
-  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0};
+  mutable std::atomic<std::uint64_t> hits_{0}, misses_{0}, derived_{0};
 };
 
 /// Compiles JSON Schemas for one vocabulary; results are cached by (schema text, options) hash.
