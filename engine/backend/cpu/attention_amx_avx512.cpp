@@ -23,25 +23,7 @@ namespace {
 
 using std::size_t;
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette_id;
-  std::uint8_t start_row;
-  std::uint8_t reserved[14];
-  std::uint16_t colsb[16];
-  std::uint8_t rows[16];
-};
-
-// Tiles 0..3: C (rows x 64 bytes); 4..n_a+3 or as given: A; the rest: B.
-__attribute__((target("amx-tile"))) void configure(const std::uint8_t rows[8], const std::uint16_t colsb[8]) {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = rows[t];
-    cfg.colsb[t] = colsb[t];
-  }
-  __asm__ volatile("" ::: "memory");
-  _tile_loadconfig(&cfg);
-}
+#include "engine/backend/cpu/amx_tiles.inc"
 
 inline __mmask16 mask16(size_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
@@ -162,8 +144,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void pv(const std::uint16_t* pb, si
   _tile_stored(3, ob + d0 + 48, os);
 }
 
-__attribute__((target("amx-tile"))) void release() { _tile_release(); }
-
 void item(const AttentionArgs& a, size_t t0, size_t t1, size_t kvh) {
   const KvLayerView& kv = *a.kv;
   const size_t hd = kv.head_dim, group = a.n_heads / kv.n_kv_heads, nq = (t1 - t0) * group;
@@ -196,7 +176,7 @@ void item(const AttentionArgs& a, size_t t0, size_t t1, size_t kvh) {
   {
     const std::uint8_t rows[8] = {r, r, r, r, r, r, 16, 16};
     const std::uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-    configure(rows, colsb);
+    tiles_configure(rows, colsb);
   }
   switch (hd / 32) {
     case 1: scores<1>(qb, hd, blk, nb, S, padded); break;
@@ -211,10 +191,10 @@ void item(const AttentionArgs& a, size_t t0, size_t t1, size_t kvh) {
   {
     const std::uint8_t rows[8] = {r, r, r, r, r, 8, 8, 8};
     const std::uint16_t colsb[8] = {64, 64, 64, 64, 32, 64, 64, 64};
-    configure(rows, colsb);
+    tiles_configure(rows, colsb);
   }
   for (size_t d0 = 0; d0 < hd; d0 += 64) pv(pb, padded, blk + nb, nb, hd, d0, ob);
-  release();
+  tiles_release();
   for (size_t i = 0; i < nq; ++i) {
     const size_t t = t0 + i / group, h = kvh * group + i % group;
     float* o = a.out + t * a.ldo + h * hd;

@@ -75,48 +75,42 @@ void pack_x(const float* x, size_t m, size_t k, size_t ldx, size_t q0, size_t q1
   }
 }
 
-// W rows [0, nb) (stride k) -> B tiles: group g of 16 columns, k chunk c at wb + (g * chunks + c) * 512
-// bf16; groups padded with zero columns to an even count.
+// Groups [g0, g1) of 16 weight rows (output columns) as B tiles: group g, k chunk c at
+// out + (g * chunks + c) * 512 bf16 (zero rows past n, zero k past k).
 template <class L>
-void pack_w(const typename L::T* w, size_t k, size_t nb, std::uint16_t* wb) {
-  const size_t chunks = k_padded(k) / 32, groups = (nb + 31) / 32 * 2;
-  for (size_t g = 0; g < groups; ++g)
+void pack_groups(const typename L::T* w, size_t n, size_t k, size_t g0, size_t g1, std::uint16_t* out) {
+  const size_t chunks = k_padded(k) / 32;
+  for (size_t g = g0; g < g1; ++g)
     for (size_t c = 0; c < chunks; ++c) {
       const size_t p = c * 32, count = min_sz(32, k - p);
       __m512 r[16];
 #pragma GCC unroll 16
-      for (size_t n = 0; n < 16; ++n) {
-        const size_t row = g * 16 + n;
-        r[n] = row < nb ? L::load32(w + row * k + p, count) : _mm512_setzero_ps();
+      for (size_t i = 0; i < 16; ++i) {
+        const size_t row = g * 16 + i;
+        r[i] = row < n ? L::load32(w + row * k + p, count) : _mm512_setzero_ps();
       }
       transpose16(r);
-      std::uint16_t* tile = wb + (g * chunks + c) * 512;
+      std::uint16_t* tile = out + (g * chunks + c) * 512;
 #pragma GCC unroll 16
-      for (size_t kk = 0; kk < 16; ++kk) _mm512_store_ps(tile + kk * 32, r[kk]);
+      for (size_t kk = 0; kk < 16; ++kk) _mm512_storeu_ps(tile + kk * 32, r[kk]);
     }
 }
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette_id;
-  std::uint8_t start_row;
-  std::uint8_t reserved[14];
-  std::uint16_t colsb[16];
-  std::uint8_t rows[16];
-};
-
-// tmm0..3: C (16 x 16 f32), tmm4..5: A (16 x 32 bf16), tmm6..7: B (16 x 16 pairs): 64 bytes x 16 rows.
-__attribute__((target("amx-tile"))) void tiles_configure() {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
-  __asm__ volatile("" ::: "memory");
-  _tile_loadconfig(&cfg);
+// W rows [0, nb) (stride k) -> B tiles for gemm_block: groups padded with zero columns to an even count.
+template <class L>
+void pack_w(const typename L::T* w, size_t k, size_t nb, std::uint16_t* wb) {
+  pack_groups<L>(w, nb, k, 0, (nb + 31) / 32 * 2, wb);
 }
 
-__attribute__((target("amx-tile"))) void tiles_release() { _tile_release(); }
+#include "engine/backend/cpu/amx_tiles.inc"
+
+// C and A tiles of `rows` rows (tiles 0..4), B tiles of 16 (5..7); 64 bytes per row.
+void tiles_configure_rows(size_t rows) {
+  const std::uint8_t r = static_cast<std::uint8_t>(rows);
+  const std::uint8_t n[8] = {r, r, r, r, r, 16, 16, 16};
+  const std::uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+  tiles_configure(n, colsb);
+}
 
 // stage[32][32] = x panel (32 rows, k2 columns, bf16) times the two B groups at b0 and b1.
 __attribute__((target("amx-tile,amx-bf16"))) void tile_block(const std::uint16_t* a, size_t k2,
@@ -151,7 +145,7 @@ void gemm_t(const float* xp, size_t m, size_t k, const void* wv, size_t j0, size
   const size_t k2 = k_padded(k), chunks = k2 / 32;
   float* stage = scratch;                                             // 32 x 32 f32
   auto* wb = reinterpret_cast<std::uint16_t*>(scratch + 32 * 32);      // kNC x k2 bf16
-  tiles_configure();
+  tiles_configure_rows(16);  // tmm0..3: C, tmm4..5: A, tmm6..7: B, all 16 rows of 64 bytes
   for (size_t jc = j0; jc < j1; jc += kNC) {
     const size_t nb = min_sz(kNC, j1 - jc);
     pack_w<L>(w + jc * k, k, nb, wb);
@@ -190,26 +184,7 @@ void gemm_block(const float* xp, size_t m, size_t k, const void* w, WeightType w
 
 // ---- weights packed once (gemm_packed) ---------------------------------------------------------
 
-// Groups [g0, g1) of 16 weight rows (output columns) as B tiles: group g, k chunk c at
-// out + (g * chunks + c) * 512 bf16 (zero rows past n, zero k past k).
-template <class L>
-void pack_groups(const typename L::T* w, size_t n, size_t k, size_t g0, size_t g1, std::uint16_t* out) {
-  const size_t chunks = k_padded(k) / 32;
-  for (size_t g = g0; g < g1; ++g)
-    for (size_t c = 0; c < chunks; ++c) {
-      const size_t p = c * 32, count = min_sz(32, k - p);
-      __m512 r[16];
-#pragma GCC unroll 16
-      for (size_t i = 0; i < 16; ++i) {
-        const size_t row = g * 16 + i;
-        r[i] = row < n ? L::load32(w + row * k + p, count) : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      std::uint16_t* tile = out + (g * chunks + c) * 512;
-#pragma GCC unroll 16
-      for (size_t kk = 0; kk < 16; ++kk) _mm512_storeu_ps(tile + kk * 32, r[kk]);
-    }
-}
+
 
 // stage[i][16q + j] = sum over k of a[i, :] . B(group q)[:, j], i < rows (set by the tile config),
 // for GQ groups side by side (C tiles 0..3, A tile 4, B tiles 5..7 in turn).
@@ -242,18 +217,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void packed_block(const std::uint16
   if constexpr (GQ > 1) _tile_stored(1, stage + 16, c_stride);
   if constexpr (GQ > 2) _tile_stored(2, stage + 32, c_stride);
   if constexpr (GQ > 3) _tile_stored(3, stage + 48, c_stride);
-}
-
-// C and A tiles of `rows` rows, B tiles of 16 rows; 64 bytes per row.
-__attribute__((target("amx-tile"))) void tiles_configure_rows(size_t rows) {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = static_cast<std::uint8_t>(t < 5 ? rows : 16);
-    cfg.colsb[t] = 64;
-  }
-  __asm__ volatile("" ::: "memory");
-  _tile_loadconfig(&cfg);
 }
 
 }  // namespace
