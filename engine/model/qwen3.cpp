@@ -69,14 +69,15 @@ class Qwen3 final : public Model {
     pack_ = use_bf16(compute);
     const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
     const std::size_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
-    embed_ = matrix("model.embed_tokens.weight", c.vocab_size, H);
+    // Looked up by row only: packed for the tiles only where it also serves as the LM head.
+    embed_ = matrix("model.embed_tokens.weight", c.vocab_size, H, /*pack=*/false);
     if (c.attention_bias)
       throw std::runtime_error(store_->origin().string() + ": attention_bias=true is not supported for Qwen3");
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
       layers_.push_back(layer("model.layers." + std::to_string(l) + "."));
     final_norm_ = vec("model.norm.weight", H);
     // Tied checkpoints usually omit lm_head.weight (save_pretrained drops it); some keep a copy.
-    if (c.tie_word_embeddings && !store_->has("lm_head.weight")) lm_head_ = embed_;
+    if (c.tie_word_embeddings && !store_->has("lm_head.weight")) lm_head_ = packed(embed_);
     else lm_head_ = matrix("lm_head.weight", c.vocab_size, H);
     (void)QD;
     (void)KD;
@@ -181,11 +182,15 @@ class Qwen3 final : public Model {
   void run_layer(const Layer& L, std::size_t kv_layer, float* x, std::size_t T, const Batch& b,
                  const std::vector<const std::int32_t*>& tables, KvCache& kv, Scratch& s, ThreadPool* pool) const;
 
-  cpu::Weight matrix(const std::string& name, std::size_t rows, std::size_t cols) {
+  cpu::Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, bool pack = true) {
     const TensorView& t = store_->get(name, {rows, cols});
-    cpu::Weight w{t.data, weight_type(t.dtype), rows, cols};
-    if (pack_) {  // bf16 kernel set: every matrix packed once for the AMX tiles
-      packs_.push_back(cpu::pack_bf16(w.data, w.type, rows, cols, nullptr));
+    const cpu::Weight w{t.data, weight_type(t.dtype), rows, cols};
+    return pack ? packed(w) : w;
+  }
+  /// w with a copy packed once for the AMX tiles under bf16 compute (unchanged otherwise).
+  cpu::Weight packed(cpu::Weight w) {
+    if (pack_ && !w.packed) {
+      packs_.push_back(cpu::pack_bf16(w.data, w.type, w.rows, w.cols, nullptr));
       w.packed = &packs_.back();
     }
     return w;
