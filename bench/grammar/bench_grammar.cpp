@@ -2,18 +2,20 @@
 // with a real vocabulary, single-threaded. Writes JSON (machine-readable) and a Markdown table.
 //
 // usage: bench_grammar [--tokenizer TOKENIZER_JSON] [--walks N] [--max-tokens N] [--out PREFIX]
-//                      [--precompute-full-walk] [--cpu-time] [SCHEMA...]
+//                      [--precompute-full-walk] [--cpu-time] [--trie-only] [--repeats N] [SCHEMA...]
 //        (default: the invoice schema and tests/grammar/schemas/*.json)
 //
 // Every schema is measured twice in the same run, with the two node-table builders
 // (NodeTableMode): "before" = the full walk over the sorted vocabulary per grammar position,
-// "after" = the trie walk that settles whole subtrees. Reported per schema and builder (medians of
+// "after" = the trie walk that settles whole subtrees (--trie-only: "after" alone). Reported per schema and builder (medians of
 // several runs where it says so):
 //   compile_ms        schema -> grammar (median of 21 compiles)
 //   precompute_ms     building every per-node adaptive mask table eagerly (CompiledGrammar::warm_up);
 //                     not needed (tables fill lazily), reported like XGrammar's compile-with-cache;
 //                     for the full walk only with --precompute-full-walk (up to a minute per schema)
-//   cold p50/p99/max  bitmask µs per token over the walks, caches filled lazily along the way
+//   cold p50/p99/max  bitmask µs per token over the walks, caches filled lazily along the way;
+//                     with --repeats N the walks run N times, each on a fresh compiled grammar, and
+//                     the medians of the N p50 / p99 / max are reported (the JSON has each run's)
 //                     (wall clock; with --cpu-time the thread's CPU time, which leaves out waits for
 //                     a core on a shared machine and adds about 0.1-0.5 µs of clock overhead; compile,
 //                     precompute and vocabulary preprocessing are then CPU time too)
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
   bool compile_only = false;
   bool precompute_full = false;
   bool cpu_time = false;
+  bool trie_only = false;
+  int repeats = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -92,9 +96,12 @@ int main(int argc, char** argv) {
     else if (a == "--compile-only") compile_only = true;
     else if (a == "--precompute-full-walk") precompute_full = true;
     else if (a == "--cpu-time") cpu_time = true;
+    else if (a == "--trie-only") trie_only = true;
+    else if (a == "--repeats") repeats = std::max(1, std::stoi(next()));
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: bench_grammar [--tokenizer TOKENIZER_JSON] [--walks N] [--max-tokens N] [--out PREFIX]\n"
-                   "                     [--compile-only] [--precompute-full-walk] [--cpu-time] [SCHEMA...]\n";
+                   "                     [--compile-only] [--precompute-full-walk] [--cpu-time] [--trie-only]\n"
+                   "                     [--repeats N] [SCHEMA...]\n";
       return 0;
     } else schemas.push_back(a);
   }
@@ -162,9 +169,10 @@ int main(int argc, char** argv) {
     // trie walk with subtree decisions ("after").
     for (eg::NodeTableMode mode : {eg::NodeTableMode::kFullWalk, eg::NodeTableMode::kTrie}) {
       const bool full = mode == eg::NodeTableMode::kFullWalk;
-      // Cold: lazily filled caches.
-      auto cg = std::make_shared<eg::CompiledGrammar>(res.grammar, info, res, mode);
+      if (full && trie_only) continue;
+      std::shared_ptr<eg::CompiledGrammar> cg;
       std::vector<double> cold, warm;
+      std::vector<double> cold_p50s, cold_p99s, cold_maxs;
       std::size_t tokens = 0;
       auto timed = [&](std::vector<double>& out) {
         return [&out, cpu_time](eg::GrammarMatcher& m) {
@@ -180,10 +188,19 @@ int main(int argc, char** argv) {
           out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s).count());
         };
       };
-      for (int w = 0; w < walks; ++w) {
-        std::mt19937_64 rng(1000 + w);
-        auto r = eg::random_walk(cg, rng, max_tokens, {}, timed(cold));
-        tokens += r.tokens;
+      // Cold: lazily filled caches, a fresh compiled grammar per repeat.
+      for (int rep = 0; rep < repeats; ++rep) {
+        cg = std::make_shared<eg::CompiledGrammar>(res.grammar, info, res, mode);
+        cold.clear();
+        tokens = 0;
+        for (int w = 0; w < walks; ++w) {
+          std::mt19937_64 rng(1000 + w);
+          auto r = eg::random_walk(cg, rng, max_tokens, {}, timed(cold));
+          tokens += r.tokens;
+        }
+        cold_p50s.push_back(pct(cold, 50));
+        cold_p99s.push_back(pct(cold, 99));
+        cold_maxs.push_back(pct(cold, 100));
       }
       // Warm: the same walks, caches filled.
       for (int w = 0; w < walks; ++w) {
@@ -221,9 +238,11 @@ int main(int argc, char** argv) {
                             {"precompute_ms", precompute_ms},
                             {"grammar_nodes", res.grammar->nodes.size()},
                             {"tokens", tokens},
-                            {"cold_p50_us", pct(cold, 50)},
-                            {"cold_p99_us", pct(cold, 99)},
-                            {"cold_max_us", pct(cold, 100)},
+                            {"cold_p50_us", pct(cold_p50s, 50)},
+                            {"cold_p99_us", pct(cold_p99s, 50)},
+                            {"cold_max_us", pct(cold_maxs, 50)},
+                            {"cold_repeats", repeats},
+                            {"cold_p99_us_per_repeat", cold_p99s},
                             {"warm_p50_us", pct(warm, 50)},
                             {"warm_p99_us", pct(warm, 99)},
                             {"warm_max_us", pct(warm, 100)},
@@ -233,7 +252,7 @@ int main(int argc, char** argv) {
       report["schemas"].push_back(row);
       std::printf("| %s | %s | %.3f | %s | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n", sp.filename().string().c_str(),
                   label, compile_ms, precompute_ms < 0 ? "-" : std::to_string(static_cast<long>(precompute_ms + 0.5)).c_str(),
-                  tokens, pct(cold, 50), pct(cold, 99), pct(cold, 100), pct(warm, 50), pct(warm, 99), pct(warm, 100), base_med);
+                  tokens, pct(cold_p50s, 50), pct(cold_p99s, 50), pct(cold_maxs, 50), pct(warm, 50), pct(warm, 99), pct(warm, 100), base_med);
       std::fflush(stdout);
     }
   }

@@ -148,8 +148,10 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
     std::uint64_t sa[2] = {0, 0};
     if (v.byte < 0x80) sa[v.byte >> 6] |= 1ull << (v.byte & 63);
     bool has_token = false;
+    std::size_t maxl = 0;
     for (std::size_t p = v.lo; p < v.hi && tok_len(p) == v.depth; ++p) {
       has_token = true;
+      maxl = v.depth;
       all_plain = all_plain && plain[P(p)];
       maxc = std::max(maxc, chars[P(p)]);
     }
@@ -159,6 +161,7 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
       all_plain = all_plain && (ch.flags & kAllPlain);
       nonascii = nonascii || (ch.flags & kSuffixNonAscii);
       maxc = std::max(maxc, ch.max_chars);
+      maxl = std::max<std::size_t>(maxl, ch.max_len);
       smaxc = std::max(smaxc, ch.suffix_max_chars);
       sminc = std::min(sminc, ch.suffix_min_chars);
       sa[0] |= ch.suffix_ascii[0];
@@ -179,10 +182,17 @@ std::vector<TokenizerInfo::TrieNode> TokenizerInfo::build_nodes(const std::vecto
     }
     utf8_pre[vi] = pre;
     const bool path_pre = pstate[vi] != kUtf8Dead && ((pre >> pstate[vi]) & 1);
+    bool ctl = v.byte < 0x20;
+    if (!ctl && v.byte >= 0x20 && v.byte < 0x7F && v.byte != '"' && v.byte != '\\' && !has_token && vi + 1 < v.next) {
+      ctl = true;
+      for (std::uint32_t c = static_cast<std::uint32_t>(vi) + 1; c < v.next && ctl; c = trie_[c].next)
+        ctl = (trie_[c].flags & kCtlAfterAscii) != 0;
+    }
     v.flags = static_cast<std::uint8_t>((all_plain ? kAllPlain : 0) | ((ok & 1) ? kSuffixUtf8 : 0) |
                                         (nonascii ? kSuffixNonAscii : 0) | (has_token ? kHasToken : 0) |
-                                        (path_pre ? kPathUtf8Prefix : 0));
+                                        (path_pre ? kPathUtf8Prefix : 0) | (ctl ? kCtlAfterAscii : 0));
     v.max_chars = maxc;
+    v.max_len = static_cast<std::uint8_t>(std::min<std::size_t>(maxl, 255));
     v.suffix_max_chars = static_cast<std::uint8_t>(std::min(255, smaxc + (is_cont(v.byte) ? 0 : 1)));
     if (has_token) sminc = 0;
     v.suffix_min_chars = static_cast<std::uint8_t>(std::min(255, sminc + (is_cont(v.byte) ? 0 : 1)));
@@ -230,8 +240,13 @@ void TokenizerInfo::build_trie() {
     if (!plain[k]) nonplain_pos_.push_back(static_cast<std::uint32_t>(k));
   nonplain_trie_ = build_nodes(&nonplain_pos_, plain, chars);
   sorted_chars_ = std::move(chars);
-  // Plain tokens by code point count, cumulative.
   const std::size_t words = mask_words();
+  nonplain_mask_.assign(words, 0u);
+  for (std::uint32_t k : nonplain_pos_) nonplain_mask_[static_cast<std::size_t>(sorted_[k]) >> 5] |= 1u << (sorted_[k] & 31);
+  nonplain_by_len_ = nonplain_pos_;
+  std::stable_sort(nonplain_by_len_.begin(), nonplain_by_len_.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return sorted_token(a).size() > sorted_token(b).size(); });
+  // Plain tokens by code point count, cumulative.
   plain_upto_.assign((max_plain_chars_ + 1) * words, 0u);
   for (std::size_t k = 0; k < n; ++k)
     if (plain[k]) {
@@ -331,17 +346,45 @@ struct CompiledGrammar::NodeCache {
   std::unordered_map<std::string, std::vector<std::pair<std::uint32_t, const NodeTable*>>> by_shape;
 };
 
-// A cached mask, stored compactly: the allowed ids when few are allowed, the disallowed ids when
-// few are disallowed (string bodies), else the bitset.
+// A cached mask, stored compactly: relative to the node tables it was built from (the tables'
+// accepted bitsets, which live as long as the compiled grammar, plus the ids set on top of them),
+// else the allowed ids when few are allowed, the disallowed ids when few are disallowed, else the
+// bitset. The relative form avoids copying a 19 KB bitset per state on the first visit of a string
+// position (most masks there are one table plus a few string-closing tokens).
 struct StoredMask {
-  enum Kind : std::uint8_t { kAllowedList, kDisallowedList, kBitset } kind = kBitset;
+  enum Kind : std::uint8_t { kAllowedList, kDisallowedList, kBitset, kTables } kind = kBitset;
   std::vector<std::uint32_t> data;
+  static constexpr std::size_t kMaxTables = 4;
+  const std::vector<std::uint32_t>* tables[kMaxTables] = {};  // kTables: the masks ORed, then data set
 
-  static StoredMask from(const std::uint32_t* mask, std::size_t words, std::size_t vocab) {
+  static StoredMask from(const std::uint32_t* mask, std::size_t words, std::size_t vocab,
+                         const std::vector<const std::vector<std::uint32_t>*>& used) {
     StoredMask m;
     std::size_t ones = 0;
     for (std::size_t w = 0; w < words; ++w) ones += static_cast<std::size_t>(__builtin_popcount(mask[w]));
     std::size_t limit = words / 2;  // a list shorter than half the bitset
+    // (Short lists restore fastest; the tables form only replaces long lists and the bitset.)
+    const bool short_list = ones <= words / 16 || vocab - ones <= words / 16;
+    if (!short_list && !used.empty() && used.size() <= kMaxTables) {
+      // The ids of mask outside the tables' union (mask includes the union).
+      std::size_t extra = 0;
+      for (std::size_t w = 0; w < words; ++w) {
+        std::uint32_t u = 0;
+        for (const auto* t : used) u |= (*t)[w];
+        std::uint32_t x = mask[w] & ~u;
+        if (x) {
+          extra += static_cast<std::size_t>(__builtin_popcount(x));
+          if (extra > words / 4) break;
+          for (; x; x &= x - 1) m.data.push_back(static_cast<std::uint32_t>(w * 32 + __builtin_ctz(x)));
+        }
+      }
+      if (extra <= words / 4) {
+        m.kind = kTables;
+        for (std::size_t i = 0; i < used.size(); ++i) m.tables[i] = used[i];
+        return m;
+      }
+      m.data.clear();
+    }
     if (ones <= limit) {
       m.kind = kAllowedList;
       for (std::size_t w = 0; w < words; ++w)
@@ -370,9 +413,17 @@ struct StoredMask {
         if (vocab % 32) mask[words - 1] = (1u << (vocab % 32)) - 1;
         for (std::uint32_t i : data) mask[i >> 5] &= ~(1u << (i & 31));
         break;
+      case kTables:
+        std::memcpy(mask, tables[0]->data(), words * sizeof(std::uint32_t));
+        for (std::size_t t = 1; t < kMaxTables && tables[t]; ++t) {
+          const std::uint32_t* src = tables[t]->data();
+          for (std::size_t w = 0; w < words; ++w) mask[w] |= src[w];
+        }
+        for (std::uint32_t i : data) mask[i >> 5] |= 1u << (i & 31);
+        break;
     }
   }
-  std::size_t bytes() const { return data.size() * sizeof(std::uint32_t) + 64; }
+  std::size_t bytes() const { return data.size() * sizeof(std::uint32_t) + 96; }
 };
 
 struct CompiledGrammar::StateCache {
@@ -778,7 +829,8 @@ bool CompiledGrammar::nonplain_walk(std::uint32_t node) const {
          (!I.reach.mb || S.mb);
 }
 
-void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
+void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t, const NodeTable* base,
+                                       std::size_t derive_k) const {
   if (mode_ == NodeTableMode::kFullWalk) return build_node_table_full(node, t);
   const TokenizerInfo& tok = *tok_;
   const std::size_t words = tok.mask_words();
@@ -839,6 +891,26 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   const auto& trie = np ? tok.nonplain_trie() : tok.trie();
   const std::uint32_t* np_pos = tok.nonplain_positions().data();
   auto P = [&](std::uint32_t k) -> std::uint32_t { return np ? np_pos[k] : k; };
+  // Derived from a similar node's table (see node_table): its decisions of the non-plain tokens
+  // shorter than min_len bytes are copied; the walk visits only subtrees with longer tokens.
+  std::size_t min_len = 0;
+  if (base && np) {
+    min_len = derive_k;
+    const std::uint32_t* npm = tok.nonplain_mask();
+    for (std::size_t w = 0; w < words; ++w) acc[w] |= base->accepted[w] & npm[w];
+    for (std::uint32_t p : tok.nonplain_by_length()) {
+      if (tok.sorted_token(p).size() < min_len) break;
+      acc[ids[p] >> 5] &= ~(1u << (ids[p] & 31));
+    }
+    for (std::size_t e = 0; e < base->ctx_pos.size(); ++e)
+      if (tok.sorted_token(base->ctx_pos[e]).size() < min_len) {
+        t.ctx_pos.push_back(base->ctx_pos[e]);
+        t.ctx_off.push_back(base->ctx_off[e]);
+      }
+    for (std::uint32_t p : base->uncertain)
+      if (tok.sorted_token(p).size() < min_len) t.uncertain.push_back(p);
+  }
+  auto is_short = [&](std::uint32_t p) { return tok.sorted_token(P(p)).size() < min_len; };
   const std::uint32_t end = trie[0].next;
   // The node after completing the current character from `x` over byte b (UTF-8 state u after b),
   // if every valid completion leads there through nodes without calls or rule end; else UINT32_MAX.
@@ -879,13 +951,14 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
     for (std::size_t k = 1; k <= upto; ++k)
       if (st[k].can_end) {
         if (ne == 8) {  // (never seen: a rule ending at more than 8 depths of one token) the plain list
-          for (std::uint32_t p = lo; p < hi; ++p) t.uncertain.push_back(P(p));
+          for (std::uint32_t p = lo; p < hi; ++p)
+            if (!is_short(p)) t.uncertain.push_back(P(p));
           return;
         }
         exits[ne++] = static_cast<std::uint16_t>(k);
       }
     for (std::uint32_t p = lo; p < hi; ++p)
-      for (std::size_t e = 0; e < ne; ++e) {
+      for (std::size_t e = 0; e < ne && !is_short(p); ++e) {
         t.ctx_pos.push_back(P(p));
         t.ctx_off.push_back(exits[e]);
       }
@@ -893,6 +966,10 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
   for (std::uint32_t v = 1; v < end;) {
     const TokenizerInfo::TrieNode& tn = trie[v];
     const std::size_t d = tn.depth;
+    if (tn.max_len < min_len) {  // every token below is decided by the base table
+      v = tn.next;
+      continue;
+    }
     if (plain_all > 0 && (tn.flags & TokenizerInfo::kAllPlain) && (plain_exact || tn.max_chars <= plain_all)) {
       // Every token below is plain and already decided; with an exact decision, so are the
       // all-plain siblings that follow.
@@ -900,6 +977,17 @@ void CompiledGrammar::build_node_table(std::uint32_t node, NodeTable& t) const {
       continue;
     }
     const ParseState& ps = st[d - 1];
+    // ASCII text up to a control byte that no node reachable through text takes: rejected (with no
+    // rule end on the way, so whatever the context).
+    if ((tn.flags & TokenizerInfo::kCtlAfterAscii) && !exitf[d - 1] && single(ps) &&
+        g_nodes[ps.threads[0].node].calls.empty()) {
+      const std::uint32_t gn = ps.threads[0].node;
+      if (gn != last_node) { last_node = gn; last_info = &node_info(gn); }
+      if (last_info->safe && (tn.suffix_ascii[0] & 0xFFFFFFFFull & last_info->reach.a[0]) == 0) {
+        v = tn.next;
+        continue;
+      }
+    }
     // Inside a multibyte character: when every completion of the character leads from the single
     // thread to one node Y through plain nodes, the subtree (valid UTF-8 from here, possibly ending
     // inside a character) is decided by Y's analysis of what follows the character.
@@ -1102,10 +1190,17 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
     desc.assign(reinterpret_cast<const char*>(&node), sizeof node);  // one table per node
   }
   // Positions of a length counter (maxLength strings, the 61-character label of the email
-  // format) have the same shape and differ only for tokens longer than their distance to the
-  // bound: derive the table from a similar node's, walking only the long tokens.
+  // format) have the same shape and, away from the bound, differ only for long tokens: derive the
+  // table from the table of a node of the same shape that agrees on every byte string shorter than
+  // k bytes (similar_depth). At a free-text or character-class position (nonplain_walk: the plain
+  // tokens follow from their code point counts), the non-plain tokens shorter than k bytes are
+  // copied and only the subtrees of the non-plain trie holding longer ones are walked. Elsewhere (the
+  // email label, whose builder walks the whole trie) only with k = kLongToken, the long tokens walked
+  // with the parser. Not for literals (fewer than 16 first bytes): their walk enters few subtrees.
   std::string shape;
   std::pair<std::uint32_t, const NodeTable*> base{UINT32_MAX, nullptr};
+  std::size_t base_k = 0;
+  bool np = false;
   if (mode_ == NodeTableMode::kTrie) {
     const GNode& g = grammar_->nodes[node];
     auto put = [&](std::uint32_t x) { shape.append(reinterpret_cast<const char*>(&x), sizeof x); };
@@ -1121,22 +1216,29 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
       std::shared_lock lk(c.mu);
       if (auto it = c.by_shape.find(shape); it != c.by_shape.end()) cands = it->second;
     }
-    std::size_t tried = 0;
-    // (Only where the builder would walk the whole trie: a walk of the long tokens with the parser
-    // costs more than the non-plain trie walk of a free-text or character-class position.)
-    // Nor where few first bytes are taken (literals): their trie walk enters few subtrees.
     unsigned covered = 0;
     for (const ByteEdge& e : g.bytes) covered += static_cast<unsigned>(e.hi - e.lo) + 1u;
-    if (!cands.empty() && (covered < 16 || nonplain_walk(node))) cands.clear();
-    for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried)
-      if (similar_upto(node, it->first, TokenizerInfo::kLongToken)) {
+    if (covered < 16) cands.clear();
+    np = !cands.empty() && nonplain_walk(node);
+    // kMinDerive: below it the walk saved is not worth the copy; kMaxDerive: 46 Qwen3 tokens (all
+    // non-plain) have 32 bytes or more.
+    constexpr std::size_t kMinDerive = 4, kMaxDerive = 32;
+    const std::size_t need = np ? kMinDerive : TokenizerInfo::kLongToken;
+    const std::size_t cap = np ? kMaxDerive : TokenizerInfo::kLongToken;
+    std::size_t tried = 0;
+    for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried) {
+      const std::size_t k = similar_depth(node, it->first, cap);
+      if (k >= need && k > base_k) {
         base = *it;
-        break;
+        base_k = k;
+        if (k == cap) break;
       }
+    }
   }
   auto t = std::make_unique<NodeTable>();
   if (base.second) {
-    derive_node_table(node, *base.second, *t);
+    if (np) build_node_table(node, *t, base.second, base_k);
+    else derive_node_table(node, *base.second, *t);
     derived_.fetch_add(1, std::memory_order_relaxed);
   } else {
     build_node_table(node, *t);
@@ -1151,30 +1253,62 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
   return *it->second;
 }
 
-bool CompiledGrammar::similar_upto(std::uint32_t x0, std::uint32_t y0, std::size_t k0) const {
+std::size_t CompiledGrammar::similar_depth(std::uint32_t x, std::uint32_t y, std::size_t cap) const {
   const auto& nodes = grammar_->nodes;
-  // Pairs already shown similar for at least the given depth.
-  std::unordered_map<std::uint64_t, std::size_t> done;
-  std::size_t budget = 4096;
-  auto rec = [&](auto&& self, std::uint32_t x, std::uint32_t y, std::size_t k) -> bool {
-    if (k == 0 || x == y) return true;
-    const std::uint64_t key = static_cast<std::uint64_t>(x) << 32 | y;
-    if (auto it = done.find(key); it != done.end() && it->second >= k) return true;
-    if (budget-- == 0) return false;
-    const GNode& a = nodes[x];
-    const GNode& b = nodes[y];
-    if (a.final != b.final || a.bytes.size() != b.bytes.size() || a.calls.size() != b.calls.size()) return false;
-    for (std::size_t i = 0; i < a.calls.size(); ++i)
-      if (a.calls[i].rule != b.calls[i].rule || a.calls[i].ret != b.calls[i].ret) return false;
-    for (std::size_t i = 0; i < a.bytes.size(); ++i)
-      if (a.bytes[i].lo != b.bytes[i].lo || a.bytes[i].hi != b.bytes[i].hi) return false;
-    for (std::size_t i = 0; i < a.bytes.size(); ++i)
-      if (!self(self, a.bytes[i].to, b.bytes[i].to, k - 1)) return false;
-    std::size_t& d = done[key];
-    d = std::max(d, k);
-    return true;
+  // Breadth first over pairs of nodes reached by the same byte string: a pair first reached at
+  // depth l is compared once (its rule end, calls and byte ranges); reached again deeper, its
+  // comparison and successors are already covered. The first differing pair's depth is the answer.
+  constexpr std::size_t kMaxPairs = 4096;
+  std::vector<std::uint64_t> seen(1024, 0);  // open addressing; 0 = empty (pairs have x != y)
+  std::size_t count = 0;
+  auto insert = [&](std::uint64_t key) {
+    if (2 * (count + 1) > seen.size()) {
+      std::vector<std::uint64_t> old(seen.size() * 2, 0);
+      old.swap(seen);
+      for (std::uint64_t k2 : old)
+        if (k2)
+          for (std::size_t i = (k2 * 0x9E3779B97F4A7C15ull) >> 40 & (seen.size() - 1);; i = (i + 1) & (seen.size() - 1))
+            if (!seen[i]) {
+              seen[i] = k2;
+              break;
+            }
+    }
+    for (std::size_t i = (key * 0x9E3779B97F4A7C15ull) >> 40 & (seen.size() - 1);; i = (i + 1) & (seen.size() - 1)) {
+      if (seen[i] == key) return false;
+      if (!seen[i]) {
+        seen[i] = key;
+        ++count;
+        return true;
+      }
+    }
   };
-  return rec(rec, x0, y0, k0);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> cur, nxt;
+  if (x != y) {
+    cur.emplace_back(x, y);
+    insert(static_cast<std::uint64_t>(x) << 32 | y);
+  }
+  for (std::size_t level = 0; level < cap; ++level) {
+    if (cur.empty()) return cap;
+    nxt.clear();
+    for (auto [u, v] : cur) {
+      const GNode& a = nodes[u];
+      const GNode& b = nodes[v];
+      if (a.final != b.final || a.bytes.size() != b.bytes.size() || a.calls.size() != b.calls.size()) return level;
+      for (std::size_t i = 0; i < a.calls.size(); ++i)
+        if (a.calls[i].rule != b.calls[i].rule || a.calls[i].ret != b.calls[i].ret) return level;
+      for (std::size_t i = 0; i < a.bytes.size(); ++i)
+        if (a.bytes[i].lo != b.bytes[i].lo || a.bytes[i].hi != b.bytes[i].hi) return level;
+      if (level + 1 == cap) continue;
+      for (std::size_t i = 0; i < a.bytes.size(); ++i) {
+        const std::uint32_t p = a.bytes[i].to, q = b.bytes[i].to;
+        if (p == q || !insert(static_cast<std::uint64_t>(p) << 32 | q)) continue;
+        if (count > kMaxPairs) return level;  // (the pairs of this level are not all compared)
+        nxt.emplace_back(p, q);
+      }
+    }
+    cur.swap(nxt);
+  }
+  return cap;
 }
 
 void CompiledGrammar::derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const {
@@ -1291,6 +1425,7 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
   misses_.fetch_add(1, std::memory_order_relaxed);
   std::fill(mask, mask + words, 0u);
   std::vector<std::uint32_t> uncertain;
+  std::vector<const std::vector<std::uint32_t>*> used;  // the tables' accepted bitsets (distinct)
   std::uint32_t prev_node = UINT32_MAX;
   const NodeTable* prev_table = nullptr;
   for (const Thread& th : st.threads) {
@@ -1299,6 +1434,7 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
     if (th.node != prev_node) {
       prev_node = th.node;
       prev_table = &t;
+      if (std::find(used.begin(), used.end(), &t.accepted) == used.end()) used.push_back(&t.accepted);
       for (std::size_t w = 0; w < words; ++w) mask[w] |= t.accepted[w];
       uncertain.insert(uncertain.end(), t.uncertain.begin(), t.uncertain.end());
     }
@@ -1328,7 +1464,7 @@ void CompiledGrammar::fill_mask(Parser& parser, const ParseState& st, std::uint3
   }
   if (st.can_end)
     for (TokenId e : tok.eos_ids()) set_bit(mask, e);
-  StoredMask stored = StoredMask::from(mask, words, tok.vocab_size());
+  StoredMask stored = StoredMask::from(mask, words, tok.vocab_size(), used);
   std::unique_lock lk(state_cache_->mu);
   if (state_cache_->bytes + stored.bytes() + key.size() > StateCache::kMaxBytes) {
     state_cache_->masks.clear();

@@ -75,6 +75,7 @@ class TokenizerInfo {
     std::uint8_t max_chars = 0;    ///< max code points of a token in the subtree (255 = more)
     std::uint8_t suffix_max_chars = 0;  ///< max code points of the edge-inclusive suffixes (see below)
     std::uint8_t suffix_min_chars = 0;  ///< min code points of the edge-inclusive suffixes
+    std::uint8_t max_len = 0;           ///< max bytes of a token in the subtree (255 = more)
     std::uint64_t suffix_ascii[2] = {0, 0};  ///< ASCII bytes occurring in the edge-inclusive suffixes
   };
   /// Every token of the subtree is plain text: complete valid UTF-8 without '"', '\\' or bytes
@@ -89,11 +90,20 @@ class TokenizerInfo {
   /// Read after the parent's prefix (whose UTF-8 may end inside a character), every edge-inclusive
   /// suffix continues as valid UTF-8 that may itself end inside a character.
   static constexpr std::uint8_t kPathUtf8Prefix = 16;
+  /// Every edge-inclusive suffix is plain ASCII text (no '"' or '\\') up to a control byte (below
+  /// 0x20), which suffix_ascii[0] then includes: a grammar position whose reachable text nodes take
+  /// none of those control bytes rejects the whole subtree (the whitespace and code tokens ending
+  /// in a newline or tab, at a string position).
+  static constexpr std::uint8_t kCtlAfterAscii = 32;
   const std::vector<TrieNode>& trie() const { return trie_; }
   /// The same over the tokens that are not plain text only (a few percent of a vocabulary); its
   /// TrieNode::lo / hi index nonplain_positions(), which holds sorted positions.
   const std::vector<TrieNode>& nonplain_trie() const { return nonplain_trie_; }
   const std::vector<std::uint32_t>& nonplain_positions() const { return nonplain_pos_; }
+  /// Token id bitset (mask_words() words) of the tokens that are not plain text.
+  const std::uint32_t* nonplain_mask() const { return nonplain_mask_.data(); }
+  /// The sorted positions of the non-plain tokens, longest first.
+  const std::vector<std::uint32_t>& nonplain_by_length() const { return nonplain_by_len_; }
   /// Token id bitset (mask_words() words) of the plain tokens with at most c code points,
   /// c <= max_plain_chars() (cumulative: plain_upto(c) includes plain_upto(c - 1)).
   const std::uint32_t* plain_upto(std::size_t c) const {
@@ -127,6 +137,8 @@ class TokenizerInfo {
   std::vector<std::uint8_t> sorted_chars_;
   std::vector<TrieNode> nonplain_trie_;
   std::vector<std::uint32_t> nonplain_pos_;
+  std::vector<std::uint32_t> nonplain_mask_;
+  std::vector<std::uint32_t> nonplain_by_len_;
   std::size_t max_plain_chars_ = 0;
   std::vector<std::uint32_t> long_pos_;
   std::vector<std::uint16_t> long_lcp_;
@@ -204,14 +216,18 @@ class CompiledGrammar {
  private:
   struct NodeTable;
   const NodeTable& node_table(std::uint32_t node) const;
-  void build_node_table(std::uint32_t node, NodeTable& t) const;
+  /// Builds the table of `node`. With `base` (the table of a node y with similar_depth(node, y) >=
+  /// k, and nonplain_walk(node)): the non-plain tokens shorter than k bytes are decided as in
+  /// `base`, and only the subtrees of the non-plain trie holding longer ones are walked.
+  void build_node_table(std::uint32_t node, NodeTable& t, const NodeTable* base = nullptr, std::size_t k = 0) const;
   void build_node_table_full(std::uint32_t node, NodeTable& t) const;
-  /// True if nodes x and y accept the same byte strings of fewer than k bytes with the same rule
-  /// ends on the way (bounded bisimulation over byte edges, identical calls); false also when the
-  /// check would take too long.
-  bool similar_upto(std::uint32_t x, std::uint32_t y, std::size_t k) const;
-  /// t = the table of node x from the table of a node y similar_upto(x, y, kLongToken): the tokens
-  /// shorter than kLongToken bytes are decided alike, the longer ones are walked from x.
+  /// The largest k <= cap such that nodes x and y accept the same byte strings of fewer than k
+  /// bytes with the same rule ends on the way (bounded bisimulation over byte edges with identical
+  /// calls, breadth first: each pair of nodes is compared once, at the depth where it is first
+  /// reached). Gives up (returns the depth reached so far) after 4,096 pairs.
+  std::size_t similar_depth(std::uint32_t x, std::uint32_t y, std::size_t cap) const;
+  /// t = the table of node x from the table of a node y with similar_depth(x, y) >= kLongToken: the
+  /// tokens shorter than kLongToken bytes are decided alike, the longer ones are walked from x.
   void derive_node_table(std::uint32_t x, const NodeTable& y, NodeTable& t) const;
   /// True if build_node_table walks only the non-plain trie from `node` (a single thread of byte
   /// edges at a free-text or uniform character-class position).
