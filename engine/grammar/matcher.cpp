@@ -1220,13 +1220,18 @@ const CompiledGrammar::NodeTable& CompiledGrammar::node_table(std::uint32_t node
     for (const ByteEdge& e : g.bytes) covered += static_cast<unsigned>(e.hi - e.lo) + 1u;
     if (covered < 16) cands.clear();
     np = !cands.empty() && nonplain_walk(node);
-    // kMinDerive: below it the walk saved is not worth the copy; kMaxDerive: 46 Qwen3 tokens (all
-    // non-plain) have 32 bytes or more.
-    constexpr std::size_t kMinDerive = 4, kMaxDerive = 32;
+    // kMinDerive: below it the walk saved is not worth the copy. kMaxDerive: the similarity check
+    // visits about 15 node pairs per byte of depth at a string position (cold in the cache); 107
+    // Qwen3 tokens are non-plain with 16 bytes or more, most of them whitespace ending in a newline
+    // (rejected at their first byte by kCtlAfterAscii). Measured: 16 gave a lower cold p99 than 24
+    // or 32 on rag_answer and the same elsewhere.
+    constexpr std::size_t kMinDerive = 4, kMaxDerive = 16;
     const std::size_t need = np ? kMinDerive : TokenizerInfo::kLongToken;
     const std::size_t cap = np ? kMaxDerive : TokenizerInfo::kLongToken;
     std::size_t tried = 0;
-    for (auto it = cands.rbegin(); it != cands.rend() && tried < 4; ++it, ++tried) {
+    // Oldest first: the first table built along a length counter is usually its start, the position
+    // farthest from the bound (the deepest similarity to the later ones).
+    for (auto it = cands.begin(); it != cands.end() && tried < 4; ++it, ++tried) {
       const std::size_t k = similar_depth(node, it->first, cap);
       if (k >= need && k > base_k) {
         base = *it;
