@@ -186,12 +186,17 @@ enum class NodeTableMode {
 ///    class), and only the non-plain tokens are walked.
 ///  - inside a multibyte character: when every completion of the character leads from the single
 ///    thread to one node, the subtree is decided from that node's analysis as above.
+///  - ASCII text ending in a control byte (TokenizerInfo::kCtlAfterAscii: whitespace and code tokens
+///    ending in a newline or tab): rejected in one step when no node reachable through text takes
+///    the control byte (every string position).
 /// Grammar nodes with the same rule end, calls and byte edges (same targets) share one table
 /// (NodeTableMode::kTrie; kTrieUnshared builds one per node). In kTrie, a node that agrees with an
-/// already built node of the same shape on every byte string shorter than
-/// TokenizerInfo::kLongToken bytes (bounded bisimulation; the positions of a length counter) gets a
-/// table derived from that node's: only the long tokens are walked again (where the builder would
-/// walk the whole trie and the node takes >= 16 first bytes, e.g. the email domain label).
+/// already built node of the same shape on every byte string shorter than k bytes (bounded
+/// bisimulation, similar_depth; the positions of a length counter: maxLength strings, the email
+/// domain label) gets a table derived from that node's: at a free-text or character-class position
+/// the non-plain tokens shorter than k <= 16 bytes are copied and only the subtrees of the non-plain
+/// trie with longer tokens are walked; elsewhere (the email label) the tokens of kLongToken bytes or
+/// more are walked again with the parser.
 /// Context-dependent tokens are kept with the offset of their rule end, and checked per thread
 /// against the state after popping the thread's stack, once per distinct continuation.
 class CompiledGrammar {
@@ -207,6 +212,8 @@ class CompiledGrammar {
 
   /// Fills `mask` (mask_words() words) for the parser state `st` of `parser` (whose pool owns the
   /// state's stacks). Uses the per-state cache, else the per-node adaptive cache plus run-time checks.
+  /// A new state's mask is cached as its node tables plus the ids set on top of them (the string-
+  /// closing tokens that passed the check), unless a short id list is smaller.
   void fill_mask(Parser& parser, const ParseState& st, std::uint32_t* mask) const;
   /// Reference implementation: walks the whole sorted vocabulary from the state (no caches).
   void fill_mask_walk(Parser& parser, const ParseState& st, std::uint32_t* mask) const;
