@@ -627,6 +627,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
     eo.max_kv_tokens = std::max<std::size_t>(need, 4096);
     eo.enable_prefix_caching = o_.prefix_caching;
     eo.compute = eng::parse_compute(o_.compute);
+    eo.grammar_lm_head = o_.grammar_lm_head;
     set_mtp_depth(eo, mtp_depth);
     if (o_.max_batch_tokens) eo.max_batch_tokens = o_.max_batch_tokens;
     const eng::Stopwatch load;
@@ -661,6 +662,7 @@ json Runner::run_model(const ModelUnderTest& mut) {
                  {"max_batch_tokens", o_.max_batch_tokens ? o_.max_batch_tokens : defaults.max_batch_tokens},
                  {"max_num_seqs", defaults.max_num_seqs},
                  {"prefix_caching", o_.prefix_caching},
+                 {"grammar_lm_head", o_.grammar_lm_head},
                  {"fresh_engine_per_test", true},
                  {"mtp_depth", kEngineHasMtp ? o_.mtp : 0}};
 

@@ -78,6 +78,9 @@ struct BenchOptions {
 
   std::size_t threads = 0;  ///< engine and probe threads; 0: all hardware threads
   std::string compute = "auto";  ///< EngineOptions::compute: auto | exact | bf16 (recorded per model)
+  /// EngineOptions::grammar_lm_head: the LM head computed only where the grammar allows ids (on) or
+  /// in full (off, the baseline of a comparison).
+  bool grammar_lm_head = true;
   std::size_t max_batch_tokens = 0;  ///< engine tokens per forward call; 0: the engine's default
   std::size_t bandwidth_mib = 512;  ///< buffer of the memory-bandwidth probe
 

@@ -19,7 +19,7 @@
 //
 // Usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2] [--workloads json-kie,qa,long-rag]
 //                  [--max-docs N] [--max-questions N] [--draft-vocab N (0: the engine's default)]
-//                  [--compute auto|exact|bf16] [--out DIR]
+//                  [--compute auto|exact|bf16] [--grammar-lm-head on|off] [--out DIR]
 // Writes OUT/bench_mtp.json and OUT/bench_mtp.md.
 #include <time.h>
 
@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> workloads = {"json-kie", "qa", "long-rag"};
   std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3, draft_vocab = 0;
   Compute compute = Compute::automatic;
+  bool grammar_lm_head = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") out = v;
     else if (a == "--draft-vocab") draft_vocab = std::stoul(v);
     else if (a == "--compute") compute = parse_compute(v);
+    else if (a == "--grammar-lm-head" && (v == "on" || v == "off")) grammar_lm_head = v == "on";
     else {
       std::cerr << "bench_mtp: unknown option " << a << "\n";
       return 1;
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
   }
 
   nlohmann::json report = {{"model", model.filename().string()}, {"threads", threads}, {"runs", runs},
-                            {"compute", compute_name(compute)}};
+                            {"compute", compute_name(compute)}, {"grammar_lm_head", grammar_lm_head}};
   std::ostringstream md;
   md << "| workload | requests | depth | decode tok/s wall (median) | x depth 0 | decode tok per CPU s (median) | x depth 0 | mean acceptance length | accepted/proposed per position | forced drafts | draft s / verify s | lossless |\n"
      << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
@@ -173,6 +175,7 @@ int main(int argc, char** argv) {
       o.mtp_depth = depth;
       o.mtp_draft_vocab = draft_vocab;
       o.compute = compute;
+      o.grammar_lm_head = grammar_lm_head;
       o.enable_prefix_caching = false;  // every pass computes its prompt: decode figures only
       a.engine = Engine::open(model, tok, o);
       prompt_tokens = 0;

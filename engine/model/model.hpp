@@ -40,7 +40,14 @@ class Model {
   /// Same, and when `hidden` is not null also writes the final hidden state of every token of the
   /// batch: [batch.size(), hidden_size] f32, in batch order -- the state the MTP module reads
   /// (config().mtp_hidden_state: after the final RMSNorm for "post_norm", before it for "pre_norm").
-  virtual void forward(const Batch& batch, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) = 0;
+  ///
+  /// `candidates` (optional): one id list per logit row, e.g. the ids a grammar allows. When given for
+  /// every logit row and the LM head is packed for the AMX tiles (bf16 compute), only the LM head's
+  /// groups of 16 rows that hold a candidate of some row are computed (cpu::gemm_packed_groups): their
+  /// values are bit-identical to the full product, every other logit is -infinity. Otherwise (or with
+  /// more than half of the groups needed) all logits are computed.
+  virtual void forward(const Batch& batch, KvCache& kv, float* logits, float* hidden, ThreadPool* pool,
+                       std::span<const std::vector<std::int32_t>> candidates = {}) = 0;
 
   /// Draft depths the MTP module can run (0: the checkpoint has none). The Qwen3-Next layout's one
   /// module is applied recursively; the DeepSeek-V3 layout's k-th module serves depth k (the last one

@@ -142,7 +142,8 @@ class Qwen3 final : public Model {
   bool bf16_compute() const override { return pack_; }
 
   using Model::forward;
-  void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) override;
+  void forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool,
+               std::span<const std::vector<std::int32_t>> candidates = {}) override;
   void mtp_forward(std::size_t depth, const Batch& b, const float* hidden_in, KvCache& kv, float* hidden_out,
                    float* logits, ThreadPool* pool, std::size_t draft_vocab = 0,
                    std::span<const std::vector<std::int32_t>> candidates = {}) override;
@@ -261,7 +262,8 @@ void Qwen3::run_layer(const Layer& L, std::size_t kv_layer, float* x, std::size_
   cpu::add_inplace(x, h, T * H, pool);
 }
 
-void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool) {
+void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, ThreadPool* pool,
+                    std::span<const std::vector<std::int32_t>> candidates) {
   const std::size_t T = b.size();
   if (T == 0) return;
   const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
@@ -289,6 +291,21 @@ void Qwen3::forward(const Batch& b, KvCache& kv, float* logits, float* hidden, T
   const std::size_t n_out = sel.size() / H;
   if (n_out == 0) return;
   cpu::rms_norm(sel.data(), sel.data(), n_out, H, H, final_norm_.data(), eps, pool);
+  if (lm_head_.packed && candidates.size() == n_out && !candidates.empty()) {
+    // Only the groups of 16 LM-head rows that hold a candidate (the same tiles as the full product).
+    const std::size_t V = cfg_.vocab_size, n_groups = (V + 15) / 16;
+    std::vector<std::uint32_t> groups;
+    for (const auto& c : candidates)
+      for (const std::int32_t id : c)
+        if (id >= 0 && static_cast<std::size_t>(id) < V) groups.push_back(static_cast<std::uint32_t>(id) / 16);
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    if (2 * groups.size() <= n_groups) {
+      std::fill(logits, logits + n_out * V, -std::numeric_limits<float>::infinity());
+      cpu::gemm_packed_groups(sel.data(), n_out, H, *lm_head_.packed, V, groups, logits, V, pool);
+      return;
+    }
+  }
   cpu::matmul(sel.data(), n_out, lm_head_, logits, pool);
 }
 

@@ -96,6 +96,10 @@ struct Engine::Sequence {
   // This step's rows in the batch.
   std::size_t row_first = 0, n_rows = 0, pos_first = 0, logit_first = 0;
   bool has_logits = false;
+  /// This step's bitmask of the constraint's current state, computed before the forward (for the LM
+  /// head's candidates) when the drafter did not provide the masks.
+  std::vector<std::uint32_t> step_mask;
+  bool has_step_mask = false;
 
   Sequence(RequestId i, GenerationRequest r) : id(i), req(std::move(r)), sampler(req.sampling) {}
   std::size_t n_prompt() const { return req.prompt.size(); }
@@ -540,6 +544,47 @@ void Engine::draft_step() {
   stats_.draft_s += step_draft_s_;
 }
 
+std::vector<std::vector<std::int32_t>> Engine::lm_head_candidates() {
+  // One list per logit row, in batch order: one allowed id of each group of 16 ids that holds some
+  // (the model computes whole groups). Empty (every logit computed) when a row is unconstrained or
+  // allows ids in more than half of the groups (free text).
+  std::vector<std::vector<std::int32_t>> out;
+  if (!options_.grammar_lm_head || !model_->bf16_compute()) return out;
+  const std::size_t V = model_->config().vocab_size, n_groups = (V + 15) / 16;
+  for (Sequence* sp : row_owner_) {
+    Sequence& s = *sp;
+    if (!s.constraint || s.done) return {};
+    const std::size_t k = s.drafted ? s.job.drafts.size() : 0;
+    std::span<const std::vector<std::uint32_t>> masks;
+    if (s.drafted && s.job.masks.size() == k + 1) {
+      masks = s.job.masks;
+    } else {
+      s.step_mask.assign(mask_.size(), 0u);
+      s.constraint->fill_bitmask(s.step_mask);
+      s.has_step_mask = true;
+      masks = std::span<const std::vector<std::uint32_t>>(&s.step_mask, 1);
+    }
+    for (const auto& m : masks) {
+      std::vector<std::int32_t>& ids = out.emplace_back();
+      for (std::size_t g = 0; g < n_groups; ++g) {
+        const std::uint32_t bits = (m[g / 2] >> (16 * (g % 2))) & 0xFFFFu;
+        if (bits) ids.push_back(static_cast<std::int32_t>(16 * g + static_cast<std::size_t>(__builtin_ctz(bits))));
+      }
+      if (ids.empty() || 2 * ids.size() > n_groups) return {};
+    }
+  }
+  if (out.size() != batch_.n_logits()) return {};
+  std::vector<char> used(n_groups, 0);
+  for (const auto& ids : out)
+    for (const std::int32_t id : ids) used[static_cast<std::size_t>(id) / 16] = 1;
+  const auto n_used = static_cast<std::size_t>(std::count(used.begin(), used.end(), 1));
+  if (2 * n_used > n_groups) return {};  // (the model would compute every logit)
+  ++stats_.grammar_lm_head_steps;
+  stats_.lm_head_groups_computed += n_used;
+  stats_.lm_head_groups_skipped += n_groups - n_used;
+  return out;
+}
+
 std::size_t Engine::sample_outputs() {
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
   std::size_t emitted = 0;
@@ -563,11 +608,14 @@ std::size_t Engine::sample_outputs() {
     if (s.constraint) {
       if (s.drafted && s.job.masks.size() == k + 1) {
         masks = s.job.masks;
+      } else if (s.has_step_mask) {
+        masks = std::span<const std::vector<std::uint32_t>>(&s.step_mask, 1);
       } else {
         own.emplace_back(mask_.size(), 0u);
         s.constraint->fill_bitmask(own.back());
         masks = own;
       }
+      s.has_step_mask = false;
     }
     VerifyResult r;
     const std::span<const float> rows(logits_.data() + s.logit_first * V, (k + 1) * V);
@@ -668,7 +716,8 @@ std::vector<FinishedRequest> Engine::step() {
         std::any_of(running_.begin(), running_.end(), [](const auto& s) { return s->mtp && s->n_rows > 0; });
     hidden_.resize(want_hidden ? batch_.size() * model_->config().hidden_size : 0);
     const Stopwatch watch;
-    model_->forward(batch_, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, pool_.get());
+    const auto candidates = lm_head_candidates();
+    model_->forward(batch_, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, pool_.get(), candidates);
     const double dt = watch.seconds();
     if (step_prefill_tokens_ > 0) {
       stats_.prefill_tokens += step_prefill_tokens_;

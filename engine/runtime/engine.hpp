@@ -68,6 +68,10 @@ struct EngineOptions {
   /// How the model computes (engine/model/model.hpp Compute): automatic = in the checkpoint's dtype
   /// (bf16 on the AMX tiles for a bf16 checkpoint where available), exact = f32, bf16 = bf16 where available.
   Compute compute = Compute::automatic;
+  /// When every logit row of a step is constrained, the LM head is computed only for the groups of 16
+  /// token ids that hold an allowed one (Model::forward candidates; bf16 compute only, where the values
+  /// are bit-identical to the full product). Output unchanged; false computes every logit.
+  bool grammar_lm_head = true;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };
@@ -218,6 +222,8 @@ class Engine {
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
+  /// The LM head's candidates of this step's logit rows (see EngineOptions::grammar_lm_head).
+  std::vector<std::vector<std::int32_t>> lm_head_candidates();
   /// EOS (unless ignore_eos) or one of the request's stop ids.
   bool is_end_token(const Sequence& s, TokenId tok) const;
   void finish(Sequence& s, FinishReason why, std::string error = {});

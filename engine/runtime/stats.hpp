@@ -55,6 +55,9 @@ struct EngineStats {
   double prefill_s = 0.0;
   std::size_t decode_tokens = 0, decode_steps = 0;
   std::size_t forced_tokens = 0;  ///< output tokens appended by jump-forward (not sampled)
+  /// Forward steps whose LM head was computed only for the grammar's allowed groups of ids
+  /// (EngineOptions::grammar_lm_head), and the LM-head groups of 16 rows they computed / skipped.
+  std::size_t grammar_lm_head_steps = 0, lm_head_groups_computed = 0, lm_head_groups_skipped = 0;
   double decode_s = 0.0;
   /// Bytes decode steps read: weights once per step + the K/V of every context position attended.
   std::uint64_t decode_bytes = 0;

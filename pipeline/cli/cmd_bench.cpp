@@ -35,6 +35,7 @@ struct BenchArgs {
   double context_scale = -1, output_scale = -1;
   std::uint64_t seed = 1;
   bool no_prefix_cache = false;
+  bool full_lm_head = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -147,6 +148,7 @@ int run_bench_command(const BenchArgs& a) {
   o.mtp = a.mtp;
   o.compute = a.compute;
   o.prefix_caching = !a.no_prefix_cache;
+  o.grammar_lm_head = !a.full_lm_head;
   o.threads = a.threads;
   o.max_batch_tokens = a.max_batch_tokens;
   o.bandwidth_mib = a.bandwidth_mib;
@@ -197,6 +199,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(1, 65536));
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "Turn the engine's prefix cache off (every run recomputes its whole prompt)");
+  sub->add_flag("--full-lm-head", a->full_lm_head,
+                "Compute every logit also where the grammar allows few tokens (the baseline of the grammar-restricted LM head)");
   sub->add_option("--seed", a->seed, "Picks the questions and the invoice")->capture_default_str();
   sub->add_option("--work", a->work, "Folder for random-weight checkpoints (default: ~/.cache/quarry/bench)");
   sub->callback([a, &ctx] { ctx.exit_code = run_bench_command(*a); });

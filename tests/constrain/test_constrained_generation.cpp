@@ -223,6 +223,34 @@ TEST(ConstrainedGeneration, JumpForwardGreedyInvoiceMatchesPlainGreedy) {
   EXPECT_EQ(jf.text, plain.text);
 }
 
+// The LM head computed only for the groups of ids the grammar allows (EngineOptions::grammar_lm_head,
+// bf16 compute) gives the same tokens as the full LM head: greedy with and without drafting, and
+// sampled with the same seed.
+TEST(ConstrainedGeneration, GrammarLmHeadChangesNoToken) {
+  auto& m = models();
+  auto full_opts = options();
+  full_opts.grammar_lm_head = false;
+  auto full = eng::Engine::open(default_model(), m.tok, full_opts);
+  auto mtp_opts = options();
+  mtp_opts.mtp_depth = 2;
+  auto mtp = eng::Engine::open(default_model(), m.tok, mtp_opts);
+  const std::string schema = read_file(kSource / "schemas/invoice.schema.json");
+  for (float temperature : {0.f, 0.8f}) {
+    auto req = request(m.invoice_prompt, schema, temperature, 7, 600);
+    const auto a = m.trained->generate(req);
+    const auto b = full->generate(req);
+    EXPECT_EQ(a.tokens, b.tokens) << "temperature " << temperature;
+    if (temperature == 0.f) {
+      EXPECT_EQ(mtp->generate(req).tokens, b.tokens);
+    }
+  }
+  EXPECT_EQ(full->stats().grammar_lm_head_steps, 0u);
+  if (m.trained->model().bf16_compute()) {  // the bundled bf16 model on an AMX machine
+    EXPECT_GT(m.trained->stats().grammar_lm_head_steps, 0u);
+    EXPECT_GT(mtp->stats().grammar_lm_head_steps, 0u);
+  }
+}
+
 TEST(ConstrainedGeneration, SchemaErrorsFailTheRequest) {
   auto& m = models();
   const auto prompt = m.tok->encode("x");

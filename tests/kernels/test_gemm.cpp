@@ -329,6 +329,47 @@ TEST(Gemm, PackedBf16MatchesTheRoundedReference) {
   EXPECT_THROW(gemm_packed(nullptr, 1, 8, PackedBf16{{}, 4, 8}, 5, nullptr, 5, nullptr), std::invalid_argument);
 }
 
+// Only some column groups: bit-identical to the full packed product there, nothing written elsewhere
+// (the LM head restricted to the groups a grammar allows).
+TEST(Gemm, PackedGroupsEqualTheFullProductBitForBit) {
+  if (!packed_bf16_available()) GTEST_SKIP() << "no AMX-BF16 here";
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  ThreadPool pool(2);
+  for (const auto& [m, k, n] : {std::array<std::size_t, 3>{1, 256, 300}, {5, 70, 170}, {17, 768, 1000}}) {
+    Weights w = make_weights(WeightType::bf16, n * k, rng);
+    const PackedBf16 p = pack_bf16(w.data(), WeightType::bf16, n, k, &pool);
+    std::vector<float> x(m * k);
+    for (auto& v : x) v = uni(rng);
+    std::vector<float> full(m * n);
+    gemm_packed(x.data(), m, k, p, n, full.data(), n, &pool);
+    const std::size_t n_groups = (n + 15) / 16;
+    for (const std::vector<std::uint32_t>& groups :
+         {std::vector<std::uint32_t>{0}, std::vector<std::uint32_t>{1, 2, 3, 7, static_cast<std::uint32_t>(n_groups - 1)},
+          [&] {  // every other group: many runs, split over the pool
+            std::vector<std::uint32_t> g;
+            for (std::uint32_t i = 0; i < n_groups; i += 2) g.push_back(i);
+            return g;
+          }()}) {
+      for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> y(m * n, -7.f);
+        gemm_packed_groups(x.data(), m, k, p, n, groups, y.data(), n, tp);
+        std::vector<char> in(n_groups, 0);
+        for (auto g : groups) in[g] = 1;
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < n; ++j) {
+            if (in[j / 16]) ASSERT_EQ(y[i * n + j], full[i * n + j]) << "m " << m << " row " << i << " col " << j;
+            else ASSERT_EQ(y[i * n + j], -7.f) << "stray write at row " << i << " col " << j;
+          }
+      }
+    }
+    const std::vector<std::uint32_t> unsorted{2, 1}, outside{static_cast<std::uint32_t>(n_groups)};
+    std::vector<float> y(m * n);
+    EXPECT_THROW(gemm_packed_groups(x.data(), m, k, p, n, unsorted, y.data(), n, nullptr), std::invalid_argument);
+    EXPECT_THROW(gemm_packed_groups(x.data(), m, k, p, n, outside, y.data(), n, nullptr), std::invalid_argument);
+  }
+}
+
 TEST(Gemm, ZeroKZeroesOrKeepsY) {
   std::vector<float> y(6, 5.f);
   gemm(nullptr, 2, 0, 0, nullptr, WeightType::bf16, 3, y.data(), 3, nullptr, /*accumulate=*/true);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace quarry::engine {
@@ -87,6 +88,14 @@ PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t
 /// pointers with m, n > 0, or when packed_bf16_available() is false.
 void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
                  std::size_t ldy, ThreadPool* pool, bool accumulate = false);
+
+/// gemm_packed for the columns of some groups of 16 only: y[m, 16 g .. 16 g + 15] for each g in `groups`
+/// (strictly increasing, g < ceil(n / 16); the last group stops at n), the other columns of y untouched.
+/// The values are bit-identical to gemm_packed's (the same tiles over the same k order, and each output
+/// row depends only on its row of x): an LM head computed only where a grammar allows tokens. Same
+/// errors as gemm_packed, and std::invalid_argument on a group out of range or out of order.
+void gemm_packed_groups(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n,
+                        std::span<const std::uint32_t> groups, float* y, std::size_t ldy, ThreadPool* pool);
 
 /// gemm() with an explicit kernel set. Throws std::invalid_argument if it is not available here.
 void gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t k, std::size_t ldx, const void* w,
