@@ -250,20 +250,24 @@ PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t
   return p;
 }
 
-void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
-                 std::size_t ldy, ThreadPool* pool, bool accumulate) {
+namespace {
+
+// The checks of gemm_packed / gemm_packed_groups (`what` names the caller), then run(xb) with x rounded
+// to bf16 (amx_round_x): on the stack for decode-sized products, else on the heap (never zeroed:
+// amx_round_x writes every element). Nothing runs when m or n is 0.
+template <class F>
+void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w,
+                    std::size_t n, const float* y, std::size_t ldy, const F& run) {
   const std::size_t k = w.k;
-  if (n > w.n) throw std::invalid_argument("gemm_packed: n (" + std::to_string(n) + ") > packed rows (" +
-                                           std::to_string(w.n) + ")");
-  if (ldx < k) throw std::invalid_argument("gemm_packed: ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
-  if (ldy < n) throw std::invalid_argument("gemm_packed: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
+  const std::string name(what);
+  if (n > w.n) throw std::invalid_argument(name + ": n (" + std::to_string(n) + ") > packed rows (" + std::to_string(w.n) + ")");
+  if (ldx < k) throw std::invalid_argument(name + ": ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
+  if (ldy < n) throw std::invalid_argument(name + ": ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
   if (m == 0 || n == 0) return;
-  if (!x || !y) throw std::invalid_argument("gemm_packed: x or y is null");
-  if (!packed_bf16_available()) throw std::invalid_argument("gemm_packed: this CPU (or build) has no AMX-BF16");
+  if (!x || !y) throw std::invalid_argument(name + ": x or y is null");
+  if (!packed_bf16_available()) throw std::invalid_argument(name + ": this CPU (or build) has no AMX-BF16");
 #if defined(__x86_64__)
   const std::size_t k2 = (k + 31) / 32 * 32;
-  // x rounded to bf16: on the stack for decode-sized products, else on the heap (never zeroed:
-  // amx_round_x writes every element).
   constexpr std::size_t kStackElems = 16 * 1024;
   alignas(64) std::uint16_t stack_xb[kStackElems];
   std::unique_ptr<std::uint16_t[]> heap_xb;
@@ -273,60 +277,57 @@ void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf1
     xb = heap_xb.get();
   }
   detail::amx_round_x(x, m, k, ldx, xb);
-  for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
-    detail::amx_packed_gemm(xb, m, k, w.data.data(), n, g0, g1, y, ldy, accumulate);
-  });
+  run(static_cast<const std::uint16_t*>(xb));
 #else
-  (void)pool;
-  (void)accumulate;
+  (void)run;
 #endif
+}
+
+}  // namespace
+
+void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
+                 std::size_t ldy, ThreadPool* pool, bool accumulate) {
+  with_rounded_x("gemm_packed", x, m, ldx, w, n, y, ldy, [&](const std::uint16_t* xb) {
+#if defined(__x86_64__)
+    for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
+      detail::amx_packed_gemm(xb, m, w.k, w.data.data(), n, g0, g1, y, ldy, accumulate);
+    });
+#else
+    (void)xb, (void)pool, (void)accumulate;
+#endif
+  });
 }
 
 void gemm_packed_groups(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n,
                         std::span<const std::uint32_t> groups, float* y, std::size_t ldy, ThreadPool* pool) {
-  const std::size_t k = w.k;
-  if (n > w.n) throw std::invalid_argument("gemm_packed_groups: n (" + std::to_string(n) + ") > packed rows (" +
-                                           std::to_string(w.n) + ")");
-  if (ldx < k) throw std::invalid_argument("gemm_packed_groups: ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
-  if (ldy < n) throw std::invalid_argument("gemm_packed_groups: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
   const std::size_t n_groups = (n + 15) / 16;
   for (std::size_t i = 0; i < groups.size(); ++i)
     if (groups[i] >= n_groups || (i > 0 && groups[i] <= groups[i - 1]))
       throw std::invalid_argument("gemm_packed_groups: group " + std::to_string(groups[i]) +
                                   " out of range or out of order (" + std::to_string(n_groups) + " groups)");
-  if (m == 0 || groups.empty()) return;
-  if (!x || !y) throw std::invalid_argument("gemm_packed_groups: x or y is null");
-  if (!packed_bf16_available()) throw std::invalid_argument("gemm_packed_groups: this CPU (or build) has no AMX-BF16");
+  if (groups.empty()) return;
+  with_rounded_x("gemm_packed_groups", x, m, ldx, w, n, y, ldy, [&](const std::uint16_t* xb) {
 #if defined(__x86_64__)
-  const std::size_t k2 = (k + 31) / 32 * 32;
-  constexpr std::size_t kStackElems = 16 * 1024;
-  alignas(64) std::uint16_t stack_xb[kStackElems];
-  std::unique_ptr<std::uint16_t[]> heap_xb;
-  std::uint16_t* xb = stack_xb;
-  if (m * k2 > kStackElems) {
-    heap_xb.reset(new std::uint16_t[m * k2]);
-    xb = heap_xb.get();
-  }
-  detail::amx_round_x(x, m, k, ldx, xb);
-  // Runs of consecutive groups, split over the pool by position in the list.
-  auto run = [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1;) {
-      std::size_t j = i + 1;
-      while (j < i1 && groups[j] == groups[j - 1] + 1) ++j;
-      detail::amx_packed_gemm(xb, m, k, w.data.data(), n, groups[i], groups[j - 1] + 1, y, ldy, false);
-      i = j;
+    // Runs of consecutive groups, handed out over the pool by position in the list.
+    auto run = [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1;) {
+        std::size_t j = i + 1;
+        while (j < i1 && groups[j] == groups[j - 1] + 1) ++j;
+        detail::amx_packed_gemm(xb, m, w.k, w.data.data(), n, groups[i], groups[j - 1] + 1, y, ldy, false);
+        i = j;
+      }
+    };
+    const std::size_t nt = pool ? pool->size() : 1;
+    if (nt == 1 || groups.size() <= kGroupsPerChunk) {
+      run(0, groups.size());
+    } else {
+      std::atomic<std::size_t> next{0};
+      pool->run([&](std::size_t, std::size_t) { for_each_chunk(next, groups.size(), kGroupsPerChunk, run); });
     }
-  };
-  const std::size_t nt = pool ? pool->size() : 1;
-  if (nt == 1 || groups.size() <= kGroupsPerChunk) {
-    run(0, groups.size());
-  } else {
-    std::atomic<std::size_t> next{0};
-    pool->run([&](std::size_t, std::size_t) { for_each_chunk(next, groups.size(), kGroupsPerChunk, run); });
-  }
 #else
-  (void)pool;
+    (void)xb, (void)pool;
 #endif
+  });
 }
 
 }  // namespace quarry::engine::cpu
