@@ -96,8 +96,8 @@ struct Engine::Sequence {
   // This step's rows in the batch.
   std::size_t row_first = 0, n_rows = 0, pos_first = 0, logit_first = 0;
   bool has_logits = false;
-  /// This step's bitmask of the constraint's current state, computed before the forward (for the LM
-  /// head's candidates) when the drafter did not provide the masks.
+  /// This step's bitmask of the constraint's current state when the drafter did not provide the masks
+  /// (step_masks).
   std::vector<std::uint32_t> step_mask;
   bool has_step_mask = false;
 
@@ -515,6 +515,7 @@ void Engine::draft_step() {
     Sequence& s = *sp;
     s.drafted = false;
     s.has_logits = false;
+    s.has_step_mask = false;
     s.n_rows = 0;
     if (s.done || s.prefilling() || left == 0) continue;
     const std::size_t need = s.tokens.size() - s.n_computed;
@@ -544,6 +545,19 @@ void Engine::draft_step() {
   stats_.draft_s += step_draft_s_;
 }
 
+std::span<const std::vector<std::uint32_t>> Engine::step_masks(Sequence& s) {
+  // The drafter's k + 1 masks of the verify rows, else the constraint's current mask (once per step:
+  // before the forward for the LM head's candidates, after it for sampling).
+  const std::size_t k = s.drafted ? s.job.drafts.size() : 0;
+  if (s.drafted && s.job.masks.size() == k + 1) return s.job.masks;
+  if (!s.has_step_mask) {
+    s.step_mask.assign(mask_.size(), 0u);
+    s.constraint->fill_bitmask(s.step_mask);
+    s.has_step_mask = true;
+  }
+  return {&s.step_mask, 1};
+}
+
 std::vector<std::vector<std::int32_t>> Engine::lm_head_candidates() {
   // One list per logit row, in batch order: one allowed id of each group of 16 ids that holds some
   // (the model computes whole groups). Empty (every logit computed) when a row is unconstrained or
@@ -554,17 +568,7 @@ std::vector<std::vector<std::int32_t>> Engine::lm_head_candidates() {
   for (Sequence* sp : row_owner_) {
     Sequence& s = *sp;
     if (!s.constraint || s.done) return {};
-    const std::size_t k = s.drafted ? s.job.drafts.size() : 0;
-    std::span<const std::vector<std::uint32_t>> masks;
-    if (s.drafted && s.job.masks.size() == k + 1) {
-      masks = s.job.masks;
-    } else {
-      s.step_mask.assign(mask_.size(), 0u);
-      s.constraint->fill_bitmask(s.step_mask);
-      s.has_step_mask = true;
-      masks = std::span<const std::vector<std::uint32_t>>(&s.step_mask, 1);
-    }
-    for (const auto& m : masks) {
+    for (const auto& m : step_masks(s)) {
       std::vector<std::int32_t>& ids = out.emplace_back();
       for (std::size_t g = 0; g < n_groups; ++g) {
         const std::uint32_t bits = (m[g / 2] >> (16 * (g % 2))) & 0xFFFFu;
@@ -602,21 +606,8 @@ std::size_t Engine::sample_outputs() {
     const bool prefill_rows = s.pos_first < s.n_prompt();
     const std::size_t k = s.drafted ? s.job.drafts.size() : 0;
     const std::size_t C = s.tokens.size();  // committed tokens; the last one was just fed
-    // Bitmasks of the target rows: the drafter's k + 1, or the current one.
-    std::vector<std::vector<std::uint32_t>> own;
     std::span<const std::vector<std::uint32_t>> masks;
-    if (s.constraint) {
-      if (s.drafted && s.job.masks.size() == k + 1) {
-        masks = s.job.masks;
-      } else if (s.has_step_mask) {
-        masks = std::span<const std::vector<std::uint32_t>>(&s.step_mask, 1);
-      } else {
-        own.emplace_back(mask_.size(), 0u);
-        s.constraint->fill_bitmask(own.back());
-        masks = own;
-      }
-      s.has_step_mask = false;
-    }
+    if (s.constraint) masks = step_masks(s);
     VerifyResult r;
     const std::span<const float> rows(logits_.data() + s.logit_first * V, (k + 1) * V);
     if (!s.mtp && !s.constraint) {

@@ -222,6 +222,8 @@ class Engine {
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
+  /// The bitmasks of this step's logit rows of a constrained sequence: the drafter's, or the current one.
+  std::span<const std::vector<std::uint32_t>> step_masks(Sequence& s);
   /// The LM head's candidates of this step's logit rows (see EngineOptions::grammar_lm_head).
   std::vector<std::vector<std::int32_t>> lm_head_candidates();
   /// EOS (unless ignore_eos) or one of the request's stop ids.
