@@ -78,6 +78,9 @@ using Expected = tl::expected<T, ExtractError>;
 struct ExtractOptions {
   std::uint64_t max_file_bytes = 256ull << 20;   ///< larger inputs are refused
   std::uint64_t max_text_bytes = 64ull << 20;    ///< extracted text cap per document
+  std::uint64_t max_page_text_bytes = 4ull << 20;  ///< extracted text cap per page
+  /// Cap on one embedded file's bytes as really inflated (a declared /Size is never trusted).
+  std::uint64_t max_attachment_bytes = 32ull << 20;
   int max_xml_depth = 256;                       ///< XML / HTML element nesting limit
   int max_pages = 5000;
   std::string pdf_password;                      ///< tried for encrypted PDFs (owner and user)
