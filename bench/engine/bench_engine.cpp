@@ -1,14 +1,16 @@
 // bench_engine: decode tok/s and achieved GB/s at batch 1, prefill tok/s, for a random-weight checkpoint
 // of a published Qwen3 shape (written at bench time into --work, not committed), next to what this
 // machine can do, measured in the same run:
-//   * memory bandwidth: multi-threaded streaming read (bench/common/stream_read.hpp) of a 1 GiB buffer, 5 runs before and 5 after the
-//     engine runs, best run (STREAM convention) used for the roofline, median reported;
-//   * GEMM FLOP/s: cpu::gemm on a square problem (f32 activations x stored-dtype weights), median of 3.
+//   * memory bandwidth: Backend::probe_bandwidth_gb_s over 1 GiB (CPU: multi-threaded streaming read;
+//     GPU: device copy), 5 runs before and 5 after the engine runs, best run (STREAM convention) used for
+//     the roofline, median reported;
+//   * GEMM FLOP/s: Backend::probe_matmul_gflops on a square problem (stored-dtype weights, the model's
+//     compute mode), median of 3.
 // Decode is reported as a fraction of the bandwidth roofline (bytes of weights + KV read per token /
 // measured bandwidth), prefill as a fraction of the measured GEMM FLOP/s (2 x linear-layer parameters
 // per token + attention). 1 warm-up + --runs measured runs; medians.
 //
-// Usage: bench_engine [--preset qwen3-0.6b] [--dtype bf16] [--threads 2] [--prefill-tokens 32]
+// Usage: bench_engine [--preset qwen3-0.6b] [--dtype bf16] [--device cpu|cuda] [--threads 2] [--prefill-tokens 32]
 //                     [--decode-tokens 16] [--runs 3] [--work DIR] [--out DIR]
 // Writes OUT/bench_engine.json and OUT/bench_engine.md (OUT defaults to the current folder).
 #include <algorithm>
@@ -25,19 +27,14 @@
 #include <thread>
 #include <vector>
 
-#include "bench/harness/harness.hpp"
-#include "bench/harness/roofline.hpp"
-#include "engine/backend/cpu/cpu_features.hpp"
-#include "engine/backend/cpu/gemm.hpp"
-#include "engine/backend/cpu/thread_pool.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "pipeline/bench/harness.hpp"
+#include "engine/backend/backend.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "bench/common/machine_info.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
-using quarry::bench::measure_bandwidth;
-using quarry::bench::measure_gemm_flops;
 using quarry::bench::median;
 using quarry::bench::cpu_model;
 using quarry::bench::git_commit;
@@ -47,7 +44,7 @@ namespace {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "qwen3-0.6b", dtype_s = "bf16";
+  std::string preset = "qwen3-0.6b", dtype_s = "bf16", device = "cpu";
   std::size_t threads = 2, prefill_tokens = 32, decode_tokens = 16, runs = 3;
   fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out_dir = ".";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -55,6 +52,7 @@ int main(int argc, char** argv) {
     if (a == "--preset") preset = v;
     else if (a == "--dtype") dtype_s = v;
     else if (a == "--threads") threads = std::stoul(v);
+    else if (a == "--device") device = v;
     else if (a == "--prefill-tokens") prefill_tokens = std::stoul(v);
     else if (a == "--decode-tokens") decode_tokens = std::stoul(v);
     else if (a == "--runs") runs = std::stoul(v);
@@ -66,24 +64,23 @@ int main(int argc, char** argv) {
     }
   }
   const DType dtype = dtype_s == "f32" ? DType::f32 : dtype_s == "f16" ? DType::f16 : DType::bf16;
-  const auto wt = dtype == DType::f32 ? cpu::WeightType::f32 : dtype == DType::f16 ? cpu::WeightType::f16
-                                                                                    : cpu::WeightType::bf16;
   const fs::path model_dir = work / (preset + "-" + dtype_s + "-random");
   if (!fs::exists(model_dir / "model.safetensors")) {
     std::cerr << "writing " << model_dir << " ...\n";
     write_random_checkpoint(preset_config_json(preset), model_dir, dtype, 1);
   }
 
-  ThreadPool pool(threads);
-  std::cerr << "measuring memory bandwidth ...\n";
-  std::vector<double> bw_runs = measure_bandwidth(pool, std::size_t{1} << 30, 5);
+  const auto probe = make_backend({parse_device(device), threads});
+  std::cerr << "measuring memory bandwidth on " << probe->description() << " ...\n";
+  std::vector<double> bw_runs = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
   std::cerr << "  best " << *std::max_element(bw_runs.begin(), bw_runs.end()) << " GB/s\nmeasuring gemm ...\n";
   const std::size_t gm = 256, gk = 1024, gn = 1024;
-  const double gemm_flops = measure_gemm_flops(pool, gm, gk, gn, wt);
+  const double gemm_flops = median(probe->probe_matmul_gflops(gm, gk, gn, dtype, Compute::automatic, 3)) * 1e9;
   std::cerr << "  " << gemm_flops / 1e9 << " GFLOP/s\n";
 
   EngineOptions opt;
   opt.n_threads = threads;
+  opt.device = parse_device(device);
   opt.max_kv_tokens = prefill_tokens + decode_tokens + 64;
   opt.max_batch_tokens = std::max<std::size_t>(prefill_tokens, 1);
   auto engine = Engine::open(model_dir, nullptr, opt);
@@ -122,14 +119,14 @@ int main(int argc, char** argv) {
   // Bandwidth again after the engine runs (shared machines drift); the roofline uses the best run of
   // all (STREAM convention: the best is what the machine can do), the median is reported beside it.
   {
-    auto more = measure_bandwidth(pool, std::size_t{1} << 30, 5);
+    auto more = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
     bw_runs.insert(bw_runs.end(), more.begin(), more.end());
   }
   const double bw_gb_s = *std::max_element(bw_runs.begin(), bw_runs.end());
   const double bw_median = median(bw_runs);
   const double weight_bytes = static_cast<double>(engine->model().weight_bytes_per_step());
   const double kv_bytes_mid = static_cast<double>(prefill_tokens + decode_tokens / 2) *
-                              static_cast<double>(2 * L * cfg.num_key_value_heads * D * 4);
+                              static_cast<double>(engine->kv_cache().bytes_per_token());
   const double bytes_per_token = weight_bytes + kv_bytes_mid;
   const double roofline_tok_s = bw_gb_s * 1e9 / bytes_per_token;
   const double dec = median(decode_tok_s), pre = median(prefill_tok_s);
@@ -142,7 +139,7 @@ int main(int argc, char** argv) {
   j["model"] = {{"preset", preset}, {"dtype", dtype_s}, {"weights", "random"}, {"layers", L}, {"hidden_size", H},
                 {"vocab_size", cfg.vocab_size}, {"weight_bytes_per_step", weight_bytes}};
   j["threads"] = threads;
-  j["gemm_kernel"] = cpu::gemm_kernel_name();
+  j["device"] = engine->backend().description();
   j["runs"] = runs;
   j["memory_bandwidth_gb_s"] = {{"best", bw_gb_s}, {"median", bw_median}, {"runs", bw_runs.size()},
                                  {"method", "multi-threaded sequential read of 1 GiB, before and after the engine runs"}};
@@ -162,7 +159,7 @@ int main(int argc, char** argv) {
                 "| measure | value | machine limit | fraction |\n| --- | --- | --- | --- |\n"
                 "| decode, batch 1 | %.2f tok/s, %.2f GB/s | %.2f tok/s (best read bandwidth %.2f GB/s, median %.2f; %.1f MB/token) | %.1f%% |\n"
                 "| prefill, %zu tokens | %.1f tok/s, %.2f GFLOP/s, TTFT %.2f s | %.2f GFLOP/s (gemm %zux%zux%zu) | %.1f%% |\n",
-                preset.c_str(), dtype_s.c_str(), cpu_model().c_str(), threads, cpu::gemm_kernel_name(),
+                preset.c_str(), dtype_s.c_str(), cpu_model().c_str(), threads, engine->backend().description().c_str(),
                 git_commit().c_str(), runs, dec, median(decode_gb_s), roofline_tok_s, bw_gb_s, bw_median, bytes_per_token / 1e6,
                 100.0 * dec / roofline_tok_s, prefill_tokens, pre, pre_flops / 1e9, median(ttft), gemm_flops / 1e9, gm,
                 gk, gn, 100.0 * pre_flops / gemm_flops);

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <vector>
 
-#include "bench/common/stream_read.hpp"
+#include "engine/backend/cpu/stream_read.hpp"
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/gemm.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
     const std::function<void()> read_all = [&] {
       pool.run([&](std::size_t t, std::size_t n) {
         std::size_t b = model_bytes * t / n / 256 * 256, e = model_bytes * (t + 1) / n / 256 * 256;
-        const std::uint64_t s = quarry::bench::stream_read(feat, bytes + b, e - b);
+        const std::uint64_t s = quarry::engine::cpu::stream_read(feat, bytes + b, e - b);
         if (s == 42) sink = s;
       });
     };

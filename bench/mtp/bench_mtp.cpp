@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.hpp"
-#include "bench/harness/harness.hpp"
+#include "pipeline/bench/harness.hpp"
 #include "extractors/extract.hpp"
 
 namespace fs = std::filesystem;

@@ -42,10 +42,10 @@
 #include <vector>
 
 #include "engine/backend/cpu/gemm.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "bench/common/machine_info.hpp"
-#include "bench/harness/harness.hpp"
+#include "pipeline/bench/harness.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_kv_tokens = 40960 + 16 * (o.question_tokens + o.max_tokens);
   auto fresh = [&] { return Engine::open(model_dir, nullptr, eo); };
-  const std::size_t block = fresh()->kv_cache().shape().block_size;
+  const std::size_t block = fresh()->kv_cache().spec().block_size;
 
   nlohmann::json report = {{"bench", "bench_prefix"},
                            {"machine", {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
                            {"model", {{"name", model_name}, {"config", cfg}}},
                            {"dtype", o.dtype},
                            {"threads", o.threads},
-                           {"gemm_kernel", cpu::gemm_kernel_name()},
+                           {"device", fresh()->backend().description()},
                            {"max_batch_tokens", o.max_batch_tokens},
                            {"block_size", block},
                            {"questions", o.questions},

@@ -23,7 +23,8 @@
 #include <vector>
 
 #include "engine/grammar/matcher.hpp"
-#include "engine/runtime/engine.hpp"
+#include "engine/core/constraint.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
 
 namespace quarry::engine::grammar {
 

@@ -18,8 +18,12 @@
 //
 // generate() is submit-all + step-until-done. Prompts that start with token blocks computed before
 // (by a finished or running request) reuse their KV blocks instead of recomputing them (prefix
-// caching, see kv_cache.hpp); the waiting queue is ordered by longest cached prefix first (SGLang's
-// LPM policy), with a bound on how often a request can be passed over.
+// caching, see engine/memory/kv_cache.hpp); the waiting queue is ordered by longest cached prefix first
+// (SGLang's LPM policy), with a bound on how often a request can be passed over.
+//
+// Engine is a thin facade (vLLM v1's EngineCore) over the runtime's parts: the Scheduler (queues,
+// admission, the typed schedule of each step), the ModelRunner (model, backend, KV cache), the
+// StructuredOutput manager (grammars and token bitmasks), the MTP drafter and the Sampler.
 #pragma once
 
 #include <cstddef>
@@ -33,25 +37,33 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/model.hpp"
+#include "engine/backend/backend.hpp"
+#include "engine/core/constraint.hpp"
+#include "engine/core/stopwatch.hpp"
+#include "engine/models/model.hpp"
 #include "engine/runtime/sampler.hpp"
 #include "engine/runtime/stats.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 
 namespace quarry::engine {
 
-class ThreadPool;
 namespace grammar {
-class GrammarCompiler;
 class TokenizerInfo;
 }  // namespace grammar
+class ModelRunner;
+class Scheduler;
+class StructuredOutput;
+struct Sequence;
+struct SchedulerOutput;
 
 struct EngineOptions {
-  std::size_t n_threads = 0;            ///< worker threads incl. the caller; 0: all hardware threads
+  /// Where the model runs (Engine::open): cpu, cuda:N (engine/backend/backend.hpp parse_device).
+  DeviceSpec device;
+  std::size_t n_threads = 0;            ///< CPU worker threads incl. the caller; 0: all hardware threads
   std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
   std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
-  /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (f32); 0: max_kv_tokens alone
-  /// decides. With both set, the smaller capacity wins. Blocks are allocated on use up to it.
+  /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (in the cache's dtype); 0:
+  /// max_kv_tokens alone decides. With both set, the smaller capacity wins. Blocks are allocated on use up to it.
   std::size_t kv_cache_mb = 0;
   /// Keep full blocks of committed tokens after their requests end and reuse them for prompts that
   /// start with the same tokens (vLLM automatic prefix caching). Outputs are unchanged by it.
@@ -65,43 +77,16 @@ struct EngineOptions {
   /// MTP drafts are chosen among the first token ids only (byte-level BPE ids run roughly by frequency;
   /// FR-Spec, Zhao et al. 2025): 0 = auto (max(vocab / 4, min(vocab, 4096))); >= vocab: all ids.
   std::size_t mtp_draft_vocab = 0;
-  /// How the model computes (engine/model/model.hpp Compute): automatic = in the checkpoint's dtype
+  /// How the model computes (engine/models/model.hpp Compute): automatic = in the checkpoint's dtype
   /// (bf16 on the AMX tiles for a bf16 checkpoint where available), exact = f32, bf16 = bf16 where available.
   Compute compute = Compute::automatic;
   /// When every logit row of a step is constrained, the LM head is computed only for the groups of 16
-  /// token ids that hold an allowed one (Model::forward candidates; bf16 compute only, where the values
-  /// are bit-identical to the full product). Output unchanged; false computes every logit.
+  /// token ids that hold an allowed one (Model::forward lm_head_groups; where the backend computes them
+  /// bit-identically to the full product: the CPU under bf16 compute). Output unchanged; false computes
+  /// every logit.
   bool grammar_lm_head = true;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
-};
-
-/// Per-sequence constrained decoding (a grammar matcher): fills the token bitmask before each sample
-/// and sees each accepted token. Sees tokens, never the model.
-class TokenConstraint {
- public:
-  virtual ~TokenConstraint() = default;
-  /// Writes the allowed set: ceil(vocab_size / 32) words, bit i of word w allows token 32 w + i.
-  virtual void fill_bitmask(std::span<std::uint32_t> bitmask) = 0;
-  /// The sampled token (always one the last bitmask allowed).
-  virtual void accept(TokenId token) = 0;
-  /// True when the constraint is complete (generation stops with FinishReason::constraint).
-  virtual bool is_terminated() const { return false; }
-  /// Jump-forward: tokens the constraint forces next (the only continuation it allows), already
-  /// accepted by it. The engine appends them to the output without sampling and feeds them to the
-  /// model like prompt tokens in the next forward call. Default: none.
-  virtual std::vector<TokenId> take_forced_tokens() { return {}; }
-  /// Speculative drafts: the tokenizer's encoding of the text the constraint forces next (every
-  /// token, the last included), without accepting any. The drafter proposes them without running the
-  /// MTP module; verification decides, so a tokenization the model would not choose costs only
-  /// acceptance. Default: none.
-  virtual std::vector<TokenId> forced_text_tokens() const { return {}; }
-  /// Undoes the last `n` accepted tokens (speculative decoding drops rejected drafts; XGrammar's
-  /// rollback). Tokens taken through take_forced_tokens() count one each. Only called when
-  /// supports_rollback() is true; the default throws std::logic_error.
-  virtual void rollback(std::size_t n);
-  /// True if rollback() works (the engine drafts only for sequences whose constraint can roll back).
-  virtual bool supports_rollback() const { return false; }
 };
 
 struct GenerationRequest {
@@ -150,13 +135,15 @@ struct FinishedRequest {
   std::string error;
 };
 
-/// Not thread-safe: one thread drives an Engine (the scheduler); its ThreadPool parallelises each op.
+/// Not thread-safe: one thread drives an Engine (the scheduler); its backend parallelises each op.
 class Engine {
  public:
-  /// Loads the model in `dir` (see load_model). `tokenizer` may be null: then stop strings are not
-  /// available and `text` stays empty. Throws std::runtime_error naming the file on load errors.
+  /// Loads the model in `dir` (see load_model) on options.device. `tokenizer` may be null: then stop
+  /// strings are not available and `text` stays empty. Throws std::runtime_error naming the file on load
+  /// errors, or the device when it cannot be used.
   static std::unique_ptr<Engine> open(const std::filesystem::path& dir, std::shared_ptr<const Tokenizer> tokenizer,
                                       const EngineOptions& options = {});
+  /// An engine over a loaded model (on the model's backend; options.device and n_threads are not used).
   Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer, const EngineOptions& options,
          std::vector<TokenId> eos_ids = {});
   ~Engine();
@@ -193,72 +180,55 @@ class Engine {
   /// (partial result). Unknown or already finished ids are ignored.
   void cancel(RequestId id);
 
-  const Model& model() const { return *model_; }
+  const Model& model() const;
+  /// The backend the model runs on.
+  Backend& backend() const;
   /// Token ids that end generation (config.json, generation_config.json and the tokenizer's).
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
   /// Totals since construction (kv_* fields: the cache's state after the last step()).
   const EngineStats& stats() const { return stats_; }
   /// The paged KV cache (block tables, allocator state, prefix-cache counters).
-  const KvCache& kv_cache() const { return *kv_; }
+  const KvCache& kv_cache() const;
   /// The grammar vocabulary of this engine (the tokenizer's byte strings; EOS = eos_ids()), built on
   /// first use. Throws std::invalid_argument without a tokenizer.
   std::shared_ptr<const grammar::TokenizerInfo> grammar_vocabulary();
   /// A fresh constraint for `schema_text` (compiled once per schema text and options, then cached).
   /// Throws std::invalid_argument with the compiler's message if the schema cannot be compiled.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
+  /// Compiles `schema_text` leniently (cached) and returns the keywords the grammar does not enforce
+  /// while decoding ("<pointer>: <message>"; a validator must check them after). Throws like
+  /// json_schema_constraint().
+  std::vector<std::string> json_schema_warnings(std::string_view schema_text);
 
  private:
-  struct Sequence;  // one request's live state (engine.cpp)
   void validate(const GenerationRequest& r) const;
-  void admit_waiting();
-  std::size_t reserved_blocks_left() const;
-  void schedule_batch();
-  /// MTP drafts for the running sequences in decode (before schedule_batch adds them to the batch).
+  /// MTP drafting state of a newly admitted sequence (when drafting is on and its constraint can roll back).
+  void start_drafting(Sequence& s);
+  /// MTP drafts for the running sequences in decode (before the scheduler adds them to the batch).
+  void draft_step();
   /// MTP rows of a prompt chunk just computed (MtpDrafter::catch_up), before its first token is timed.
   void mtp_catch_up(Sequence& s);
-  void draft_step();
-  /// Samples / verifies each sequence's logits rows and appends its tokens; returns the tokens emitted.
-  std::size_t sample_outputs();
+  /// Samples / verifies each sequence's logit rows and appends its tokens; returns the tokens emitted.
+  std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const float> hidden);
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
-  /// The bitmasks of this step's logit rows of a constrained sequence: the drafter's, or the current one.
-  std::span<const std::vector<std::uint32_t>> step_masks(Sequence& s);
-  /// The LM head's candidates of this step's logit rows (see EngineOptions::grammar_lm_head).
-  std::vector<std::vector<std::int32_t>> lm_head_candidates();
   /// EOS (unless ignore_eos) or one of the request's stop ids.
   bool is_end_token(const Sequence& s, TokenId tok) const;
-  void finish(Sequence& s, FinishReason why, std::string error = {});
-  void retire_finished(std::vector<FinishedRequest>& out);
-  void drop(RequestId id);
 
-  std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   EngineOptions options_;
   std::vector<TokenId> eos_ids_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<KvCache> kv_;
-  std::size_t mtp_depth_ = 0;  ///< MTP draft depth cap (KV layers reserved for it)
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<StructuredOutput> structured_;
+  std::size_t mtp_depth_ = 0;        ///< MTP draft depth cap (KV layers reserved for it)
   std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
   EngineStats stats_;
-  std::shared_ptr<const grammar::TokenizerInfo> grammar_vocab_;
-  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
-
   Stopwatch clock_;
   RequestId next_request_id_ = 1;
-  std::vector<std::unique_ptr<Sequence>> waiting_;  ///< submission order
-  std::vector<std::unique_ptr<Sequence>> running_;  ///< admission order
-  std::vector<FinishedRequest> backlog_;            ///< finished inside generate() for other callers
-  // Scratch of one step.
-  Batch batch_;
-  std::vector<Sequence*> row_owner_;  ///< the sequence of each logits row of batch_
-  std::vector<float> logits_;
-  std::vector<float> hidden_;  ///< [batch, hidden] final hidden states when a sequence drafts
-  std::vector<std::uint32_t> mask_;
-  std::uint64_t step_kv_read_ = 0;       ///< K/V bytes the decode rows of this step attend over
-  std::size_t step_prefill_tokens_ = 0;  ///< prompt tokens in this step's batch
-  std::size_t step_draft_rows_ = 0;      ///< draft rows (verification) in this step's batch
-  double step_draft_s_ = 0.0;            ///< seconds spent drafting this step
+  std::vector<FinishedRequest> backlog_;  ///< finished inside generate() for other callers
+  double step_draft_s_ = 0.0;             ///< seconds spent drafting this step
 };
 
 }  // namespace quarry::engine

@@ -11,7 +11,9 @@
 #include <span>
 #include <vector>
 
-#include "engine/tokenizer/tokenizer.hpp"
+#include "engine/core/constraint.hpp"
+#include "engine/core/rng.hpp"
+#include "engine/core/types.hpp"
 
 namespace quarry::engine {
 
@@ -21,19 +23,6 @@ struct SamplingParams {
   float top_p = 1.f;        ///< 1: off; keep the smallest set with cumulative probability >= top_p
   float min_p = 0.f;        ///< 0: off; drop tokens with p < min_p * p_max
   std::optional<std::uint64_t> seed;  ///< per-request RNG seed; unset: drawn from std::random_device
-};
-
-/// xoshiro256** (Blackman & Vigna 2018) seeded through splitmix64: the same seed gives the same
-/// stream on every platform (std:: distributions are implementation-defined, so none are used).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed);
-  std::uint64_t next();
-  /// Uniform in [0, 1) with 53 random bits.
-  double uniform();
-
- private:
-  std::uint64_t s_[4];
 };
 
 /// A token distribution as the sampler draws from it: the kept token ids and their probabilities
@@ -78,12 +67,5 @@ class Sampler {
   std::vector<std::pair<float, TokenId>> cand_;
   TokenDistribution dist_;
 };
-
-/// True if `bitmask` (see Sampler::sample) allows `token`; an empty mask allows everything.
-inline bool bitmask_allows(std::span<const std::uint32_t> bitmask, TokenId token) {
-  if (bitmask.empty()) return true;
-  const auto t = static_cast<std::size_t>(token);
-  return t / 32 < bitmask.size() && ((bitmask[t / 32] >> (t % 32)) & 1u);
-}
 
 }  // namespace quarry::engine

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/runtime/engine.hpp"
+#include "engine/core/constraint.hpp"
 
 namespace quarry::engine {
 
@@ -127,7 +127,7 @@ std::size_t MtpDrafter::catch_up(DraftJob& j) {
     hin.assign(st.pending_[e - 1].begin(), st.pending_[e - 1].begin() + static_cast<std::ptrdiff_t>((end - r) * H));
     for (std::size_t i = r; i < end; ++i) batch.add(j.token_at(i + e), static_cast<std::int32_t>(i), j.seq, false);
     hout.resize(batch.size() * H);
-    model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), nullptr, pool_, draft_vocab_);
+    model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), nullptr, draft_vocab_);
     rows += batch.size();
     if (e < st.max_depth_) st.pending_[e].insert(st.pending_[e].end(), hout.begin(), hout.end());
     auto& in = st.pending_[e - 1];
@@ -252,7 +252,7 @@ std::size_t MtpDrafter::draft(std::span<DraftJob* const> jobs) {
             }
           if (c.size() > kMaxCandidates) c.clear();
         }
-      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), pool_, V, cands);
+      model_.mtp_forward(e, batch, hin.data(), kv_, hout.data(), logits.data(), V, cands);
       mtp_rows += batch.size();
       // Keep the outputs; commit the rows that read committed tokens only.
       std::size_t at = 0;

@@ -28,12 +28,13 @@
 #include <span>
 #include <vector>
 
-#include "engine/model/model.hpp"
+#include "engine/models/model.hpp"
+#include "engine/core/batch.hpp"
+#include "engine/memory/kv_cache.hpp"
 #include "engine/runtime/sampler.hpp"
 
 namespace quarry::engine {
 
-class ThreadPool;
 class TokenConstraint;
 
 /// Outcome of verifying one sequence's drafts.
@@ -115,8 +116,8 @@ class MtpDrafter {
  public:
   /// `draft_vocab`: drafts are chosen among token ids 0..draft_vocab-1 only (0: the whole vocabulary;
   /// see Model::mtp_forward). Forced drafts are not limited. Verification stays exact either way.
-  MtpDrafter(Model& model, KvCache& kv, ThreadPool* pool, std::size_t draft_vocab = 0)
-      : model_(model), kv_(kv), pool_(pool), draft_vocab_(draft_vocab) {}
+  MtpDrafter(Model& model, KvCache& kv, std::size_t draft_vocab = 0)
+      : model_(model), kv_(kv), draft_vocab_(draft_vocab) {}
   /// Fills each job's drafts / dists / masks. The caller must have reserved KV for n_committed +
   /// max_drafts positions. Returns the number of MTP rows computed (for stats).
   std::size_t draft(std::span<DraftJob* const> jobs);
@@ -131,7 +132,6 @@ class MtpDrafter {
  private:
   Model& model_;
   KvCache& kv_;
-  ThreadPool* pool_;
   std::size_t draft_vocab_;
 };
 

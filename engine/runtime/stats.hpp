@@ -1,22 +1,13 @@
 // Counters of the runtime, counted where the work happens (tokens, seconds, bytes moved).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/stopwatch.hpp"
+
 namespace quarry::engine {
-
-/// Seconds since construction (steady clock).
-class Stopwatch {
- public:
-  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
-
- private:
-  std::chrono::steady_clock::time_point t0_;
-};
 
 /// One request's figures.
 struct RequestStats {

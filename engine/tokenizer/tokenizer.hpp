@@ -29,9 +29,10 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/types.hpp"
+
 namespace quarry::engine {
 
-using TokenId = std::int32_t;
 
 /// One chat message: role is "system", "user", "assistant" or "tool".
 struct ChatMessage {

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/random_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,6 +1,6 @@
 // `quarry bench`: the seed workloads, a concurrency sweep and llama-bench style pp/tg at a context
 // depth, with the machine's roofline, written to report.json, report.md and SVG plots
-// (bench/harness/harness.hpp; docs/benchmarks.md explains every figure).
+// (pipeline/bench/harness.hpp; docs/benchmarks.md explains every figure).
 //
 //   quarry bench                                   # preset "quick": all workloads, default model +
 //                                                  # a random-weight Qwen3-0.6B-shaped checkpoint
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/harness/harness.hpp"
+#include "pipeline/bench/harness.hpp"
 #include "pipeline/cli/commands.hpp"
 #include "pipeline/paths.hpp"
 

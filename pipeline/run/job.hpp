@@ -36,7 +36,7 @@ struct EngineSettings {
   std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
   std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off; EngineOptions::mtp_depth)
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
-  std::string compute = "auto";     ///< auto | exact | bf16 (engine/model/model.hpp Compute)
+  std::string compute = "auto";     ///< auto | exact | bf16 (engine/models/model.hpp Compute)
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i

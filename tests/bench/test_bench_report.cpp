@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "bench/harness/harness.hpp"
+#include "pipeline/bench/harness.hpp"
 #include "tests/common/run_command.hpp"
 
 namespace fs = std::filesystem;
@@ -110,7 +110,7 @@ TEST(BenchReport, TinyRunHasEverySectionAndPositiveFiniteFigures) {
   for (const char* k : {"bench", "schema_version", "commit", "started_utc", "machine", "options", "roofline", "models"})
     EXPECT_TRUE(r.contains(k)) << k;
   EXPECT_EQ(r["commit"], "test");
-  for (const char* k : {"cpu", "hardware_threads", "threads_used", "gemm_kernel"}) EXPECT_TRUE(r["machine"].contains(k)) << k;
+  for (const char* k : {"cpu", "hardware_threads", "threads_used", "device"}) EXPECT_TRUE(r["machine"].contains(k)) << k;
   expect_positive(r["roofline"], "memory_bandwidth_gb_s", "roofline");
   expect_positive(r["roofline"], "gemm_gflop_s", "roofline");
   EXPECT_GT(check_numbers(r, ""), 100u);

@@ -23,13 +23,12 @@
 #include <valijson/validator.hpp>
 #include <vector>
 
-#include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/grammar/constraint.hpp"
 #include "engine/grammar/matcher.hpp"
-#include "engine/model/random_checkpoint.hpp"
-#include "engine/runtime/batch.hpp"
+#include "engine/models/random_checkpoint.hpp"
+#include "engine/core/batch.hpp"
 #include "engine/runtime/engine.hpp"
-#include "engine/runtime/kv_cache.hpp"
+#include "engine/memory/kv_cache.hpp"
 
 namespace eng = quarry::engine;
 namespace fs = std::filesystem;
@@ -245,7 +244,7 @@ TEST(ConstrainedGeneration, GrammarLmHeadChangesNoToken) {
     }
   }
   EXPECT_EQ(full->stats().grammar_lm_head_steps, 0u);
-  if (m.trained->model().bf16_compute()) {  // the bundled bf16 model on an AMX machine
+  if (m.trained->model().compute() == eng::Compute::bf16) {  // the bundled bf16 model on an AMX machine
     EXPECT_GT(m.trained->stats().grammar_lm_head_steps, 0u);
     EXPECT_GT(mtp->stats().grammar_lm_head_steps, 0u);
   }
@@ -294,8 +293,8 @@ std::vector<eng::TokenId> reference_greedy(const fs::path& model_dir, eng::Engin
                                            std::size_t max_tokens) {
   auto model = eng::load_model(model_dir);
   const std::size_t V = model->config().vocab_size;
-  eng::KvCache kv(model->kv_shape(), prompt.size() + max_tokens + 16);
-  eng::ThreadPool pool(2);
+  auto kv_owner = model->make_kv_cache(prompt.size() + max_tokens + 16);
+  eng::KvCache& kv = *kv_owner;
   const auto seq = kv.create_sequence();
   eng::grammar::GrammarCompiler compiler(engine.grammar_vocabulary());
   eng::grammar::GrammarMatcher matcher(compiler.compile_json_schema(schema));
@@ -309,7 +308,7 @@ std::vector<eng::TokenId> reference_greedy(const fs::path& model_dir, eng::Engin
   std::vector<eng::TokenId> out;
   while (out.size() < max_tokens) {
     if (!kv.reserve(seq, n)) throw std::runtime_error("reference: KV cache full");
-    model->forward(batch, kv, logits.data(), &pool);
+    model->forward(batch, kv, logits.data());
     matcher.fill_bitmask(mask);
     eng::TokenId best = -1;
     float best_logit = -std::numeric_limits<float>::infinity();

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/run_command.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
 

@@ -1,7 +1,7 @@
 // config.json parsing: transformers 4.x and 5.x layouts, defaults, errors naming the file.
 #include <gtest/gtest.h>
 
-#include "engine/model/config.hpp"
+#include "engine/models/config.hpp"
 #include "fixtures.hpp"
 
 namespace quarry::engine {

@@ -1,13 +1,13 @@
 // Paged KV cache bookkeeping: block allocation, reference counts, fork, truncate, capacity limits.
 #include <gtest/gtest.h>
 
-#include "engine/runtime/kv_cache.hpp"
+#include "engine/memory/kv_cache.hpp"
 
 namespace quarry::engine {
 namespace {
 
-KvCacheShape shape() {
-  KvCacheShape s;
+KvSpec shape() {
+  KvSpec s;
   s.n_layers = 2;
   s.n_kv_heads = 2;
   s.head_dim = 4;
@@ -56,15 +56,35 @@ TEST(KvCache, TruncateReleasesBlocksPastTheEnd) {
   EXPECT_EQ(kv.allocator().n_used(), 2u);
 }
 
-TEST(KvCache, LayerViewsDoNotOverlap) {
-  KvCache kv(shape(), 32);
+/// A storage that records how many blocks the cache asked for.
+class CountingStorage final : public KvStorage {
+ public:
+  explicit CountingStorage(const KvSpec& spec, std::size_t* blocks) : KvStorage(spec), blocks_(blocks) {}
+  void ensure_blocks(std::size_t n) override { *blocks_ = std::max(*blocks_, n); }
+
+ private:
+  std::size_t* blocks_;
+};
+
+TEST(KvCache, StorageGrowsWithTheBlocksHandedOut) {
+  std::size_t blocks = 0;
+  KvCache kv(shape(), 64, {}, std::make_unique<CountingStorage>(shape(), &blocks));
   SeqId a = kv.create_sequence();
-  ASSERT_TRUE(kv.reserve(a, 32));
-  auto l0 = kv.layer_view(0), l1 = kv.layer_view(1);
-  const std::size_t per = 16 * 2 * 4;
-  EXPECT_EQ(l0.v_offset, l0.k_offset + per);
-  EXPECT_EQ(l1.k_offset, l0.v_offset + per);
-  EXPECT_NE(l0.blocks[kv.block_table(a)[0]], l0.blocks[kv.block_table(a)[1]]);
+  ASSERT_TRUE(kv.reserve(a, 20));
+  EXPECT_EQ(blocks, 2u);
+  SeqId b = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(b, 1));
+  EXPECT_EQ(blocks, 3u);
+  kv.free_sequence(a);
+  SeqId c = kv.create_sequence();
+  ASSERT_TRUE(kv.reserve(c, 32));  // reuses the two freed blocks
+  EXPECT_EQ(blocks, 3u);
+  KvSpec other = shape();
+  other.head_dim = 8;
+  std::size_t unused = 0;
+  EXPECT_THROW(KvCache(shape(), 64, {}, std::make_unique<CountingStorage>(other, &unused)), std::invalid_argument);
+  KvCache bare(shape(), 64);  // bookkeeping only
+  EXPECT_THROW(bare.storage(), std::logic_error);
 }
 
 TEST(KvCache, AllocatorRejectsDoubleRelease) {

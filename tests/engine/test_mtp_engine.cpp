@@ -11,8 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/backend/cpu/thread_pool.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
 #include "mtp_lossless.hpp"
@@ -105,15 +104,16 @@ TEST(MtpEngine, PrefixCacheHitsKeepTheDrafts) {
 // --------------------------------------------------------------- sampling keeps the distribution
 
 /// Softmax at temperature 1 of the last-position logits after `prefix`.
-std::vector<double> next_probs(Model& m, const std::vector<TokenId>& prefix, ThreadPool* pool) {
+std::vector<double> next_probs(Model& m, const std::vector<TokenId>& prefix) {
   const std::size_t V = m.config().vocab_size;
-  KvCache kv(m.kv_shape(), 256);
+  auto kv_owner = m.make_kv_cache(256);
+  KvCache& kv = *kv_owner;
   const SeqId s = kv.create_sequence();
   kv.reserve(s, prefix.size());
   Batch b;
   for (std::size_t i = 0; i < prefix.size(); ++i) b.add(prefix[i], static_cast<std::int32_t>(i), s, i + 1 == prefix.size());
   std::vector<float> lg(V);
-  m.forward(b, kv, lg.data(), pool);
+  m.forward(b, kv, lg.data());
   std::vector<double> p(V);
   double mx = *std::max_element(lg.begin(), lg.end()), sum = 0;
   for (std::size_t i = 0; i < V; ++i) sum += p[i] = std::exp(lg[i] - mx);
@@ -134,16 +134,15 @@ TEST(MtpEngine, SamplingKeepsTheJointDistributionOfThreeTokens) {
   std::vector<double> exact(V * V * V);
   {
     auto model = load_model(dir);
-    ThreadPool pool(2);
-    const auto p1 = next_probs(*model, prompt, &pool);
+    const auto p1 = next_probs(*model, prompt);
     for (std::size_t a = 0; a < V; ++a) {
       auto pa = prompt;
       pa.push_back(static_cast<TokenId>(a));
-      const auto p2 = next_probs(*model, pa, &pool);
+      const auto p2 = next_probs(*model, pa);
       for (std::size_t b = 0; b < V; ++b) {
         auto pb = pa;
         pb.push_back(static_cast<TokenId>(b));
-        const auto p3 = next_probs(*model, pb, &pool);
+        const auto p3 = next_probs(*model, pb);
         for (std::size_t c = 0; c < V; ++c) exact[(a * V + b) * V + c] = p1[a] * p2[b] * p3[c];
       }
     }

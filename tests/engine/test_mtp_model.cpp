@@ -13,9 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/backend/cpu/thread_pool.hpp"
-#include "engine/model/model.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "fixtures.hpp"
 
 namespace quarry::engine {
@@ -65,8 +64,8 @@ TEST(MtpModel, DefaultModelMatchesTrainingMath) {
   const auto tokens = ref["tokens"].get<std::vector<TokenId>>();
   const auto rows = ref["rows"].get<std::vector<std::size_t>>();
   const std::size_t L = tokens.size();
-  ThreadPool pool(2);
-  KvCache kv(model->kv_shape(), 2048);
+  auto kv_owner = model->make_kv_cache(2048);
+  KvCache& kv = *kv_owner;
   const SeqId seq = kv.create_sequence();
   ASSERT_TRUE(kv.reserve(seq, L));
 
@@ -74,7 +73,7 @@ TEST(MtpModel, DefaultModelMatchesTrainingMath) {
   Batch b;
   for (std::size_t i = 0; i < L; ++i) b.add(tokens[i], static_cast<std::int32_t>(i), seq, true);
   std::vector<float> logits(L * V), hidden(L * H);
-  model->forward(b, kv, logits.data(), hidden.data(), &pool);
+  model->forward(b, kv, logits.data(), hidden.data());
   float worst = 0.f;
   for (std::size_t r = 0; r < rows.size(); ++r)
     worst = std::max(worst, check_row(&logits[rows[r] * V], V, ref["main"][r], ref["probe_ids"],
@@ -93,7 +92,7 @@ TEST(MtpModel, DefaultModelMatchesTrainingMath) {
     Batch md;
     for (std::size_t i = 0; i < n; ++i) md.add(tokens[i + d], static_cast<std::int32_t>(i), seq, true);
     std::vector<float> out(n * H), lg(n * V);
-    model->mtp_forward(d, md, hidden.data(), kv, out.data(), lg.data(), &pool);
+    model->mtp_forward(d, md, hidden.data(), kv, out.data(), lg.data());
     for (std::size_t r = 0; r < rows.size(); ++r) {
       if (rows[r] >= n) continue;
       worst = std::max(worst, check_row(&lg[rows[r] * V], V, ref["depths"][d - 1][r], ref["probe_ids"],
@@ -122,27 +121,27 @@ TEST(MtpModel, RandomCheckpointsOfBothLayoutsLoadAndRun) {
     write_random_checkpoint(j.dump(), dir, DType::f32, 7);
     auto model = load_model(dir);
     ASSERT_GE(model->mtp_depths(), layout == "next" ? 4u : 2u) << layout;
-    EXPECT_EQ(model->kv_shape().n_layers, 2 + model->mtp_depths());
-    KvCache kv(model->kv_shape(), 256);
+    EXPECT_EQ(model->kv_spec().n_layers, 2 + model->mtp_depths());
+    auto kv_owner = model->make_kv_cache(256);
+  KvCache& kv = *kv_owner;
     const SeqId s = kv.create_sequence();
     ASSERT_TRUE(kv.reserve(s, 8));
     Batch b;
     for (int i = 0; i < 6; ++i) b.add(10 + i, i, s, true);
     const std::size_t H = 64, V = 512;
-    ThreadPool pool(2);
     std::vector<float> lg(6 * V), h(6 * H);
-    model->forward(b, kv, lg.data(), h.data(), &pool);
+    model->forward(b, kv, lg.data(), h.data());
     // The same inputs at depths 1 and 2 (own KV layers): the recursive layout reuses its one module
     // (identical outputs), the DeepSeek layout runs its second module there (different outputs).
     Batch m;
     for (int i = 0; i < 5; ++i) m.add(11 + i, i, s, true);
     std::vector<float> o1(5 * H), o2(5 * H), l1(5 * V), l2(5 * V);
-    model->mtp_forward(1, m, h.data(), kv, o1.data(), l1.data(), &pool);
-    model->mtp_forward(2, m, h.data(), kv, o2.data(), l2.data(), &pool);
+    model->mtp_forward(1, m, h.data(), kv, o1.data(), l1.data());
+    model->mtp_forward(2, m, h.data(), kv, o2.data(), l2.data());
     for (float v : l1) ASSERT_TRUE(std::isfinite(v));
     if (layout == "next") EXPECT_EQ(o1, o2);
     else EXPECT_NE(o1, o2);
-    EXPECT_THROW(model->mtp_forward(model->mtp_depths() + 1, m, h.data(), kv, o1.data(), l1.data(), &pool),
+    EXPECT_THROW(model->mtp_forward(model->mtp_depths() + 1, m, h.data(), kv, o1.data(), l1.data()),
                  std::invalid_argument);
   }
 }

@@ -8,9 +8,8 @@
 #include <map>
 
 #include "engine/backend/cpu/ops.hpp"
-#include "engine/backend/cpu/thread_pool.hpp"
-#include "engine/model/model.hpp"
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "fixtures.hpp"
 
 namespace quarry::engine {
@@ -28,8 +27,7 @@ float max_abs_diff(const float* a, const std::vector<float>& b) {
 }
 
 /// Prefill `prompt` in chunks of `chunk` tokens into a fresh sequence; returns last-position logits.
-std::vector<float> prefill(Model& m, KvCache& kv, SeqId seq, const std::vector<TokenId>& prompt, std::size_t chunk,
-                           ThreadPool* pool) {
+std::vector<float> prefill(Model& m, KvCache& kv, SeqId seq, const std::vector<TokenId>& prompt, std::size_t chunk) {
   const std::size_t V = m.config().vocab_size;
   std::vector<float> logits(V);
   EXPECT_TRUE(kv.reserve(seq, prompt.size()));
@@ -37,7 +35,7 @@ std::vector<float> prefill(Model& m, KvCache& kv, SeqId seq, const std::vector<T
     Batch b;
     const std::size_t e = std::min(prompt.size(), s + chunk);
     for (std::size_t i = s; i < e; ++i) b.add(prompt[i], static_cast<std::int32_t>(i), seq, i + 1 == prompt.size());
-    m.forward(b, kv, logits.data(), pool);
+    m.forward(b, kv, logits.data());
   }
   return logits;
 }
@@ -48,13 +46,13 @@ TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
   const auto ref = load_reference(GetParam());
   auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const std::size_t V = model->config().vocab_size;
-  ThreadPool pool(2);
   float worst = 0.f;
   for (const auto& p : ref["prompts"]) {
     const auto prompt = ids_of(p["ids"]);
-    KvCache kv(model->kv_shape(), 1024);
+    auto kv_owner = model->make_kv_cache(1024);
+  KvCache& kv = *kv_owner;
     SeqId seq = kv.create_sequence();
-    auto logits = prefill(*model, kv, seq, prompt, prompt.size(), &pool);
+    auto logits = prefill(*model, kv, seq, prompt, prompt.size());
     const auto want = p["last_logits"].get<std::vector<float>>();
     ASSERT_EQ(want.size(), V);
     worst = std::max(worst, max_abs_diff(logits.data(), want));
@@ -70,7 +68,7 @@ TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
       ASSERT_TRUE(kv.reserve(seq, pos + 1));
       Batch b;
       b.add(next, static_cast<std::int32_t>(pos++), seq, true);
-      model->forward(b, kv, logits.data(), &pool);
+      model->forward(b, kv, logits.data());
     }
     EXPECT_EQ(got, greedy) << GetParam() << " prompt length " << prompt.size();
   }
@@ -84,13 +82,14 @@ TEST_P(Parity, AllPositionLogitsMatchTransformers) {
   for (const auto& p : ref["prompts"]) {
     if (!p.contains("all_logits")) continue;
     const auto prompt = ids_of(p["ids"]);
-    KvCache kv(model->kv_shape(), 256);
+    auto kv_owner = model->make_kv_cache(256);
+  KvCache& kv = *kv_owner;
     SeqId seq = kv.create_sequence();
     ASSERT_TRUE(kv.reserve(seq, prompt.size()));
     Batch b;
     for (std::size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<std::int32_t>(i), seq, true);
     std::vector<float> logits(prompt.size() * V);
-    model->forward(b, kv, logits.data(), nullptr);
+    model->forward(b, kv, logits.data());
     const auto all = p["all_logits"].get<std::vector<std::vector<float>>>();
     ASSERT_EQ(all.size(), prompt.size());
     for (std::size_t i = 0; i < prompt.size(); ++i)
@@ -102,10 +101,11 @@ TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
   const auto ref = load_reference(GetParam());
   auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const auto prompt = ids_of(ref["prompts"][3]["ids"]);  // 45 tokens: chunks cross block boundaries
-  KvCache kv(model->kv_shape(), 1024);
-  auto one = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size(), nullptr);
+  auto kv_owner = model->make_kv_cache(1024);
+  KvCache& kv = *kv_owner;
+  auto one = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size());
   for (std::size_t chunk : {1u, 7u, 16u}) {
-    auto chunked = prefill(*model, kv, kv.create_sequence(), prompt, chunk, nullptr);
+    auto chunked = prefill(*model, kv, kv.create_sequence(), prompt, chunk);
     EXPECT_LE(max_abs_diff(chunked.data(), one), 1e-5f) << "chunk " << chunk;
   }
 }
@@ -114,11 +114,11 @@ TEST_P(Parity, MultiSequenceBatchEqualsEachAlone) {
   const auto ref = load_reference(GetParam());
   auto model = load_model(fixture_dir(GetParam()), Compute::exact);
   const std::size_t V = model->config().vocab_size;
-  ThreadPool pool(2);
   const auto a = ids_of(ref["prompts"][1]["ids"]), c = ids_of(ref["prompts"][2]["ids"]);
-  KvCache kv(model->kv_shape(), 1024);
-  auto alone_a = prefill(*model, kv, kv.create_sequence(), a, a.size(), &pool);
-  auto alone_c = prefill(*model, kv, kv.create_sequence(), c, c.size(), &pool);
+  auto kv_owner = model->make_kv_cache(1024);
+  KvCache& kv = *kv_owner;
+  auto alone_a = prefill(*model, kv, kv.create_sequence(), a, a.size());
+  auto alone_c = prefill(*model, kv, kv.create_sequence(), c, c.size());
   SeqId sa = kv.create_sequence(), sc = kv.create_sequence();
   ASSERT_TRUE(kv.reserve(sa, a.size()));
   ASSERT_TRUE(kv.reserve(sc, c.size()));
@@ -128,7 +128,7 @@ TEST_P(Parity, MultiSequenceBatchEqualsEachAlone) {
     if (i < a.size()) b.add(a[i], static_cast<std::int32_t>(i), sa, i + 1 == a.size());
   }
   std::vector<float> logits(2 * V);
-  model->forward(b, kv, logits.data(), &pool);
+  model->forward(b, kv, logits.data());
   // Row order follows batch order: a's last token (index 10) comes before c's (index 22).
   EXPECT_LE(max_abs_diff(logits.data(), alone_a), 1e-5f);
   EXPECT_LE(max_abs_diff(logits.data() + V, alone_c), 1e-5f);
@@ -156,8 +156,9 @@ TEST(StoredDtypes, F16AndBf16CheckpointsAgreeWithF32) {
     auto dir = testing::scratch_dir(std::string("dtype_") + dtype_name(dt));
     write_random_checkpoint(cfg.dump(), dir, dt, 99);
     auto model = load_model(dir);
-    KvCache kv(model->kv_shape(), 64);
-    logits[dt] = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size(), nullptr);
+    auto kv_owner = model->make_kv_cache(64);
+  KvCache& kv = *kv_owner;
+    logits[dt] = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size());
   }
   const float d16 = max_abs_diff(logits[DType::f16].data(), logits[DType::f32]);
   const float dbf = max_abs_diff(logits[DType::bf16].data(), logits[DType::f32]);

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/model/model.hpp"
-#include "engine/model/safetensors.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/safetensors.hpp"
 #include "fixtures.hpp"
 
 namespace quarry::engine {

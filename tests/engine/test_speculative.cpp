@@ -10,8 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "engine/backend/cpu/thread_pool.hpp"
-#include "engine/model/model.hpp"
+#include "engine/models/model.hpp"
 #include "engine/runtime/speculative.hpp"
 
 namespace quarry::engine {
@@ -109,22 +108,22 @@ std::filesystem::path default_model() { return std::filesystem::path(QUARRY_SOUR
 
 /// Reference drafts from scratch: main model over t[0..C-2], then depth passes over all rows 0..C-2
 /// with the training recursion, where t[C..] are the drafts so far. Returns the argmax draft of each depth.
-std::vector<TokenId> drafts_from_scratch(Model& m, const std::vector<TokenId>& t, std::size_t C, std::size_t k,
-                                         ThreadPool* pool) {
+std::vector<TokenId> drafts_from_scratch(Model& m, const std::vector<TokenId>& t, std::size_t C, std::size_t k) {
   const std::size_t H = m.config().hidden_size, V = m.config().vocab_size;
-  KvCache kv(m.kv_shape(), 4096);
+  auto kv_owner = m.make_kv_cache(4096);
+  KvCache& kv = *kv_owner;
   const SeqId s = kv.create_sequence();
   kv.reserve(s, C + k);
   Batch b;
   for (std::size_t i = 0; i + 1 < C; ++i) b.add(t[i], static_cast<std::int32_t>(i), s, false);
   std::vector<float> hidden((C - 1) * H), none;
-  m.forward(b, kv, none.data(), hidden.data(), pool);
+  m.forward(b, kv, none.data(), hidden.data());
   std::vector<TokenId> seq(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(C)), out;
   for (std::size_t d = 1; d <= k; ++d) {
     Batch md;
     for (std::size_t i = 0; i + 1 < C; ++i) md.add(seq[i + d], static_cast<std::int32_t>(i), s, i + 2 == C);
     std::vector<float> h2((C - 1) * H), lg(V);
-    m.mtp_forward(d, md, hidden.data(), kv, h2.data(), lg.data(), pool);
+    m.mtp_forward(d, md, hidden.data(), kv, h2.data(), lg.data());
     const auto x = static_cast<TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
     out.push_back(x);
     seq.push_back(x);
@@ -136,11 +135,11 @@ std::vector<TokenId> drafts_from_scratch(Model& m, const std::vector<TokenId>& t
 TEST(MtpDrafter, IncrementalDraftsEqualFromScratchTrainingRecursion) {
   auto model = load_model(default_model());
   const std::size_t H = model->config().hidden_size, K = 4;
-  ThreadPool pool(2);
   // A prompt-like sequence: the tokens of the MTP reference fixture.
   std::ifstream in(std::filesystem::path(QUARRY_SOURCE_DIR) / "tests/engine/fixtures/mtp/mtp_reference.json");
   const auto t = nlohmann::json::parse(in)["tokens"].get<std::vector<TokenId>>();
-  KvCache kv(model->kv_shape(), 4096);
+  auto kv_owner = model->make_kv_cache(4096);
+  KvCache& kv = *kv_owner;
   const SeqId s = kv.create_sequence();
   kv.reserve(s, t.size() + K + 1);
   MtpState st(K, H);
@@ -150,12 +149,12 @@ TEST(MtpDrafter, IncrementalDraftsEqualFromScratchTrainingRecursion) {
     Batch b;
     for (std::size_t i = 0; i + 1 < C; ++i) b.add(t[i], static_cast<std::int32_t>(i), s, false);
     std::vector<float> h((C - 1) * H), none;
-    model->forward(b, kv, none.data(), h.data(), &pool);
+    model->forward(b, kv, none.data(), h.data());
     st.push_main_hidden(h.data(), C - 1, 0);
   }
   SamplingParams greedy;
   Sampler sampler(greedy);
-  MtpDrafter drafter(*model, kv, &pool);
+  MtpDrafter drafter(*model, kv);
   std::size_t rounds = 0, compared = 0;
   const std::size_t steps[] = {1, 3, 2, 4, 1, 1, 5, 2};
   for (std::size_t r = 0; r < 8; ++r) {
@@ -169,7 +168,7 @@ TEST(MtpDrafter, IncrementalDraftsEqualFromScratchTrainingRecursion) {
     DraftJob* jp = &job;
     drafter.draft(std::span<DraftJob* const>(&jp, 1));
     ASSERT_EQ(job.drafts.size(), K) << "round " << r;
-    const auto want = drafts_from_scratch(*model, t, C, K, &pool);
+    const auto want = drafts_from_scratch(*model, t, C, K);
     EXPECT_EQ(job.drafts, want) << "round " << r << " C " << C;
     compared += K;
     ++rounds;
@@ -178,7 +177,7 @@ TEST(MtpDrafter, IncrementalDraftsEqualFromScratchTrainingRecursion) {
     Batch b;
     for (std::size_t i = C - 1; i < C - 1 + a; ++i) b.add(t[i], static_cast<std::int32_t>(i), s, false);
     std::vector<float> h(a * H), none;
-    model->forward(b, kv, none.data(), h.data(), &pool);
+    model->forward(b, kv, none.data(), h.data());
     st.push_main_hidden(h.data(), a, C - 1);
     C += a;
   }

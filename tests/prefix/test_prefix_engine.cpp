@@ -12,7 +12,7 @@
 #include <random>
 #include <sstream>
 
-#include "engine/model/random_checkpoint.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "tests/engine/fixtures.hpp"
 

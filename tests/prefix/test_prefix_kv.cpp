@@ -4,13 +4,13 @@
 
 #include <numeric>
 
-#include "engine/runtime/kv_cache.hpp"
+#include "engine/memory/kv_cache.hpp"
 
 namespace quarry::engine {
 namespace {
 
-KvCacheShape shape() {
-  KvCacheShape s;
+KvSpec shape() {
+  KvSpec s;
   s.n_layers = 2;
   s.n_kv_heads = 2;
   s.head_dim = 4;
@@ -28,7 +28,7 @@ std::vector<TokenId> iota(std::size_t n, TokenId from = 0) {
 SeqId fill(KvCache& kv, const std::vector<TokenId>& tokens) {
   SeqId s = kv.create_sequence();
   const auto keys = kv.block_hashes(tokens);
-  const auto hit = kv.match_prefix(tokens, keys, tokens.size() / kv.shape().block_size);
+  const auto hit = kv.match_prefix(tokens, keys, tokens.size() / kv.spec().block_size);
   kv.attach_prefix(s, hit, keys);
   EXPECT_TRUE(kv.reserve(s, tokens.size()));
   kv.commit(s, tokens);

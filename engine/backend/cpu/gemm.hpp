@@ -7,13 +7,16 @@
 #include <span>
 #include <vector>
 
+#include "engine/core/types.hpp"
+
 namespace quarry::engine {
 class ThreadPool;
 }
 
 namespace quarry::engine::cpu {
 
-enum class WeightType : std::uint8_t { f32, f16, bf16 };
+/// A weight's stored dtype (the engine's DType).
+using WeightType = DType;
 
 /// y[m, n] = x[m, k] · W[n, k]^T (+ y if accumulate), i.e. y = x W^T as torch.nn.Linear without bias.
 ///  x: f32, row-major [m, k], row stride ldx elements (ldx >= k)

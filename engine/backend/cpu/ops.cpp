@@ -68,12 +68,14 @@ float weight_value(const void* data, WeightType type, std::size_t i) {
   return 0.f;
 }
 
-void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool) {
+void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool,
+               std::size_t ldo) {
   const std::size_t h = table.cols;
+  if (ldo == 0) ldo = h;
   split(pool, n, [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
       const std::size_t row = static_cast<std::size_t>(tokens[t]) * h;
-      float* o = out + t * h;
+      float* o = out + t * ldo;
       if (table.type == WeightType::f32) {
         std::memcpy(o, static_cast<const float*>(table.data) + row, h * sizeof(float));
       } else {
@@ -168,29 +170,38 @@ Rope::Rope(double theta, std::size_t rdim) : rotary_dim(rdim), inv_freq(rdim / 2
   }
 }
 
+void rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half, float* cos,
+                 float* sin) {
+  for (std::size_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (std::size_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];  // f32 product, as HF's f32 matmul of one term
+      cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
 RopeAngles rope_angles(const std::int32_t* positions, std::size_t n, const Rope& r) {
   RopeAngles a;
   a.half = r.rotary_dim / 2;
   a.cos.resize(n * a.half);
   a.sin.resize(n * a.half);
-  for (std::size_t t = 0; t < n; ++t) {
-    const float pos = static_cast<float>(positions[t]);
-    for (std::size_t i = 0; i < a.half; ++i) {
-      const float angle = pos * r.inv_freq[i];  // f32 product, as HF's f32 matmul of one term
-      a.cos[t * a.half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      a.sin[t * a.half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
-  }
+  rope_angles(positions, n, r.inv_freq.data(), a.half, a.cos.data(), a.sin.data());
   return a;
 }
 
 void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
           const RopeAngles& a, ThreadPool* pool) {
-  const std::size_t half = a.half;
+  rope(x, n_tokens, n_heads, head_dim, ld, a.half, a.cos.data(), a.sin.data(), pool);
+}
+
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          std::size_t half, const float* cos, const float* sin, ThreadPool* pool) {
   split(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
-      const float* cs = a.cos.data() + t * half;
-      const float* sn = a.sin.data() + t * half;
+      const float* cs = cos + t * half;
+      const float* sn = sin + t * half;
       for (std::size_t h = 0; h < n_heads; ++h) {
         float* v = x + t * ld + h * head_dim;
         for (std::size_t i = 0; i < half; ++i) {

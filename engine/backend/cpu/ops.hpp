@@ -29,9 +29,10 @@ struct Weight {
 /// Element i of a weight tensor as f32 (bf16/f16 widened exactly).
 float weight_value(const void* data, WeightType type, std::size_t i);
 
-/// out[t, :] = table[tokens[t], :].  table: [vocab, hidden] in its stored dtype; out: [n, hidden] f32.
-/// Token ids must be < table.rows (checked by the caller).
-void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool);
+/// out[t, :] = table[tokens[t], :].  table: [vocab, hidden] in its stored dtype; out: [n, hidden] f32 at
+/// row stride ldo (0: hidden). Token ids must be < table.rows (checked by the caller).
+void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool,
+               std::size_t ldo = 0);
 
 /// y[m, w.rows] = x[m, w.cols] · w^T (torch.nn.Linear without bias) through cpu::gemm (cpu::gemm_packed
 /// when w.packed is set).
@@ -73,6 +74,12 @@ RopeAngles rope_angles(const std::int32_t* positions, std::size_t n, const Rope&
 /// rope() with the angles precomputed for the n_tokens positions.
 void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
           const RopeAngles& angles, ThreadPool* pool);
+/// The same with the angle tables as arrays: cos, sin [n_tokens, half] (half = rotary_dim / 2).
+void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+          std::size_t half, const float* cos, const float* sin, ThreadPool* pool);
+/// rope_angles() into arrays: cos, sin [n, rotary_dim / 2] for inv_freq [rotary_dim / 2].
+void rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half, float* cos,
+                 float* sin);
 
 /// One layer of a paged KV cache as seen by attention: block b's keys for this layer start at
 /// blocks[b] + k_offset, laid out transposed [n_kv_heads, head_dim, block_size] f32 (the 16 keys of a

@@ -1,0 +1,25 @@
+cmake_minimum_required(VERSION 3.25)
+# Fails when a source of an engine room includes a header of a room it does not depend on.
+# Arguments (-D): ENGINE_DIR, ROOMS (list), DEPS_<room> (list) for each room.
+# Run by engine/CMakeLists.txt at configure time and at every build.
+set(violations 0)
+foreach(room ${ROOMS})
+  set(allowed ${room} ${DEPS_${room}})
+  file(GLOB_RECURSE files ${ENGINE_DIR}/${room}/*.hpp ${ENGINE_DIR}/${room}/*.cpp ${ENGINE_DIR}/${room}/*.inc
+       ${ENGINE_DIR}/${room}/*.cu ${ENGINE_DIR}/${room}/*.cuh)
+  foreach(f ${files})
+    file(STRINGS ${f} includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"engine/")
+    foreach(line ${includes})
+      string(REGEX MATCH "\"engine/([A-Za-z0-9_]+)/" _ "${line}")
+      set(target_room ${CMAKE_MATCH_1})
+      if(NOT target_room IN_LIST allowed)
+        file(RELATIVE_PATH rel ${ENGINE_DIR} ${f})
+        message(SEND_ERROR "engine/${rel}: room '${room}' may not include ${line} (room '${room}' depends on: ${DEPS_${room}})")
+        math(EXPR violations "${violations} + 1")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(violations GREATER 0)
+  message(FATAL_ERROR "${violations} include(s) against the engine's room dependencies")
+endif()

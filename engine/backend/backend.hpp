@@ -1,0 +1,277 @@
+// The op-level backend interface: device memory, weights in their stored dtype, the paged KV storage,
+// and the ops a transformer forward pass is made of. Models (engine/models/) are written against this
+// interface only; the CPU backend (cpu/) is the reference every other backend is checked against
+// (tests/backend/test_backend_ops.cpp, after llama.cpp's test-backend-ops), the CUDA backend (cuda/) runs
+// the same ops on an NVIDIA GPU.
+//
+// Conventions for every op:
+//  * Activations are f32, row-major, in the backend's memory ("device memory": host memory for the CPU
+//    backend), given as a pointer plus a row stride (`ld*`, in elements). Row counts and sizes are in
+//    elements; nothing is in bytes unless the name says so.
+//  * Ops are ordered: each sees the results of the ops issued before it on the same backend. They may
+//    run asynchronously (CUDA: one stream); download() and synchronize() wait for everything issued.
+//  * Ops check their arguments' shapes where it is cheap and throw std::invalid_argument; device
+//    errors (out of memory, a failed launch) throw std::runtime_error naming the op and the device.
+//  * A backend is driven by one thread at a time (the engine's scheduler thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/types.hpp"
+
+namespace quarry::engine {
+
+class Backend;
+
+/// Where a backend runs: the CPU, or CUDA device `index`.
+struct DeviceSpec {
+  enum class Kind : std::uint8_t { cpu, cuda };
+  Kind kind = Kind::cpu;
+  int index = 0;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+/// "cpu", "cuda", "cuda:N", or "auto" (cuda:0 when this build has CUDA and a GPU is present, else cpu).
+/// Throws std::invalid_argument on anything else.
+DeviceSpec parse_device(std::string_view text);
+/// "cpu" or "cuda:N".
+std::string device_name(const DeviceSpec& d);
+
+struct BackendOptions {
+  DeviceSpec device;
+  /// CPU: worker threads including the caller (0: all hardware threads). Other backends ignore it.
+  std::size_t n_threads = 0;
+};
+
+/// Creates the backend for `options.device`. Throws std::runtime_error with a clear message when the
+/// device cannot be used: a CUDA device in a build without CUDA, no GPU or driver, an index out of range.
+std::shared_ptr<Backend> make_backend(const BackendOptions& options = {});
+
+/// Whether this build includes the CUDA backend, and how many CUDA devices the driver reports (0 when
+/// none, or no driver; never throws).
+bool cuda_backend_built();
+int cuda_device_count();
+
+/// Memory owned on a backend (RAII): `bytes` bytes at `data` in the backend's memory, 256-byte aligned.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::shared_ptr<Backend> owner, void* data, std::size_t bytes)
+      : owner_(std::move(owner)), data_(data), bytes_(bytes) {}
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  std::shared_ptr<Backend> owner_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// A weight matrix W [rows, cols] (Hugging Face Linear layout: [out_features, in_features]) resident on
+/// a backend in its stored dtype, plus whatever copy in a kernel's layout the backend keeps (the CPU
+/// backend's AMX tiles under bf16 compute). Created by Backend::load_matrix; the host data it was made
+/// from must outlive it on backends that read weights in place (the CPU backend reads the mmap'd file).
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  std::size_t rows = 0, cols = 0;
+  DType dtype = DType::f32;
+  /// Bytes of the stored matrix (what a decode step reads).
+  std::size_t bytes() const { return rows * cols * dtype_size(dtype); }
+};
+
+/// What a weight matrix serves, so that a backend prepares what its kernels need and nothing more.
+enum class WeightUse : std::uint8_t {
+  matmul,     ///< the right operand of matmul (a projection, an LM head)
+  embedding,  ///< rows looked up by token id only
+  both,       ///< a tied embedding table that is also the LM head
+};
+
+/// Shape and dtype of a paged KV cache (vLLM PagedAttention): n_layers layers of n_kv_heads heads of
+/// head_dim values per token for K and V, in blocks of block_size tokens.
+struct KvSpec {
+  std::size_t n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  std::size_t block_size = 16;  ///< tokens per block
+  DType dtype = DType::f32;     ///< f32 or bf16
+  /// Bytes one token occupies over all layers (K and V).
+  std::size_t bytes_per_token() const { return 2 * n_layers * n_kv_heads * head_dim * dtype_size(dtype); }
+  bool operator==(const KvSpec&) const = default;
+};
+
+/// The block storage of a paged KV cache, owned by the backend that computes on it (its layout is the
+/// backend's: the CPU keeps K transposed per block for its kernels, see cpu/ops.hpp KvLayerView).
+/// The bookkeeping (block tables, reference counts, prefix hashes) lives in engine/memory/.
+class KvStorage {
+ public:
+  virtual ~KvStorage() = default;
+  const KvSpec& spec() const { return spec_; }
+  /// Makes blocks 0..n_blocks-1 usable (allocating on use, up to the capacity given at creation).
+  /// Throws std::runtime_error when the device is out of memory.
+  virtual void ensure_blocks(std::size_t n_blocks) = 0;
+
+ protected:
+  explicit KvStorage(const KvSpec& spec) : spec_(spec) {}
+  KvSpec spec_;
+};
+
+/// The token batch of one forward call, as the host describes it (the flat batch of engine/core/batch.hpp
+/// with each token's block table).
+struct BatchInputs {
+  std::span<const TokenId> tokens;            ///< [n_tokens]
+  std::span<const std::int32_t> positions;    ///< [n_tokens]
+  std::span<const std::int32_t> seq_index;    ///< [n_tokens]: the token's row of block_tables
+  std::span<const std::int32_t> block_tables; ///< [n_seqs, max_blocks], unused entries -1
+  std::size_t max_blocks = 0;
+  std::span<const std::int32_t> logit_rows;   ///< batch rows whose logits are wanted, increasing
+};
+
+/// A batch staged in device memory by Backend::stage(); valid until the next stage() on that backend.
+struct StagedBatch {
+  std::size_t n_tokens = 0, n_seqs = 0, max_blocks = 0, n_logits = 0;
+  std::int32_t max_position = 0;              ///< largest position of the batch
+  const TokenId* tokens = nullptr;            ///< device [n_tokens]
+  const std::int32_t* positions = nullptr;    ///< device [n_tokens]
+  const std::int32_t* seq_index = nullptr;    ///< device [n_tokens]
+  const std::int32_t* block_tables = nullptr; ///< device [n_seqs, max_blocks]
+  const std::int32_t* logit_rows = nullptr;   ///< device [n_logits]
+  /// Host copies (every backend keeps them, for ops whose launch depends on them).
+  const std::int32_t* host_positions = nullptr;
+  const std::int32_t* host_seq_index = nullptr;
+  /// Backend-private data of the staged batch (the CPU keeps each token's block-table row pointer).
+  const void* backend_data = nullptr;
+};
+
+/// The interface. Everything is in the backend's memory unless its name says host.
+class Backend : public std::enable_shared_from_this<Backend> {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- device ----
+  virtual DeviceSpec device() const = 0;
+  /// A one-line description: "cpu (avx512, 2 threads)", "cuda:0 NVIDIA H200 (132 SMs, 141 GB)".
+  virtual std::string description() const = 0;
+  /// Whether device memory is host memory (pointers may be read on the host directly).
+  virtual bool host_memory() const = 0;
+  /// The Compute mode a model stored in `checkpoint` dtype runs in here when `requested` (resolves
+  /// Compute::automatic; falls back to exact where bf16 compute is not available).
+  virtual Compute resolve_compute(Compute requested, DType checkpoint) const = 0;
+  /// The KV-cache dtype for a model with this attention shape computed in `compute` (exact or bf16).
+  virtual DType kv_dtype(Compute compute, std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim,
+                         std::size_t block_size) const = 0;
+
+  // ---- memory ----
+  /// `bytes` of device memory (uninitialised). Throws std::runtime_error when out of memory.
+  virtual DeviceBuffer alloc(std::size_t bytes) = 0;
+  virtual void upload(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  /// Waits for every op issued before, then copies.
+  virtual void download(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  /// Device-to-device copy of rows: dst[r, 0:cols] = src[r, 0:cols] for r < rows (f32, strides in elements).
+  virtual void copy_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, std::size_t rows,
+                         std::size_t cols) = 0;
+  /// dst[i, 0:cols] = src[rows[i], 0:cols] for i < n; rows in device memory.
+  virtual void gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
+                           std::size_t n, std::size_t cols) = 0;
+  /// x[i] = value for i < n.
+  virtual void fill(float* x, std::size_t n, float value) = 0;
+  /// Waits for every op issued before.
+  virtual void synchronize() = 0;
+
+  // ---- weights and KV storage ----
+  /// Makes `host` ([rows, cols] row-major in `dtype`) a weight of this backend, prepared for `use` under
+  /// `compute`. Throws std::runtime_error when out of memory.
+  virtual std::unique_ptr<Weight> load_matrix(const void* host, DType dtype, std::size_t rows, std::size_t cols,
+                                              WeightUse use, Compute compute) = 0;
+  /// A vector of f32 values in device memory (norm weights, RoPE frequencies).
+  DeviceBuffer load_vector(std::span<const float> host);
+  /// Storage for up to `max_blocks` blocks of `spec` (allocated as ensure_blocks asks, or at once).
+  virtual std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) = 0;
+
+  // ---- the forward pass's inputs ----
+  /// Copies the batch's token ids, positions and block tables to the device.
+  virtual const StagedBatch& stage(const BatchInputs& inputs) = 0;
+
+  // ---- ops ----
+  /// out[t, :] = table[tokens[t], :] for t < n (tokens in device memory, each < table.rows).
+  virtual void embedding(const TokenId* tokens, std::size_t n, const Weight& table, float* out, std::size_t ldo) = 0;
+  /// y[m, n] = x[m, w.cols] . W[0:n, :]^T (torch.nn.Linear without bias), n <= w.rows (a leading slice of
+  /// the rows: a draft sub-vocabulary of an LM head). Computed as `compute` asked when the weight was loaded.
+  virtual void matmul(const float* x, std::size_t m, std::size_t ldx, const Weight& w, std::size_t n, float* y,
+                      std::size_t ldy) = 0;
+  /// Whether matmul_groups() can compute a subset of `w`'s rows bit-identically to matmul().
+  virtual bool supports_matmul_groups(const Weight& w) const = 0;
+  /// matmul() for the output columns of some groups of 16 only: y[:, 16 g .. 16 g + 15] for each g in
+  /// `groups` (host, strictly increasing, g < ceil(w.rows / 16)); other columns untouched; values
+  /// bit-identical to matmul()'s (an LM head computed only where a grammar allows tokens).
+  /// Throws std::logic_error where !supports_matmul_groups(w).
+  virtual void matmul_groups(const float* x, std::size_t m, std::size_t ldx, const Weight& w,
+                             std::span<const std::uint32_t> groups, float* y, std::size_t ldy) = 0;
+  /// For each row r < m: y[r, :] = -infinity except y[r, ids[r][i]] = x[r, :] . W[ids[r][i], :] (host id
+  /// lists, each id < w.rows; f32 accumulation of the weights widened exactly): the logits of a few
+  /// allowed tokens of a draft position.
+  virtual void matmul_ids(const float* x, std::size_t m, std::size_t ldx, const Weight& w,
+                          std::span<const std::vector<std::int32_t>> ids, float* y, std::size_t ldy) = 0;
+  /// RMSNorm (Zhang & Sennrich 2019; HF Qwen3RMSNorm): y = x / sqrt(mean(x^2) + eps) * weight, per row of
+  /// `dim` elements, `rows` rows at stride ld (in place allowed). weight: device f32 [dim].
+  virtual void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld,
+                        const float* weight, float eps) = 0;
+  /// cos/sin [n, rotary_dim / 2] of position * inv_freq[i] (f32 angle as HF computes it; cos and sin in
+  /// double, rounded) for the staged batch's n_tokens positions. inv_freq: device f32 [rotary_dim / 2].
+  virtual void rope_angles(const StagedBatch& batch, const float* inv_freq, std::size_t rotary_dim, float* cos,
+                           float* sin) = 0;
+  /// RoPE in place (RoFormer, Su et al. 2021) with HF's rotate_half pairing: for i < rotary_dim / 2,
+  /// (x[i], x[i + rotary_dim/2]) of each head rotated by the token's angle i; dims >= rotary_dim pass
+  /// (partial rotary). x: [n_tokens, n_heads * head_dim] at stride ld; cos/sin from rope_angles.
+  virtual void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                    std::size_t rotary_dim, const float* cos, const float* sin) = 0;
+  /// Writes k, v ([n_tokens, n_kv_heads * head_dim], stride ld) of the batch's tokens into layer `layer`
+  /// of `kv` at each token's position through its block table.
+  virtual void kv_store(const float* k, const float* v, std::size_t ld, const StagedBatch& batch, KvStorage& kv,
+                        std::size_t layer) = 0;
+  /// Causal scaled-dot-product attention over the paged cache (vLLM PagedAttention), GQA: query head h
+  /// reads kv head h / (n_heads / n_kv_heads); token t attends to positions 0..positions[t] of its own
+  /// sequence, whose K/V must be stored (kv_store first). q, out: [n_tokens, n_heads * head_dim] at
+  /// strides ldq, ldo. Softmax in f32. A token's output does not depend on the other tokens of the call.
+  virtual void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_heads,
+                         const StagedBatch& batch, const KvStorage& kv, std::size_t layer, float scale) = 0;
+  /// SwiGLU (Shazeer 2020): out = silu(gate) * up over rows of n (strides ldg, ldu, ldo).
+  virtual void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out,
+                        std::size_t ldo, std::size_t rows, std::size_t n) = 0;
+  /// x[i] += y[i] for i < n.
+  virtual void add(float* x, const float* y, std::size_t n) = 0;
+  /// out_host[r] = argmax of row r of logits [rows, n] at stride ld (the first on ties, as torch.argmax).
+  virtual void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                           std::int32_t* out_host) = 0;
+
+  // ---- probes (for benchmarks' rooflines) ----
+  /// Memory bandwidth in GB/s (1e9 B/s) of `runs` passes over `bytes` bytes, as decode meets it: on the
+  /// CPU, streaming reads by every thread of its slice; on a GPU, a device-to-device copy counting the
+  /// bytes read and written. One figure per run.
+  virtual std::vector<double> probe_bandwidth_gb_s(std::size_t bytes, int runs) = 0;
+  /// GFLOP/s (2 m n k per product) of matmul() of x [m, k] by a W [n, k] stored in `dtype`, computed as
+  /// `compute` resolves here, after one warm-up. One figure per run.
+  virtual std::vector<double> probe_matmul_gflops(std::size_t m, std::size_t k, std::size_t n, DType dtype,
+                                                  Compute compute, int runs) = 0;
+
+ protected:
+  /// Frees memory handed out by alloc() (called by DeviceBuffer).
+  virtual void free(void* data) noexcept = 0;
+  friend class DeviceBuffer;
+};
+
+}  // namespace quarry::engine

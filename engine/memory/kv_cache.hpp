@@ -1,0 +1,136 @@
+// Paged KV cache (vLLM PagedAttention, Kwon et al. 2023) with automatic prefix caching: fixed-size
+// blocks of tokens, per-sequence block tables, reference-counted blocks handed out by a block
+// allocator, and full blocks of committed tokens kept after their sequences end so that a later
+// sequence starting with the same tokens reuses them instead of recomputing them.
+//
+// Storage: the K/V data of the blocks lives in the KvStorage of the backend that computes on it
+// (engine/backend/backend.hpp; its layout is the backend's). This class does the bookkeeping only:
+// which blocks each sequence holds, their reference counts (engine/memory/block_pool.hpp) and prefix
+// keys. Blocks never move, so block tables hold stable block ids; the storage grows as blocks are
+// first handed out (KvStorage::ensure_blocks), up to max_blocks.
+//
+// Hybrid models (Gated DeltaNet + attention) will keep their recurrent state per sequence beside this
+// paged cache; the sequence operations here (create / fork / free / truncate) are the ones that state
+// must follow.
+//
+// Prefix caching (vLLM automatic prefix caching, "hash of a block = hash(parent block hash, block
+// tokens, extra keys)"; SGLang RadixAttention is the tree-shaped equivalent):
+//   * a block whose every position holds a committed token (prompt, or output already accepted --
+//     never a speculative draft) gets a key: a 64-bit hash chained over (hash of the previous block of
+//     the sequence, the block's token ids), seeded with a salt that identifies the model and the KV
+//     shape, so that two models never share blocks (commit());
+//   * the key indexes a hash table; lookups walk a new sequence's full blocks from the first and stop
+//     at the first miss. Every hit is verified against the stored token ids and parent key, so a
+//     64-bit hash collision makes a miss, never a wrong reuse;
+//   * a hashed block whose reference count falls to zero keeps its contents and key and joins an LRU
+//     list of evictable blocks; a hit revives it (reference count 1 again). The allocator hands out
+//     never-used or unhashed free blocks first, then evicts the least recently released cached block.
+//   * a sequence releases its blocks last-first, so the tail of a prefix is evicted before its head.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend/backend.hpp"
+#include "engine/core/types.hpp"
+#include "engine/memory/block_pool.hpp"
+
+namespace quarry::engine {
+
+
+/// Prefix-cache settings of a KvCache.
+struct PrefixCacheOptions {
+  bool enabled = true;  ///< false: blocks are freed at reference count zero and never shared by hash
+  /// Seed of every hash chain: identifies what produced the K/V (model weights and config). The
+  /// cache mixes the KV shape in itself. Two caches with different salts never produce equal keys.
+  std::uint64_t salt = 0;
+};
+
+/// The cache: the block table of every live sequence, the block pool, and the backend's block storage.
+class KvCache {
+ public:
+  /// Bookkeeping over `storage` (made by the backend for `spec` and at least ceil(max_tokens /
+  /// block_size) blocks; may be null for bookkeeping alone, e.g. in scheduler tests). max_tokens bounds
+  /// memory: ceil(max_tokens / block_size) blocks at most. Throws std::invalid_argument on an empty
+  /// shape or a storage of another spec.
+  KvCache(const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOptions& prefix = {},
+          std::unique_ptr<KvStorage> storage = nullptr);
+  /// The same with the storage made by `backend`.
+  KvCache(Backend& backend, const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOptions& prefix = {});
+
+  const KvSpec& spec() const { return shape_; }
+  const PrefixCacheOptions& prefix_options() const { return prefix_; }
+  /// Bytes one token occupies over all layers (K and V).
+  std::size_t bytes_per_token() const { return shape_.bytes_per_token(); }
+  /// Bytes of one block (block_size tokens).
+  std::size_t bytes_per_block() const { return bytes_per_token() * shape_.block_size; }
+  /// Blocks needed to hold n_tokens positions.
+  std::size_t blocks_for(std::size_t n_tokens) const { return (n_tokens + shape_.block_size - 1) / shape_.block_size; }
+
+  /// A new empty sequence.
+  SeqId create_sequence();
+  /// A new sequence sharing all of `src`'s blocks (reference counts +1); the caller must not write
+  /// into a shared partial block.
+  SeqId fork_sequence(SeqId src);
+  /// Releases the sequence's blocks (last first). Unknown ids are ignored.
+  void free_sequence(SeqId id);
+  /// Makes the sequence's block table cover n_tokens positions (allocating blocks, evicting cached
+  /// ones if needed). Returns false, changing nothing, if too few blocks can be handed out.
+  bool reserve(SeqId id, std::size_t n_tokens);
+  /// Drops positions >= n_tokens (releasing whole blocks past it): rollback of rejected drafts.
+  /// Throws std::logic_error if that would drop a position of a committed (keyed) block.
+  void truncate(SeqId id, std::size_t n_tokens);
+  /// Block ids of the sequence, in position order (position p lives in block p / block_size).
+  /// Throws std::out_of_range on an unknown id.
+  const std::vector<BlockId>& block_table(SeqId id) const;
+  /// Positions covered by the block table (multiple of block_size).
+  std::size_t capacity(SeqId id) const { return block_table(id).size() * shape_.block_size; }
+
+  // ---- prefix caching ----
+  /// Keys of the full blocks of `tokens` (tokens.size() / block_size of them), chained from the salt.
+  std::vector<BlockHash> block_hashes(std::span<const TokenId> tokens) const;
+  /// The cached blocks holding the longest prefix of `tokens` made of whole blocks, at most
+  /// `max_blocks` of them (`hashes`: block_hashes(tokens) or a prefix of it). Changes nothing.
+  /// Empty when prefix caching is off.
+  std::vector<BlockId> match_prefix(std::span<const TokenId> tokens, std::span<const BlockHash> hashes,
+                                    std::size_t max_blocks) const;
+  /// Of `blocks` (from match_prefix): how many are unreferenced, i.e. leave the free pool when retained.
+  std::size_t n_unreferenced(std::span<const BlockId> blocks) const;
+  /// Puts `blocks` (from match_prefix, with their hashes) at the start of the empty sequence `id`,
+  /// retaining each; the sequence then holds blocks.size() * block_size committed positions. Throws
+  /// std::logic_error if the sequence is not empty.
+  void attach_prefix(SeqId id, std::span<const BlockId> blocks, std::span<const BlockHash> hashes);
+  /// Declares the sequence's first tokens.size() positions committed (their K/V written and final):
+  /// every full block among them not keyed yet gets its key and becomes shareable. No-op when prefix
+  /// caching is off. `tokens` are the sequence's token ids from position 0.
+  void commit(SeqId id, std::span<const TokenId> tokens);
+  /// Number of leading blocks of the sequence that are committed (keyed or attached).
+  std::size_t n_committed_blocks(SeqId id) const;
+
+  /// The K/V block storage (throws std::logic_error on a bookkeeping-only cache).
+  KvStorage& storage();
+  const KvStorage& storage() const;
+
+  const BlockAllocator& allocator() const { return alloc_; }
+
+ private:
+  struct SeqState {
+    std::vector<BlockId> table;
+    std::size_t n_committed = 0;  ///< leading blocks whose keys are known
+    BlockHash last_hash = 0;      ///< key of block n_committed - 1 (the salt-derived root if none)
+  };
+  BlockHash root_hash() const;
+  SeqState& state(SeqId id);
+  KvSpec shape_;
+  PrefixCacheOptions prefix_;
+  BlockAllocator alloc_;
+  std::unique_ptr<KvStorage> storage_;
+  std::unordered_map<SeqId, SeqState> seqs_;
+  SeqId next_id_ = 0;
+};
+
+}  // namespace quarry::engine

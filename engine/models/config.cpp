@@ -1,0 +1,124 @@
+#include "engine/models/config.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace quarry::engine {
+
+std::size_t ModelConfig::rotary_dim() const {
+  auto d = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  return d & ~std::size_t{1};
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& origin, const std::string& why) {
+  throw std::runtime_error(origin + ": " + why);
+}
+
+std::size_t get_size(const nlohmann::json& j, const char* key, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) fail(origin, std::string("missing required key \"") + key + "\"");
+  if (!it->is_number_integer() || it->get<std::int64_t>() <= 0)
+    fail(origin, std::string("key \"") + key + "\" must be a positive integer");
+  return it->get<std::size_t>();
+}
+
+template <typename T>
+T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(origin, std::string("key \"") + key + "\" has the wrong type");
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(origin, std::string("malformed JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(origin, "expected a JSON object");
+  ModelConfig c;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    c.architecture = (*it)[0].get<std::string>();
+  c.model_type = get_or<std::string>(j, "model_type", "", origin);
+  if (c.architecture.empty() && c.model_type.empty()) fail(origin, "neither \"architectures\" nor \"model_type\" is set");
+  c.vocab_size = get_size(j, "vocab_size", origin);
+  c.hidden_size = get_size(j, "hidden_size", origin);
+  c.intermediate_size = get_size(j, "intermediate_size", origin);
+  c.num_hidden_layers = get_size(j, "num_hidden_layers", origin);
+  c.num_attention_heads = get_size(j, "num_attention_heads", origin);
+  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                              ? get_size(j, "num_key_value_heads", origin)
+                              : c.num_attention_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? get_size(j, "head_dim", origin)
+                                                                   : c.hidden_size / c.num_attention_heads;
+  c.max_position_embeddings = get_or<std::size_t>(j, "max_position_embeddings", 0, origin);
+  c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, origin);
+  c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+  c.attention_bias = get_or<bool>(j, "attention_bias", false, origin);
+  c.hidden_act = get_or<std::string>(j, "hidden_act", "silu", origin);
+  c.torch_dtype = get_or<std::string>(j, "dtype", get_or<std::string>(j, "torch_dtype", "", origin), origin);
+  c.partial_rotary_factor = get_or<double>(j, "partial_rotary_factor", 1.0, origin);
+  c.bos_token_id = get_or<std::int64_t>(j, "bos_token_id", -1, origin);
+  if (auto it = j.find("eos_token_id"); it != j.end()) {
+    if (it->is_number_integer()) c.eos_token_ids.push_back(it->get<std::int64_t>());
+    else if (it->is_array())
+      for (const auto& e : *it)
+        if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<std::int64_t>());
+  }
+
+  // RoPE: transformers 4.x keeps rope_theta at the top level and rope_scaling (or null) beside it;
+  // 5.x nests {rope_theta, rope_type, partial_rotary_factor?} under rope_parameters.
+  c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, origin);
+  const nlohmann::json* rope = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) rope = &*it;
+  else if (auto it2 = j.find("rope_scaling"); it2 != j.end() && it2->is_object()) rope = &*it2;
+  if (rope) {
+    c.rope_theta = get_or<double>(*rope, "rope_theta", c.rope_theta, origin);
+    c.rope_type = get_or<std::string>(*rope, "rope_type", get_or<std::string>(*rope, "type", "default", origin), origin);
+    c.partial_rotary_factor = get_or<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor, origin);
+  }
+
+  c.mtp_num_hidden_layers = get_or<std::size_t>(j, "mtp_num_hidden_layers", 0, origin);
+  c.num_nextn_predict_layers = get_or<std::size_t>(j, "num_nextn_predict_layers", 0, origin);
+  c.mtp_hidden_state = get_or<std::string>(j, "mtp_hidden_state", "post_norm", origin);
+  c.mtp_trained_depths = get_or<std::size_t>(j, "mtp_trained_depths", 0, origin);
+  if (c.mtp_num_hidden_layers > 1)
+    fail(origin, "mtp_num_hidden_layers " + std::to_string(c.mtp_num_hidden_layers) + " is not supported (0 or 1)");
+  if (c.mtp_num_hidden_layers > 0 && c.num_nextn_predict_layers > 0)
+    fail(origin, "both mtp_num_hidden_layers and num_nextn_predict_layers are set (one MTP layout only)");
+  if (c.mtp_hidden_state != "post_norm" && c.mtp_hidden_state != "pre_norm")
+    fail(origin, "mtp_hidden_state must be \"post_norm\" or \"pre_norm\", not \"" + c.mtp_hidden_state + "\"");
+
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail(origin, "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  if (c.rope_type != "default")
+    fail(origin, "unsupported rope_type \"" + c.rope_type + "\" (supported: default)");
+  if (!(c.partial_rotary_factor > 0.0 && c.partial_rotary_factor <= 1.0))
+    fail(origin, "partial_rotary_factor must be in (0, 1]");
+  if (c.rotary_dim() == 0) fail(origin, "rotary dimension is zero");
+  if (!(c.rope_theta > 0.0)) fail(origin, "rope_theta must be positive");
+  if (c.hidden_act != "silu") fail(origin, "unsupported hidden_act \"" + c.hidden_act + "\" (supported: silu)");
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open (missing or unreadable)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config(ss.str(), path.string());
+}
+
+}  // namespace quarry::engine

@@ -1,0 +1,63 @@
+// Model hyper-parameters read from a Hugging Face config.json (transformers 4.x and 5.x layouts).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/core/types.hpp"
+
+namespace quarry::engine {
+
+
+/// Decoder-only transformer hyper-parameters. Field names follow Hugging Face config keys.
+struct ModelConfig {
+  std::string architecture;      ///< architectures[0], e.g. "Qwen3ForCausalLM"
+  std::string model_type;        ///< e.g. "qwen3"
+  std::size_t vocab_size = 0;
+  std::size_t hidden_size = 0;
+  std::size_t intermediate_size = 0;
+  std::size_t num_hidden_layers = 0;
+  std::size_t num_attention_heads = 0;
+  std::size_t num_key_value_heads = 0;  ///< defaults to num_attention_heads (MHA)
+  std::size_t head_dim = 0;             ///< defaults to hidden_size / num_attention_heads
+  std::size_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;          ///< top-level (4.x) or rope_parameters.rope_theta (5.x)
+  std::string rope_type = "default";    ///< only "default" is supported so far
+  double partial_rotary_factor = 1.0;   ///< fraction of head_dim that RoPE rotates
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  std::string hidden_act = "silu";
+  std::string torch_dtype;              ///< "dtype" (5.x) or "torch_dtype" (4.x); informational
+  std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id as int or list (may be empty)
+  std::int64_t bos_token_id = -1;
+
+  // Multi-token prediction (MTP) heads (ARCHITECTURE.md "MTP").
+  /// Qwen3-Next / Qwen3.5 layout: decoder layers of the one `mtp.*` module (0: none; only 1 is supported).
+  std::size_t mtp_num_hidden_layers = 0;
+  /// DeepSeek-V3 layout: number of MTP modules, stored as model.layers.{num_hidden_layers + k}.*.
+  std::size_t num_nextn_predict_layers = 0;
+  /// Which main-model hidden state feeds the MTP module: "post_norm" (after model.norm; vLLM) or
+  /// "pre_norm" (before it; llama.cpp, mlx-lm). Default post_norm.
+  std::string mtp_hidden_state = "post_norm";
+  /// Draft depths the module was trained for (recursive use); 0 when the config does not say.
+  std::size_t mtp_trained_depths = 0;
+
+  /// True if the config declares an MTP module of either layout.
+  bool has_mtp() const { return mtp_num_hidden_layers > 0 || num_nextn_predict_layers > 0; }
+
+  /// Number of leading dimensions of each head that RoPE rotates (even).
+  std::size_t rotary_dim() const;
+};
+
+/// Parses config.json. Throws std::runtime_error naming `path` and the key on a missing file,
+/// malformed JSON, a missing required key or an inconsistent value (e.g. heads not divisible by
+/// kv heads, odd rotary dim, unsupported rope_type).
+ModelConfig load_model_config(const std::filesystem::path& path);
+
+/// Same, from JSON text; `origin` names the source in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
+
+}  // namespace quarry::engine

@@ -1,0 +1,200 @@
+#include "engine/models/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace quarry::engine::layers {
+
+namespace {
+
+float widen(const void* data, DType type, std::size_t i) {
+  switch (type) {
+    case DType::f32: return static_cast<const float*>(data)[i];
+    case DType::bf16: {
+      const std::uint32_t u = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(data)[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case DType::f16: {
+      const std::uint16_t h = static_cast<const std::uint16_t*>(data)[i];
+      std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+      if (exp == 0) {
+        if (mant == 0) {
+          u = sign;
+        } else {
+          exp = 127 - 15 + 1;
+          while ((mant & 0x400u) == 0) {
+            mant <<= 1;
+            --exp;
+          }
+          u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+        }
+      } else if (exp == 31) {
+        u = sign | 0x7f800000u | (mant << 13);
+      } else {
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+      }
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace
+
+std::unique_ptr<Weight> WeightLoader::matrix(const std::string& name, std::size_t rows, std::size_t cols,
+                                             WeightUse use) const {
+  const TensorView& t = store_.get(name, {rows, cols});
+  return backend_.load_matrix(t.data, t.dtype, rows, cols, use, compute_);
+}
+
+DeviceBuffer WeightLoader::vector(const std::string& name, std::size_t n) const {
+  const TensorView& t = store_.get(name, {n});
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = widen(t.data, t.dtype, i);
+  return backend_.load_vector(v);
+}
+
+std::size_t AttentionWeights::bytes() const {
+  return wq->bytes() + wk->bytes() + wv->bytes() + wo->bytes() +
+         input_norm.bytes() + q_norm.bytes() + k_norm.bytes();
+}
+
+std::size_t MlpWeights::bytes() const { return w_gate->bytes() + w_up->bytes() + w_down->bytes() + post_norm.bytes(); }
+
+AttentionWeights load_attention(const WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  const std::size_t H = c.hidden_size, D = c.head_dim;
+  const std::size_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
+  AttentionWeights a;
+  a.input_norm = w.vector(p + "input_layernorm.weight", H);
+  a.q_norm = w.vector(p + "self_attn.q_norm.weight", D);
+  a.k_norm = w.vector(p + "self_attn.k_norm.weight", D);
+  a.wq = w.matrix(p + "self_attn.q_proj.weight", QD, H);
+  a.wk = w.matrix(p + "self_attn.k_proj.weight", KD, H);
+  a.wv = w.matrix(p + "self_attn.v_proj.weight", KD, H);
+  a.wo = w.matrix(p + "self_attn.o_proj.weight", H, QD);
+  return a;
+}
+
+MlpWeights load_swiglu(const WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  const std::size_t H = c.hidden_size, I = c.intermediate_size;
+  MlpWeights m;
+  m.post_norm = w.vector(p + "post_attention_layernorm.weight", H);
+  m.w_gate = w.matrix(p + "mlp.gate_proj.weight", I, H);
+  m.w_up = w.matrix(p + "mlp.up_proj.weight", I, H);
+  m.w_down = w.matrix(p + "mlp.down_proj.weight", H, I);
+  return m;
+}
+
+DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c) {
+  DecoderLayerWeights d;
+  d.attn = load_attention(w, prefix, c);
+  d.mlp = load_swiglu(w, prefix, c);
+  return d;
+}
+
+float* Workspace::get(std::size_t slot, std::size_t floats) {
+  if (slots_.size() <= slot) slots_.resize(slot + 1);
+  DeviceBuffer& b = slots_[slot];
+  const std::size_t bytes = std::max<std::size_t>(floats, 1) * sizeof(float);
+  if (b.bytes() < bytes) {
+    b = DeviceBuffer();  // free first: the peak is the new size, not both
+    b = backend_.alloc(bytes + bytes / 4);
+  }
+  return b.as<float>();
+}
+
+RopeTables rope_tables(Backend& b, Workspace& ws, const ForwardBatch& batch, const float* inv_freq,
+                       std::size_t rotary_dim) {
+  const std::size_t n = batch.size() * (rotary_dim / 2);
+  RopeTables r;
+  r.rotary_dim = rotary_dim;
+  float* cos = ws.get(kCos, n);
+  float* sin = ws.get(kSin, n);
+  b.rope_angles(batch.staged(), inv_freq, rotary_dim, cos, sin);
+  r.cos = cos;
+  r.sin = sin;
+  return r;
+}
+
+void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,
+                     float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope) {
+  const std::size_t T = batch.size(), H = c.hidden_size, D = c.head_dim;
+  const std::size_t NH = c.num_attention_heads, NKV = c.num_key_value_heads;
+  const std::size_t QD = NH * D, KD = NKV * D;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  float* h = ws.get(kH, T * H);
+  float* q = ws.get(kQ, T * QD);
+  float* k = ws.get(kK, T * KD);
+  float* v = ws.get(kV, T * KD);
+  float* attn = ws.get(kAttn, T * QD);
+  b.rms_norm(x, h, T, H, H, w.input_norm.as<float>(), eps);
+  b.matmul(h, T, H, *w.wq, QD, q, QD);
+  b.matmul(h, T, H, *w.wk, KD, k, KD);
+  b.matmul(h, T, H, *w.wv, KD, v, KD);
+  b.rms_norm(q, q, T * NH, D, D, w.q_norm.as<float>(), eps);
+  b.rms_norm(k, k, T * NKV, D, D, w.k_norm.as<float>(), eps);
+  b.rope(q, T, NH, D, QD, rope.rotary_dim, rope.cos, rope.sin);
+  b.rope(k, T, NKV, D, KD, rope.rotary_dim, rope.cos, rope.sin);
+  b.kv_store(k, v, KD, batch.staged(), kv.storage(), kv_layer);
+  b.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), kv_layer, scale);
+  b.matmul(attn, T, QD, *w.wo, H, h, H);
+  b.add(x, h, T * H);
+}
+
+void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T) {
+  const std::size_t H = c.hidden_size, I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* h = ws.get(kH, T * H);
+  float* gate = ws.get(kGate, T * I);
+  float* up = ws.get(kUp, T * I);
+  b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
+  b.matmul(h, T, H, *w.w_gate, I, gate, I);
+  b.matmul(h, T, H, *w.w_up, I, up, I);
+  b.silu_mul(gate, I, up, I, gate, I, T, I);
+  b.matmul(gate, T, I, *w.w_down, H, h, H);
+  b.add(x, h, T * H);
+}
+
+void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
+                   float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope) {
+  attention_block(b, ws, w.attn, c, kv_layer, x, batch, kv, rope);
+  swiglu_block(b, ws, w.mlp, c, x, batch.size());
+}
+
+bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* norm, float eps, const float* states,
+             std::size_t hidden, const ForwardBatch& batch, float* sel, float* logits,
+             std::span<const std::uint32_t> lm_head_groups, std::span<const std::vector<std::int32_t>> candidates) {
+  const std::size_t n_out = batch.n_logits();
+  if (n_out == 0 || logits == nullptr) return false;
+  b.gather_rows(sel, hidden, states, hidden, batch.staged().logit_rows, n_out, hidden);
+  if (norm) b.rms_norm(sel, sel, n_out, hidden, hidden, norm, eps);
+  if (!lm_head_groups.empty() && n_rows == head.rows && b.supports_matmul_groups(head)) {
+    // Only the groups of 16 LM-head rows that hold an allowed id (the same tiles as the full product).
+    b.fill(logits, n_out * n_rows, -std::numeric_limits<float>::infinity());
+    b.matmul_groups(sel, n_out, hidden, head, lm_head_groups, logits, n_rows);
+    return true;
+  }
+  const bool few = candidates.size() == n_out &&
+                   std::all_of(candidates.begin(), candidates.end(), [](const auto& ids) { return !ids.empty(); });
+  if (few) {
+    for (const auto& ids : candidates)
+      for (const auto id : ids)
+        if (id < 0 || static_cast<std::size_t>(id) >= n_rows)
+          throw std::invalid_argument("lm_head: candidate token id " + std::to_string(id) +
+                                      " outside the draft vocabulary");
+    b.matmul_ids(sel, n_out, hidden, head, candidates, logits, n_rows);
+    return false;
+  }
+  b.matmul(sel, n_out, hidden, head, n_rows, logits, n_rows);
+  return false;
+}
+
+}  // namespace quarry::engine::layers

@@ -1,0 +1,114 @@
+// Shared layer builders of the architectures (llama.cpp's per-architecture files over common graph
+// builders): weight loading onto a backend, the attention block, the SwiGLU MLP, the MTP module's
+// input, the LM head. Each builder issues Backend ops only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.hpp"
+#include "engine/memory/kv_cache.hpp"
+#include "engine/models/config.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/safetensors.hpp"
+
+namespace quarry::engine::layers {
+
+/// Loads a checkpoint's tensors onto a backend, checking names and shapes (TensorStore::get).
+class WeightLoader {
+ public:
+  WeightLoader(const TensorStore& store, Backend& backend, Compute compute)
+      : store_(store), backend_(backend), compute_(compute) {}
+  /// The matrix `name` of shape [rows, cols], in its stored dtype. Throws std::runtime_error naming the
+  /// checkpoint and the tensor when it is missing or mis-shaped.
+  std::unique_ptr<Weight> matrix(const std::string& name, std::size_t rows, std::size_t cols,
+                                 WeightUse use = WeightUse::matmul) const;
+  /// The vector `name` of n elements, widened to f32 (norm weights: tiny).
+  DeviceBuffer vector(const std::string& name, std::size_t n) const;
+  bool has(const std::string& name) const { return store_.has(name); }
+  const TensorStore& store() const { return store_; }
+  Backend& backend() const { return backend_; }
+  Compute compute() const { return compute_; }
+
+ private:
+  const TensorStore& store_;
+  Backend& backend_;
+  Compute compute_;
+};
+
+/// The attention part of a decoder layer (Qwen3: q/k RMSNorm over head_dim, no bias).
+struct AttentionWeights {
+  DeviceBuffer input_norm, q_norm, k_norm;  ///< f32 [hidden], [head_dim], [head_dim]
+  std::unique_ptr<Weight> wq, wk, wv, wo;
+  std::size_t bytes() const;
+};
+
+/// The SwiGLU MLP of a decoder layer.
+struct MlpWeights {
+  DeviceBuffer post_norm;  ///< f32 [hidden]
+  std::unique_ptr<Weight> w_gate, w_up, w_down;
+  std::size_t bytes() const;
+};
+
+struct DecoderLayerWeights {
+  AttentionWeights attn;
+  MlpWeights mlp;
+  std::size_t bytes() const { return attn.bytes() + mlp.bytes(); }
+};
+
+/// `prefix` + self_attn.{q,k,v,o}_proj, q_norm, k_norm, input_layernorm (HF Qwen3 names).
+AttentionWeights load_attention(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+/// `prefix` + mlp.{gate,up,down}_proj, post_attention_layernorm.
+MlpWeights load_swiglu(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+/// Both.
+DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+
+/// Activation buffers of forward calls in the backend's memory, grown to the largest batch seen.
+class Workspace {
+ public:
+  explicit Workspace(Backend& backend) : backend_(backend) {}
+  /// A buffer of at least `floats` f32 values for slot `slot` (contents kept only while it does not grow).
+  float* get(std::size_t slot, std::size_t floats);
+
+ private:
+  Backend& backend_;
+  std::vector<DeviceBuffer> slots_;
+};
+
+/// Slots of Workspace used by the builders below (a model may use others from kFirstFreeSlot on).
+enum Slot : std::size_t { kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin, kFirstFreeSlot };
+
+/// The RoPE tables of a batch: cos/sin [n_tokens, rotary_dim / 2] (computed once per forward call and
+/// shared by every layer).
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  std::size_t rotary_dim = 0;
+};
+RopeTables rope_tables(Backend& b, Workspace& ws, const ForwardBatch& batch, const float* inv_freq,
+                       std::size_t rotary_dim);
+
+/// x [T, hidden] += o_proj(attention(RoPE(q_norm(q_proj(h))), RoPE(k_norm(k_proj(h))), v_proj(h))) with
+/// h = input_norm(x), K/V stored into KV layer `kv_layer` (HF Qwen3Attention, GQA, causal, paged).
+void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,
+                     float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
+/// x [T, hidden] += down_proj(silu(gate_proj(h)) * up_proj(h)) with h = post_norm(x) (HF Qwen3MLP).
+void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T);
+/// One decoder layer: attention_block then swiglu_block.
+void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
+                   float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
+
+/// The LM head over the batch rows that want logits: rows of `states` [T, hidden] gathered, normed by
+/// `norm` (null: already normed), then logits [n_logits, ld] = rows . head[0:n_rows]^T, or the ids of
+/// `lm_head_groups` only (bit-identical, -infinity elsewhere) where the backend supports it, or the ids
+/// of `candidates` only (dot products, -infinity elsewhere) when every row has some. `sel` is scratch of
+/// [n_logits, hidden]. Returns true if the groups restriction was applied.
+bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* norm, float eps, const float* states,
+             std::size_t hidden, const ForwardBatch& batch, float* sel, float* logits,
+             std::span<const std::uint32_t> lm_head_groups, std::span<const std::vector<std::int32_t>> candidates);
+
+}  // namespace quarry::engine::layers

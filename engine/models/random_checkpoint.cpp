@@ -1,0 +1,200 @@
+#include "engine/models/random_checkpoint.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numbers>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "engine/core/rng.hpp"
+
+namespace quarry::engine {
+
+namespace {
+
+nlohmann::json qwen3_base() {
+  return {{"architectures", {"Qwen3ForCausalLM"}},
+          {"model_type", "qwen3"},
+          {"attention_bias", false},
+          {"attention_dropout", 0.0},
+          {"hidden_act", "silu"},
+          {"initializer_range", 0.02},
+          {"rms_norm_eps", 1e-6},
+          {"rope_parameters", {{"rope_theta", 1000000.0}, {"rope_type", "default"}}},
+          {"use_cache", true},
+          {"use_sliding_window", false},
+          {"sliding_window", nullptr},
+          {"vocab_size", 151936},
+          {"bos_token_id", 151643},
+          {"eos_token_id", 151645},
+          {"tie_word_embeddings", true},
+          {"max_position_embeddings", 40960}};
+}
+
+std::uint16_t f32_to_bf16(float f) {  // round to nearest even
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+std::uint16_t f32_to_f16(float f) {  // round to nearest even; values here are small, no inf/nan
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  int exp = static_cast<int>((u >> 23) & 0xffu) - 127 + 15;
+  std::uint32_t mant = u & 0x7fffffu;
+  if (exp >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<std::uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - exp;
+    std::uint32_t h = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  std::uint32_t h = (static_cast<std::uint32_t>(exp) << 10) | (mant >> 13);
+  const std::uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+struct Spec {
+  std::string name;
+  std::vector<std::size_t> shape;
+  bool norm;  // ones instead of noise
+};
+
+}  // namespace
+
+std::string preset_config_json(const std::string& name) {
+  nlohmann::json j = qwen3_base();
+  auto set = [&](std::size_t h, std::size_t inter, std::size_t layers, std::size_t heads, std::size_t kv,
+                 std::size_t hd) {
+    j["hidden_size"] = h;
+    j["intermediate_size"] = inter;
+    j["num_hidden_layers"] = layers;
+    j["num_attention_heads"] = heads;
+    j["num_key_value_heads"] = kv;
+    j["head_dim"] = hd;
+    j["max_window_layers"] = layers;
+  };
+  if (name == "tiny") set(64, 128, 2, 4, 2, 16);
+  else if (name == "qwen3-0.6b") set(1024, 3072, 28, 16, 8, 128);
+  else if (name == "qwen3-4b") set(2560, 9728, 36, 32, 8, 128);
+  else throw std::invalid_argument("unknown checkpoint preset \"" + name + "\" (tiny, qwen3-0.6b, qwen3-4b)");
+  return j.dump(2);
+}
+
+void write_random_checkpoint(const std::string& config_json, const std::filesystem::path& out_dir, DType dtype,
+                             std::uint64_t seed) {
+  const ModelConfig c = parse_model_config(config_json, "checkpoint config");
+  std::filesystem::create_directories(out_dir);
+  nlohmann::json cfg = nlohmann::json::parse(config_json);
+  cfg["dtype"] = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
+  cfg.erase("torch_dtype");
+  {
+    std::ofstream out(out_dir / "config.json");
+    out << cfg.dump(2) << "\n";
+    if (!out) throw std::runtime_error((out_dir / "config.json").string() + ": write failed");
+  }
+  const double std_dev = cfg.value("initializer_range", 0.02);
+
+  const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  std::vector<Spec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, false});
+  auto decoder_layer = [&](const std::string& p) {
+    specs.push_back({p + "input_layernorm.weight", {H}, true});
+    specs.push_back({p + "post_attention_layernorm.weight", {H}, true});
+    specs.push_back({p + "self_attn.q_norm.weight", {D}, true});
+    specs.push_back({p + "self_attn.k_norm.weight", {D}, true});
+    specs.push_back({p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H}, false});
+    specs.push_back({p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H}, false});
+    specs.push_back({p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H}, false});
+    specs.push_back({p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D}, false});
+    specs.push_back({p + "mlp.gate_proj.weight", {I, H}, false});
+    specs.push_back({p + "mlp.up_proj.weight", {I, H}, false});
+    specs.push_back({p + "mlp.down_proj.weight", {H, I}, false});
+  };
+  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) decoder_layer("model.layers." + std::to_string(l) + ".");
+  specs.push_back({"model.norm.weight", {H}, true});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}, false});
+  if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5 MTP layout
+    specs.push_back({"mtp.fc.weight", {H, 2 * H}, false});
+    specs.push_back({"mtp.pre_fc_norm_embedding.weight", {H}, true});
+    specs.push_back({"mtp.pre_fc_norm_hidden.weight", {H}, true});
+    decoder_layer("mtp.layers.0.");
+    specs.push_back({"mtp.norm.weight", {H}, true});
+  }
+  for (std::size_t k = 0; k < c.num_nextn_predict_layers; ++k) {  // DeepSeek-V3 MTP layout
+    const std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k) + ".";
+    specs.push_back({p + "eh_proj.weight", {H, 2 * H}, false});
+    specs.push_back({p + "enorm.weight", {H}, true});
+    specs.push_back({p + "hnorm.weight", {H}, true});
+    decoder_layer(p);
+    specs.push_back({p + "shared_head.norm.weight", {H}, true});
+  }
+
+  const std::size_t esize = dtype_size(dtype);
+  const char* st_dtype = dtype == DType::bf16 ? "BF16" : dtype == DType::f16 ? "F16" : "F32";
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  std::size_t offset = 0;
+  for (const auto& s : specs) {
+    std::size_t n = 1;
+    for (auto d : s.shape) n *= d;
+    header[s.name] = {{"dtype", st_dtype}, {"shape", s.shape}, {"data_offsets", {offset, offset + n * esize}}};
+    offset += n * esize;
+  }
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8 != 0) h += ' ';  // align the data block to 8 bytes, as the reference writer
+  const auto path = out_dir / "model.safetensors";
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(path.string() + ": cannot create");
+  std::uint64_t hl = h.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(hl >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+
+  Rng rng(seed);
+  std::vector<char> buf;
+  constexpr std::size_t kChunk = 1 << 20;
+  for (const auto& s : specs) {
+    std::size_t n = 1;
+    for (auto d : s.shape) n *= d;
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t m = std::min(kChunk, n - done);
+      buf.resize(m * esize);
+      for (std::size_t i = 0; i < m; i += 2) {
+        float v0 = 1.f, v1 = 1.f;
+        if (!s.norm) {  // Box-Muller: two normals from two uniforms
+          const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+          const double r = std::sqrt(-2.0 * std::log(u1)) * std_dev;
+          v0 = static_cast<float>(r * std::cos(2 * std::numbers::pi * u2));
+          v1 = static_cast<float>(r * std::sin(2 * std::numbers::pi * u2));
+        }
+        for (std::size_t k = 0; k < 2 && i + k < m; ++k) {
+          const float v = k ? v1 : v0;
+          char* dst = buf.data() + (i + k) * esize;
+          if (dtype == DType::f32) std::memcpy(dst, &v, 4);
+          else {
+            const std::uint16_t b = dtype == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+            std::memcpy(dst, &b, 2);
+          }
+        }
+      }
+      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+      done += m;
+    }
+  }
+  out.close();
+  if (!out) throw std::runtime_error(path.string() + ": write failed");
+}
+
+}  // namespace quarry::engine

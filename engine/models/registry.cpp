@@ -1,0 +1,27 @@
+#include "engine/models/registry.hpp"
+
+#include <array>
+
+namespace quarry::engine {
+
+namespace {
+const std::array<Architecture, 1> kArchitectures = {{
+    {"Qwen3ForCausalLM", "qwen3", &make_qwen3},
+}};
+}  // namespace
+
+std::span<const Architecture> architectures() { return kArchitectures; }
+
+const Architecture* find_architecture(const ModelConfig& config) {
+  for (const auto& a : kArchitectures)
+    if (config.architecture == a.name || (config.architecture.empty() && config.model_type == a.model_type)) return &a;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (const auto& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+}  // namespace quarry::engine
