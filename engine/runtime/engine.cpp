@@ -135,8 +135,8 @@ std::shared_ptr<TokenConstraint> Engine::json_schema_constraint(std::string_view
   return structured_->json_schema_constraint(schema_text, lenient);
 }
 
-std::vector<std::string> Engine::json_schema_warnings(std::string_view schema_text) {
-  return structured_->json_schema_warnings(schema_text);
+JsonSchemaNotes Engine::json_schema_notes(std::string_view schema_text, bool lenient) {
+  return structured_->json_schema_notes(schema_text, lenient);
 }
 
 // ---------------------------------------------------------------- requests

@@ -123,6 +123,12 @@ struct GenerationResult {
   RequestStats stats;
 };
 
+/// What a compiled JSON Schema leaves to a validator after generation ("<pointer>: <message>" each).
+struct JsonSchemaNotes {
+  std::vector<std::string> warnings;        ///< keywords ignored while decoding (lenient compile)
+  std::vector<std::string> not_enforced;    ///< constraints the grammar does not enforce exactly
+};
+
 /// Handle of a submitted request (unique per Engine, from 1).
 using RequestId = std::uint64_t;
 
@@ -195,10 +201,9 @@ class Engine {
   /// A fresh constraint for `schema_text` (compiled once per schema text and options, then cached).
   /// Throws std::invalid_argument with the compiler's message if the schema cannot be compiled.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
-  /// Compiles `schema_text` leniently (cached) and returns the keywords the grammar does not enforce
-  /// while decoding ("<pointer>: <message>"; a validator must check them after). Throws like
-  /// json_schema_constraint().
-  std::vector<std::string> json_schema_warnings(std::string_view schema_text);
+  /// What the compiled grammar of `schema_text` leaves to a validator (compiled as
+  /// json_schema_constraint(schema_text, lenient) compiles it, cached). Throws like it.
+  JsonSchemaNotes json_schema_notes(std::string_view schema_text, bool lenient = false);
 
  private:
   void validate(const GenerationRequest& r) const;

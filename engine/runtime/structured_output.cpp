@@ -51,11 +51,12 @@ std::shared_ptr<TokenConstraint> StructuredOutput::json_schema_constraint(std::s
   }
 }
 
-std::vector<std::string> StructuredOutput::json_schema_warnings(std::string_view schema_text) {
-  json_schema_constraint(schema_text, /*lenient=*/true);  // compiles (and caches) the grammar
+JsonSchemaNotes StructuredOutput::json_schema_notes(std::string_view schema_text, bool lenient) {
+  json_schema_constraint(schema_text, lenient);  // checks and compiles (and caches) the grammar
   grammar::SchemaOptions opt;
-  opt.lenient = true;
-  return compiler_->compile_json_schema(schema_text, opt)->meta().warnings;
+  opt.lenient = lenient;
+  const auto& meta = compiler_->compile_json_schema(schema_text, opt)->meta();
+  return {meta.warnings, meta.post_validation};
 }
 
 std::span<const std::vector<std::uint32_t>> StructuredOutput::step_masks(Sequence& s) {

@@ -36,9 +36,8 @@ class StructuredOutput {
   /// A fresh constraint for `schema_text`. Throws std::invalid_argument with the compiler's message if
   /// the schema cannot be compiled, or the tokenizer's vocabulary is larger than the model's.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
-  /// The keywords of `schema_text` the grammar does not enforce while decoding (lenient compile; the
-  /// validator checks them after). Throws like json_schema_constraint().
-  std::vector<std::string> json_schema_warnings(std::string_view schema_text);
+  /// What the grammar of `schema_text` leaves to a validator (Engine::json_schema_notes).
+  JsonSchemaNotes json_schema_notes(std::string_view schema_text, bool lenient);
 
   /// Words of one bitmask (ceil(model_vocab / 32)).
   std::size_t mask_words() const { return mask_words_; }

@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/grammar/constraint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
 #include "pipeline/cli/commands.hpp"
@@ -111,11 +110,9 @@ int run_generate(const GenerateArgs& args) {
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(a.json_schema + ": " + e.what());
     }
-    if (const auto* g = dynamic_cast<const eng::grammar::GrammarConstraint*>(req.constraint.get())) {
-      for (const auto& w : g->matcher().compiled().meta().warnings) spdlog::warn("{}: {}", a.json_schema, w);
-      for (const auto& w : g->matcher().compiled().meta().post_validation)
-        spdlog::warn("{}: not enforced by the grammar: {}", a.json_schema, w);
-    }
+    const auto notes = engine->json_schema_notes(read_text_file(a.json_schema), a.lenient);
+    for (const auto& w : notes.warnings) spdlog::warn("{}: {}", a.json_schema, w);
+    for (const auto& w : notes.not_enforced) spdlog::warn("{}: not enforced by the grammar: {}", a.json_schema, w);
     req.jump_forward = a.jump_forward;
   }
   spdlog::debug("prompt: {} tokens", req.prompt.size());

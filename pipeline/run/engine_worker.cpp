@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "engine/grammar/constraint.hpp"
 
 namespace quarry::run {
 
@@ -24,11 +23,9 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,
   // which checks every output against the full schema afterwards.
   try {
-    const auto c = engine_->json_schema_constraint(schema_text_, true);
-    if (const auto* g = dynamic_cast<const eng::grammar::GrammarConstraint*>(c.get()); g && log) {
-      for (const auto& w : g->matcher().compiled().meta().warnings)
-        log(job.schema.string() + ": not enforced while decoding (checked after): " + w);
-    }
+    const auto notes = engine_->json_schema_notes(schema_text_, /*lenient=*/true);
+    if (log)
+      for (const auto& w : notes.warnings) log(job.schema.string() + ": not enforced while decoding (checked after): " + w);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(job.schema.string() + ": " + e.what());
   }
