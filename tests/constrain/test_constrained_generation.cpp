@@ -23,6 +23,7 @@
 #include <valijson/validator.hpp>
 #include <vector>
 
+#include "tests/common/device.hpp"
 #include "engine/grammar/constraint.hpp"
 #include "engine/grammar/matcher.hpp"
 #include "engine/models/random_checkpoint.hpp"
@@ -97,6 +98,7 @@ struct Models {
 
 eng::EngineOptions options() {
   eng::EngineOptions o;
+  o.device = eng::testing::test_device();
   o.n_threads = 2;
   o.max_batch_tokens = 4096;  // whole prompts in one forward call (the reference does the same)
   return o;
@@ -127,7 +129,7 @@ eng::Engine& random_engine() {
     const auto dir = fs::path(QUARRY_BINARY_DIR) / "test_scratch" / ("constrain_random_model_" + std::to_string(getpid()));
     fs::create_directories(dir);
     eng::write_random_checkpoint(read_file(default_model() / "config.json"), dir, eng::DType::f32, 7);
-    random = std::make_unique<eng::Engine>(eng::load_model(dir), m.tok, options(), m.trained->eos_ids());
+    random = std::make_unique<eng::Engine>(eng::load_model(dir, eng::testing::test_backend()), m.tok, options(), m.trained->eos_ids());
     std::error_code ec;
     fs::remove_all(dir, ec);  // loaded (or mapped: the mapping outlives the names)
     return random;
@@ -268,7 +270,7 @@ TEST(ConstrainedGeneration, SchemaErrorsFailTheRequest) {
   req.json_schema = R"({"$ref": "#/$defs/missing"})";
   EXPECT_THROW(m.trained->generate(req), std::invalid_argument);
   // No tokenizer: a schema cannot be compiled.
-  eng::Engine bare(eng::load_model(default_model()), nullptr, options());
+  eng::Engine bare(eng::load_model(default_model(), eng::testing::test_backend()), nullptr, options());
   req.json_schema = kPerson;
   EXPECT_THROW(bare.generate(req), std::invalid_argument);
 }
@@ -291,7 +293,7 @@ TEST(ConstrainedGeneration, GrammarUsesTheEnginesEosIds) {
 std::vector<eng::TokenId> reference_greedy(const fs::path& model_dir, eng::Engine& engine,
                                            const std::vector<eng::TokenId>& prompt, const std::string& schema,
                                            std::size_t max_tokens) {
-  auto model = eng::load_model(model_dir);
+  auto model = eng::load_model(model_dir, eng::testing::test_backend());
   const std::size_t V = model->config().vocab_size;
   auto kv_owner = model->make_kv_cache(prompt.size() + max_tokens + 16);
   eng::KvCache& kv = *kv_owner;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/device.hpp"
 #include "engine/runtime/engine.hpp"
 
 namespace quarry::engine {
@@ -44,7 +45,7 @@ void check_default_model_lossless(const std::vector<std::string>& docs, const st
   auto tok = Tokenizer::from_dir(default_model());
   std::vector<std::vector<TokenId>> want;
   {
-    auto engine = Engine::open(default_model(), tok, {.n_threads = 2});
+    auto engine = Engine::open(default_model(), tok, {.device = testing::test_device(), .n_threads = 2});
     for (auto& r : engine->generate(invoice_requests(*engine, *tok, docs, 700))) {
       EXPECT_TRUE(r.finish == FinishReason::constraint || r.finish == FinishReason::length);
       want.push_back(r.tokens);
@@ -52,6 +53,7 @@ void check_default_model_lossless(const std::vector<std::string>& docs, const st
   }
   for (std::size_t depth : depths) {
     EngineOptions o;
+    o.device = testing::test_device();
     o.n_threads = 2;
     o.mtp_depth = depth;
     auto engine = Engine::open(default_model(), tok, o);

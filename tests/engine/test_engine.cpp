@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "tests/common/device.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
 
@@ -48,7 +49,7 @@ GenerationRequest greedy_request(const nlohmann::json& p, std::size_t max_tokens
 TEST(Engine, GreedyGenerateMatchesTransformers) {
   for (const auto& name : testing::fixture_models()) {
     const auto ref = load_reference(name);
-    auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .compute = Compute::exact});
+    auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .compute = Compute::exact});
     for (const auto& p : ref["prompts"]) {
       auto r = engine->generate(greedy_request(p, 32));
       EXPECT_EQ(r.tokens, p["greedy"].get<std::vector<TokenId>>()) << name;
@@ -65,7 +66,7 @@ TEST(Engine, ContinuousBatchEqualsOneAtATime) {
   const std::string name = "tiny_mha_untied_sharded_f32";
   const auto ref = load_reference(name);
   // Small prefill budget: the long prompts are chunked while the short ones already decode.
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 9, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 9, .compute = Compute::exact});
   std::vector<GenerationRequest> reqs;
   for (const auto& p : ref["prompts"]) reqs.push_back(greedy_request(p, 20 + reqs.size()));
   auto results = engine->generate(reqs);
@@ -83,7 +84,7 @@ TEST(Engine, ContinuousBatchEqualsOneAtATime) {
 TEST(Engine, SeededSamplingIsReproducibleAndSeedSensitive) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 1, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 1, .compute = Compute::exact});
   auto req = greedy_request(ref["prompts"][1], 24);
   req.sampling.temperature = 1.5f;
   req.sampling.top_p = 0.95f;
@@ -106,7 +107,7 @@ TEST(Engine, StopStringCutsTextAndEndsGeneration) {
   const std::string name = "tiny_gqa_untied_bf16";
   const auto ref = load_reference(name);
   auto tok = std::make_shared<LetterTokenizer>(512);
-  auto engine = Engine::open(fixture_dir(name), tok, {.n_threads = 2, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), tok, {.device = testing::test_device(), .n_threads = 2, .compute = Compute::exact});
   const auto greedy = ref["prompts"][3]["greedy"].get<std::vector<TokenId>>();
   const std::string full = tok->decode(greedy, false);
   // Stop on the text of tokens 10..11, shifted by one byte so that it straddles token boundaries.
@@ -125,7 +126,7 @@ TEST(Engine, StopStringCutsTextAndEndsGeneration) {
 TEST(Engine, MaxTokensAndStopTokenIds) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .compute = Compute::exact});
   const auto greedy = ref["prompts"][3]["greedy"].get<std::vector<TokenId>>();
   auto req = greedy_request(ref["prompts"][3], 5);
   auto r = engine->generate(req);
@@ -156,7 +157,7 @@ class EvenOnly final : public TokenConstraint {
 TEST(Engine, TokenBitmaskRestrictsSampling) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .compute = Compute::exact});
   auto c = std::make_shared<EvenOnly>();
   auto req = greedy_request(ref["prompts"][2], 16);
   req.constraint = c;
@@ -169,7 +170,7 @@ TEST(Engine, TokenBitmaskRestrictsSampling) {
 }
 
 TEST(Engine, RejectsBadPrompts) {
-  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.n_threads = 1, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.device = testing::test_device(), .n_threads = 1, .compute = Compute::exact});
   GenerationRequest r;
   EXPECT_THROW(engine->generate(r), std::invalid_argument);
   r.prompt = {1, 512};
@@ -180,7 +181,7 @@ TEST(Engine, RejectsBadPrompts) {
 }
 
 TEST(Engine, KvCacheTooSmallIsAnError) {
-  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.n_threads = 1, .max_kv_tokens = 32, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.device = testing::test_device(), .n_threads = 1, .max_kv_tokens = 32, .compute = Compute::exact});
   GenerationRequest r;
   r.prompt.assign(20, 3);
   r.max_tokens = 40;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/device.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
@@ -50,11 +51,12 @@ TEST(MtpEngine, GreedyIsLosslessOnRandomCheckpoints) {
     const auto reqs = random_prompts(512, 4, 40);
     std::vector<std::vector<TokenId>> want;
     {
-      auto engine = Engine::open(dir, nullptr, {.n_threads = 2});
+      auto engine = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2});
       for (auto& r : engine->generate(reqs)) want.push_back(r.tokens);
     }
     for (std::size_t depth = 1; depth <= 4; ++depth) {
       EngineOptions o;
+      o.device = testing::test_device();
       o.n_threads = 2;
       o.mtp_depth = depth;
       auto engine = Engine::open(dir, nullptr, o);
@@ -84,6 +86,7 @@ TEST(MtpEngine, PrefixCacheHitsKeepTheDrafts) {
       true, false));
   req.max_tokens = 48;
   EngineOptions o;
+  o.device = testing::test_device();
   o.n_threads = 2;
   o.mtp_depth = 3;
   auto fresh = Engine::open(default_model(), tok, o);
@@ -133,7 +136,7 @@ TEST(MtpEngine, SamplingKeepsTheJointDistributionOfThreeTokens) {
   // Exact joint distribution of (t1, t2, t3) from the main model.
   std::vector<double> exact(V * V * V);
   {
-    auto model = load_model(dir);
+    auto model = load_model(dir, testing::test_backend());
     const auto p1 = next_probs(*model, prompt);
     for (std::size_t a = 0; a < V; ++a) {
       auto pa = prompt;
@@ -148,6 +151,7 @@ TEST(MtpEngine, SamplingKeepsTheJointDistributionOfThreeTokens) {
     }
   }
   EngineOptions o;
+  o.device = testing::test_device();
   o.n_threads = 2;
   o.mtp_depth = 2;
   auto engine = Engine::open(dir, nullptr, o);

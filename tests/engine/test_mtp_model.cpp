@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/device.hpp"
 #include "engine/models/model.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "fixtures.hpp"
@@ -57,7 +58,7 @@ std::size_t argmax(const float* x, std::size_t n) { return static_cast<std::size
 
 TEST(MtpModel, DefaultModelMatchesTrainingMath) {
   const auto ref = load_mtp_reference();
-  auto model = load_model(default_model(), Compute::exact);  // the fixture is f32 math
+  auto model = load_model(default_model(), testing::test_backend(), Compute::exact);  // the fixture is f32 math
   ASSERT_GE(model->mtp_depths(), 4u);
   const auto& cfg = model->config();
   const std::size_t V = cfg.vocab_size, H = cfg.hidden_size;
@@ -119,7 +120,7 @@ TEST(MtpModel, RandomCheckpointsOfBothLayoutsLoadAndRun) {
     else j["num_nextn_predict_layers"] = 2;
     const auto dir = testing::scratch_dir("mtp_random_" + layout);
     write_random_checkpoint(j.dump(), dir, DType::f32, 7);
-    auto model = load_model(dir);
+    auto model = load_model(dir, testing::test_backend());
     ASSERT_GE(model->mtp_depths(), layout == "next" ? 4u : 2u) << layout;
     EXPECT_EQ(model->kv_spec().n_layers, 2 + model->mtp_depths());
     auto kv_owner = model->make_kv_cache(256);

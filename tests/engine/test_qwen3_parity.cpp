@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 
+#include "tests/common/device.hpp"
 #include "engine/backend/cpu/ops.hpp"
 #include "engine/models/model.hpp"
 #include "engine/models/random_checkpoint.hpp"
@@ -44,7 +45,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
+  auto model = load_model(fixture_dir(GetParam()), testing::test_backend(), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   float worst = 0.f;
   for (const auto& p : ref["prompts"]) {
@@ -77,7 +78,7 @@ TEST_P(Parity, LastLogitsAndGreedyMatchTransformers) {
 
 TEST_P(Parity, AllPositionLogitsMatchTransformers) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
+  auto model = load_model(fixture_dir(GetParam()), testing::test_backend(), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   for (const auto& p : ref["prompts"]) {
     if (!p.contains("all_logits")) continue;
@@ -99,7 +100,7 @@ TEST_P(Parity, AllPositionLogitsMatchTransformers) {
 
 TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
+  auto model = load_model(fixture_dir(GetParam()), testing::test_backend(), Compute::exact);
   const auto prompt = ids_of(ref["prompts"][3]["ids"]);  // 45 tokens: chunks cross block boundaries
   auto kv_owner = model->make_kv_cache(1024);
   KvCache& kv = *kv_owner;
@@ -112,7 +113,7 @@ TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
 
 TEST_P(Parity, MultiSequenceBatchEqualsEachAlone) {
   const auto ref = load_reference(GetParam());
-  auto model = load_model(fixture_dir(GetParam()), Compute::exact);
+  auto model = load_model(fixture_dir(GetParam()), testing::test_backend(), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   const auto a = ids_of(ref["prompts"][1]["ids"]), c = ids_of(ref["prompts"][2]["ids"]);
   auto kv_owner = model->make_kv_cache(1024);
@@ -155,7 +156,7 @@ TEST(StoredDtypes, F16AndBf16CheckpointsAgreeWithF32) {
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     auto dir = testing::scratch_dir(std::string("dtype_") + dtype_name(dt));
     write_random_checkpoint(cfg.dump(), dir, dt, 99);
-    auto model = load_model(dir);
+    auto model = load_model(dir, testing::test_backend());
     auto kv_owner = model->make_kv_cache(64);
   KvCache& kv = *kv_owner;
     logits[dt] = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size());

@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/device.hpp"
 #include "engine/models/model.hpp"
 #include "engine/runtime/speculative.hpp"
 
@@ -133,7 +134,7 @@ std::vector<TokenId> drafts_from_scratch(Model& m, const std::vector<TokenId>& t
 }
 
 TEST(MtpDrafter, IncrementalDraftsEqualFromScratchTrainingRecursion) {
-  auto model = load_model(default_model());
+  auto model = load_model(default_model(), testing::test_backend());
   const std::size_t H = model->config().hidden_size, K = 4;
   // A prompt-like sequence: the tokens of the MTP reference fixture.
   std::ifstream in(std::filesystem::path(QUARRY_SOURCE_DIR) / "tests/engine/fixtures/mtp/mtp_reference.json");

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "tests/common/device.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "tests/engine/fixtures.hpp"
@@ -92,7 +93,7 @@ std::vector<GenerationRequest> shared_prefix_requests(std::mt19937& rng, std::si
 TEST(PrefixEngine, CachedPromptsMatchTransformers) {
   for (const auto& name : testing::fixture_models()) {
     const auto ref = load_reference(name);
-    auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 7, .compute = Compute::exact});
+    auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 7, .compute = Compute::exact});
     for (int round = 0; round < 2; ++round)
       for (const auto& p : ref["prompts"]) {
         const auto prompt = p["ids"].get<std::vector<TokenId>>();
@@ -112,7 +113,7 @@ TEST(PrefixEngine, CachedPromptsMatchTransformers) {
 TEST(PrefixEngine, GreedyWithCacheEqualsWithoutRandomCheckpoints) {
   for (std::size_t layers : {2, 3}) {
     const auto dir = random_checkpoint("l" + std::to_string(layers), layers, 11 + layers);
-    EngineOptions on{.n_threads = 2, .max_batch_tokens = 64};
+    EngineOptions on{.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 64};
     EngineOptions off = on;
     off.enable_prefix_caching = false;
     auto cached = Engine::open(dir, nullptr, on);
@@ -141,7 +142,7 @@ TEST(PrefixEngine, DefaultModelWithCacheEqualsWithout) {
   const fs::path model = fs::path(QUARRY_SOURCE_DIR) / "models/quarry-extract-11m";
   ASSERT_TRUE(fs::is_directory(model)) << model;
   auto tok = Tokenizer::from_dir(model);
-  EngineOptions on{.n_threads = 2, .max_batch_tokens = 256};
+  EngineOptions on{.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 256};
   EngineOptions off = on;
   off.enable_prefix_caching = false;
   auto cached = Engine::open(model, tok, on);
@@ -179,8 +180,8 @@ TEST(PrefixEngine, DefaultModelWithCacheEqualsWithout) {
 TEST(PrefixEngine, TinyBudgetEvictsAndStaysCorrect) {
   const auto dir = random_checkpoint("l2", 2, 13);
   // 12 blocks of 16 tokens: two requests of ~170 tokens each need them all; the cache keeps evicting.
-  auto cached = Engine::open(dir, nullptr, {.n_threads = 2, .max_kv_tokens = 192, .max_batch_tokens = 32});
-  auto plain = Engine::open(dir, nullptr, {.n_threads = 2, .max_batch_tokens = 32, .enable_prefix_caching = false});
+  auto cached = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_kv_tokens = 192, .max_batch_tokens = 32});
+  auto plain = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 32, .enable_prefix_caching = false});
   std::mt19937 rng(17);
   auto reqs = shared_prefix_requests(rng, 2048, 4, 120, 3, 8);
   std::shuffle(reqs.begin(), reqs.end(), rng);
@@ -194,13 +195,13 @@ TEST(PrefixEngine, TinyBudgetEvictsAndStaysCorrect) {
   EXPECT_LE(cached->kv_cache().allocator().high_water(), 12u);
   expect_no_leak(*cached);
   // kv_cache_mb bounds the cache the same way: 2 layers x 2 kv heads x 16 dims x K,V x 4 B = 512 B a token.
-  auto mb = Engine::open(dir, nullptr, {.n_threads = 1, .kv_cache_mb = 1});
+  auto mb = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 1, .kv_cache_mb = 1});
   EXPECT_EQ(mb->kv_cache().allocator().max_blocks(), (1u << 20) / (512u * 16u));
 }
 
 TEST(PrefixEngine, NoLeakAfterThousandRequests) {
   const auto dir = fixture_dir("tiny_gqa_tied_f32");
-  auto engine = Engine::open(dir, nullptr, {.n_threads = 2, .max_kv_tokens = 1024, .max_batch_tokens = 128,
+  auto engine = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_kv_tokens = 1024, .max_batch_tokens = 128,
                                             .max_num_seqs = 16});
   std::mt19937 rng(3);
   std::vector<std::vector<TokenId>> prefixes;
@@ -238,7 +239,7 @@ TEST(PrefixEngine, NoLeakAfterThousandRequests) {
 TEST(PrefixEngine, CancelWaitingAndRunning) {
   const std::string name = "tiny_mha_untied_sharded_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 8, .max_num_seqs = 2, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 8, .max_num_seqs = 2, .compute = Compute::exact});
   std::vector<RequestId> ids;
   for (const auto& p : ref["prompts"]) ids.push_back(engine->submit(greedy(p["ids"].get<std::vector<TokenId>>(), 32)));
   engine->step();
@@ -269,7 +270,7 @@ TEST(PrefixEngine, CancelWaitingAndRunning) {
 TEST(PrefixEngine, RequestsSubmittedWhileOthersRun) {
   const std::string name = "tiny_gqa_untied_bf16";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .max_batch_tokens = 16, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 16, .compute = Compute::exact});
   std::map<RequestId, std::size_t> which;
   std::map<std::size_t, GenerationResult> got;
   const auto& prompts = ref["prompts"];
@@ -296,7 +297,7 @@ TEST(PrefixEngine, RequestsSubmittedWhileOthersRun) {
 TEST(PrefixEngine, GenerateBesideSubmittedRequestsKeepsTheirResults) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
-  auto engine = Engine::open(fixture_dir(name), nullptr, {.n_threads = 2, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir(name), nullptr, {.device = testing::test_device(), .n_threads = 2, .compute = Compute::exact});
   const auto& prompts = ref["prompts"];
   // A short request submitted first finishes inside the generate() call of a longer one.
   const RequestId a = engine->submit(greedy(prompts[1]["ids"].get<std::vector<TokenId>>(), 4));
@@ -315,7 +316,7 @@ TEST(PrefixEngine, GenerateBesideSubmittedRequestsKeepsTheirResults) {
 
 TEST(PrefixEngine, InFlightSharingComputesTheDocumentOnce) {
   const auto dir = random_checkpoint("l2", 2, 13);
-  auto engine = Engine::open(dir, nullptr, {.n_threads = 2, .max_batch_tokens = 64});
+  auto engine = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 64});
   std::mt19937 rng(23);
   const std::size_t doc_len = 400, n_q = 6;
   const auto reqs = shared_prefix_requests(rng, 2048, 1, doc_len, n_q, 4);
@@ -335,7 +336,7 @@ TEST(PrefixEngine, InFlightSharingComputesTheDocumentOnce) {
 
 TEST(PrefixEngine, LongestCachedPrefixIsAdmittedFirstWithoutStarvation) {
   const auto dir = random_checkpoint("l2", 2, 13);
-  auto engine = Engine::open(dir, nullptr, {.n_threads = 2, .max_batch_tokens = 256, .max_num_seqs = 1});
+  auto engine = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 256, .max_num_seqs = 1});
   std::mt19937 rng(29);
   const auto doc = random_tokens(rng, 160, 2048);
   auto with_doc = [&](std::size_t n) {
@@ -361,7 +362,7 @@ TEST(PrefixEngine, LongestCachedPrefixIsAdmittedFirstWithoutStarvation) {
 }
 
 TEST(PrefixEngine, PromptLargerThanTheCacheFailsThatRequestOnly) {
-  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.n_threads = 1, .max_kv_tokens = 64, .compute = Compute::exact});
+  auto engine = Engine::open(fixture_dir("tiny_gqa_tied_f32"), nullptr, {.device = testing::test_device(), .n_threads = 1, .max_kv_tokens = 64, .compute = Compute::exact});
   const RequestId big = engine->submit(greedy(std::vector<TokenId>(100, 3), 4));
   const RequestId ok = engine->submit(greedy(std::vector<TokenId>(10, 3), 4));
   std::map<RequestId, FinishedRequest> done;

@@ -1,0 +1,477 @@
+#include "engine/backend/cuda/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/kernels.cuh"
+#include "engine/core/stopwatch.hpp"
+
+namespace quarry::engine::cuda {
+
+namespace {
+
+/// cuBLAS, loaded at run time (dlopen) so that binaries built with CUDA run where the library is absent:
+/// products that would use it then run on the f32 tiled kernel.
+struct Cublas {
+  void* lib = nullptr;
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+  bool ok() const { return gemm_ex != nullptr; }
+  static const Cublas& get() {
+    static const Cublas api = [] {
+      Cublas a;
+      for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+        a.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (a.lib) break;
+      }
+      if (!a.lib) return a;
+      a.create = reinterpret_cast<decltype(a.create)>(dlsym(a.lib, "cublasCreate_v2"));
+      a.destroy = reinterpret_cast<decltype(a.destroy)>(dlsym(a.lib, "cublasDestroy_v2"));
+      a.set_stream = reinterpret_cast<decltype(a.set_stream)>(dlsym(a.lib, "cublasSetStream_v2"));
+      a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(dlsym(a.lib, "cublasGemmEx"));
+      if (!a.create || !a.destroy || !a.set_stream || !a.gemm_ex) a.gemm_ex = nullptr;
+      return a;
+    }();
+    return api;
+  }
+};
+
+void check_cublas(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuda: ") + what + ": cuBLAS status " + std::to_string(static_cast<int>(st)));
+}
+
+int wtype(DType t) { return t == DType::f32 ? kF32 : t == DType::f16 ? kF16 : kBF16; }
+
+/// A weight in device memory: the stored matrix (bf16 under bf16 compute).
+class CudaWeight final : public engine::Weight {
+ public:
+  void* data = nullptr;
+  DType device_dtype = DType::f32;
+  bool bf16_compute = false;  ///< loaded under Compute::bf16: products round x to bf16 (tensor cores)
+  ~CudaWeight() override {
+    if (data) cudaFree(data);
+  }
+};
+
+const CudaWeight& cuda_weight(const engine::Weight& w) { return static_cast<const CudaWeight&>(w); }
+
+/// K and V of every layer, allocated at once for the capacity: per layer K then V, each
+/// [max_blocks, n_kv_heads, block_size, head_dim].
+class CudaKvStorage final : public KvStorage {
+ public:
+  CudaKvStorage(const KvSpec& spec, std::size_t max_blocks) : KvStorage(spec), max_blocks_(max_blocks) {
+    per_ = max_blocks * spec.n_kv_heads * spec.block_size * spec.head_dim * dtype_size(spec.dtype);
+    const std::size_t bytes = std::max<std::size_t>(2 * spec.n_layers * per_, 256);
+    const cudaError_t e = cudaMalloc(&base_, bytes);
+    if (e != cudaSuccess)
+      throw std::runtime_error("cuda: KV cache of " + std::to_string(bytes >> 20) + " MiB (" +
+                               std::to_string(max_blocks * spec.block_size) +
+                               " tokens) does not fit the device: " + cudaGetErrorString(e) +
+                               "; lower max_kv_tokens / kv_cache_mb");
+  }
+  ~CudaKvStorage() override {
+    if (base_) cudaFree(base_);
+  }
+  void ensure_blocks(std::size_t n) override {
+    if (n > max_blocks_)
+      throw std::invalid_argument("KV storage: " + std::to_string(n) + " blocks asked, capacity " +
+                                  std::to_string(max_blocks_));
+  }
+  KvLayer layer(std::size_t l) const {
+    KvLayer k;
+    k.k = static_cast<char*>(base_) + 2 * l * per_;
+    k.v = static_cast<char*>(base_) + (2 * l + 1) * per_;
+    k.bf16 = spec_.dtype == DType::bf16;
+    k.n_kv_heads = static_cast<int>(spec_.n_kv_heads);
+    k.head_dim = static_cast<int>(spec_.head_dim);
+    k.block_size = static_cast<int>(spec_.block_size);
+    return k;
+  }
+
+ private:
+  std::size_t max_blocks_, per_ = 0;
+  void* base_ = nullptr;
+};
+
+const CudaKvStorage& cuda_kv(const KvStorage& kv) { return static_cast<const CudaKvStorage&>(kv); }
+
+/// Device scratch that grows (freed and reallocated) and is never shrunk.
+class Scratch {
+ public:
+  ~Scratch() {
+    if (p_) cudaFree(p_);
+  }
+  void* get(std::size_t bytes) {
+    if (bytes > bytes_) {
+      if (p_) cudaFree(p_);
+      p_ = nullptr;
+      check(cudaMalloc(&p_, bytes), "scratch allocation");
+      bytes_ = bytes;
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index) : index_(index) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+      throw std::runtime_error("device cuda:" + std::to_string(index) + ": no usable CUDA driver or GPU (" +
+                               cudaGetErrorString(e) + ")");
+    if (index < 0 || index >= n)
+      throw std::runtime_error("device cuda:" + std::to_string(index) + ": only " + std::to_string(n) +
+                               " CUDA device(s) present");
+    check(cudaSetDevice(index), "cudaSetDevice");
+    check(cudaGetDeviceProperties(&prop_, index), "cudaGetDeviceProperties");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&staged_event_, cudaEventDisableTiming), "cudaEventCreate");
+    if (Cublas::get().ok()) {
+      check_cublas(Cublas::get().create(&cublas_), "cublasCreate");
+      check_cublas(Cublas::get().set_stream(cublas_, stream_), "cublasSetStream");
+    }
+  }
+
+  ~CudaBackend() override {
+    if (pinned_) cudaFreeHost(pinned_);
+    if (cublas_) Cublas::get().destroy(cublas_);
+    if (staged_event_) cudaEventDestroy(staged_event_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  DeviceSpec device() const override { return {DeviceSpec::Kind::cuda, index_}; }
+  std::string description() const override {
+    return "cuda:" + std::to_string(index_) + " " + prop_.name + " (" + std::to_string(prop_.multiProcessorCount) +
+           " SMs, " + std::to_string(prop_.totalGlobalMem >> 30) + " GiB, compute capability " +
+           std::to_string(prop_.major) + "." + std::to_string(prop_.minor) +
+           (cublas_ ? "" : "; cuBLAS not found: products of more than 8 rows on the f32 kernel") + ")";
+  }
+  bool host_memory() const override { return false; }
+
+  Compute resolve_compute(Compute requested, DType checkpoint) const override {
+    if (requested == Compute::automatic) return checkpoint == DType::f32 ? Compute::exact : Compute::bf16;
+    return requested;
+  }
+  DType kv_dtype(Compute compute, std::size_t, std::size_t, std::size_t, std::size_t) const override {
+    return compute == Compute::bf16 ? DType::bf16 : DType::f32;
+  }
+
+  // ---- memory ----
+  DeviceBuffer alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(bytes, 1));
+    if (e != cudaSuccess)
+      throw std::runtime_error("cuda: allocation of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
+    return DeviceBuffer(shared_from_this(), p, bytes);
+  }
+  void upload(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaStreamSynchronize(stream_), "upload");
+  }
+  void download(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    check(cudaStreamSynchronize(stream_), "download");
+  }
+  void copy_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, std::size_t rows,
+                 std::size_t cols) override {
+    if (rows == 0 || cols == 0) return;
+    check(cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), cols * sizeof(float), rows,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "copy_rows");
+  }
+  void gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
+                   std::size_t n, std::size_t cols) override {
+    launch_gather_rows(dst, ldd, src, lds, rows, n, cols, stream_);
+  }
+  void fill(float* x, std::size_t n, float value) override { launch_fill(x, n, value, stream_); }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  // ---- weights and KV storage ----
+  std::unique_ptr<engine::Weight> load_matrix(const void* host, DType dtype, std::size_t rows, std::size_t cols,
+                                              WeightUse, Compute compute) override {
+    auto w = std::make_unique<CudaWeight>();
+    w->rows = rows;
+    w->cols = cols;
+    w->dtype = dtype;
+    const std::size_t count = rows * cols, bytes = count * dtype_size(dtype);
+    // Under bf16 compute every matrix is kept in bf16 (the tensor cores' operand type).
+    w->bf16_compute = compute == Compute::bf16;
+    w->device_dtype = w->bf16_compute ? DType::bf16 : dtype;
+    const std::size_t dev_bytes = count * dtype_size(w->device_dtype);
+    const cudaError_t e = cudaMalloc(&w->data, std::max<std::size_t>(dev_bytes, 16));
+    if (e != cudaSuccess)
+      throw std::runtime_error("cuda: weights of " + std::to_string(dev_bytes >> 20) + " MiB do not fit the device: " +
+                               cudaGetErrorString(e));
+    if (w->device_dtype == dtype) {
+      check(cudaMemcpy(w->data, host, bytes, cudaMemcpyHostToDevice), "weight upload");
+    } else {  // widen/narrow on the device: upload as stored, convert
+      void* tmp = scratch_.get(bytes);
+      check(cudaMemcpy(tmp, host, bytes, cudaMemcpyHostToDevice), "weight upload");
+      launch_weights_to_bf16(tmp, wtype(dtype), count, static_cast<__nv_bfloat16*>(w->data), stream_);
+      synchronize();
+    }
+    return w;
+  }
+
+  std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) override {
+    if (spec.block_size == 0 || spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0)
+      throw std::invalid_argument("KV storage: empty shape");
+    return std::make_unique<CudaKvStorage>(spec, max_blocks);
+  }
+
+  const StagedBatch& stage(const BatchInputs& in) override {
+    const std::size_t T = in.tokens.size(), nt = in.block_tables.size(), nl = in.logit_rows.size();
+    const std::size_t ints = 3 * T + nt + nl;
+    host_positions_.assign(in.positions.begin(), in.positions.end());
+    host_seq_.assign(in.seq_index.begin(), in.seq_index.end());
+    // The previous upload from the pinned buffer must be done before it is overwritten.
+    check(cudaEventSynchronize(staged_event_), "stage");
+    if (pinned_ints_ < ints) {
+      if (pinned_) cudaFreeHost(pinned_);
+      pinned_ = nullptr;
+      check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), std::max<std::size_t>(ints, 1024) * sizeof(std::int32_t)),
+            "pinned staging buffer");
+      pinned_ints_ = std::max<std::size_t>(ints, 1024);
+    }
+    std::int32_t* p = pinned_;
+    std::copy(in.tokens.begin(), in.tokens.end(), p);
+    std::copy(in.positions.begin(), in.positions.end(), p + T);
+    std::copy(in.seq_index.begin(), in.seq_index.end(), p + 2 * T);
+    std::copy(in.block_tables.begin(), in.block_tables.end(), p + 3 * T);
+    std::copy(in.logit_rows.begin(), in.logit_rows.end(), p + 3 * T + nt);
+    auto* dev = static_cast<std::int32_t*>(stage_buf_.get(std::max<std::size_t>(ints, 1) * sizeof(std::int32_t)));
+    check(cudaMemcpyAsync(dev, p, ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), "stage");
+    check(cudaEventRecord(staged_event_, stream_), "stage");
+    staged_ = StagedBatch{};
+    staged_.n_tokens = T;
+    staged_.max_blocks = in.max_blocks;
+    staged_.n_seqs = in.max_blocks ? nt / in.max_blocks : 0;
+    staged_.n_logits = nl;
+    staged_.max_position = T ? *std::max_element(in.positions.begin(), in.positions.end()) : 0;
+    staged_.tokens = dev;
+    staged_.positions = dev + T;
+    staged_.seq_index = dev + 2 * T;
+    staged_.block_tables = dev + 3 * T;
+    staged_.logit_rows = dev + 3 * T + nt;
+    staged_.host_positions = host_positions_.data();
+    staged_.host_seq_index = host_seq_.data();
+    return staged_;
+  }
+
+  // ---- ops ----
+  void embedding(const TokenId* tokens, std::size_t n, const engine::Weight& table, float* out,
+                 std::size_t ldo) override {
+    const CudaWeight& w = cuda_weight(table);
+    launch_embedding(tokens, n, w.data, wtype(w.device_dtype), w.cols, out, ldo ? ldo : w.cols, stream_);
+  }
+
+  void matmul(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight, std::size_t n, float* y,
+              std::size_t ldy) override {
+    const CudaWeight& w = cuda_weight(weight);
+    if (n > w.rows) throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " +
+                                                std::to_string(w.rows));
+    if (m == 0 || n == 0) return;
+    const std::size_t k = w.cols;
+    const bool bf16 = w.bf16_compute;
+    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
+      launch_gemv(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, bf16, stream_);
+      return;
+    }
+    if (bf16 && cublas_) {
+      // Tensor cores: x rounded to bf16, f32 accumulation and output (cuBLAS, column-major: Y^T = W X^T).
+      auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * k * sizeof(__nv_bfloat16)));
+      launch_to_bf16(x, m, k, ldx, xb, stream_);
+      const float alpha = 1.f, beta = 0.f;
+      check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
+                                CUDA_R_16BF, static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(ldy),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "matmul (cublasGemmEx)");
+      return;
+    }
+    launch_gemm_f32(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, stream_);
+  }
+
+  bool supports_matmul_groups(const engine::Weight&) const override { return false; }
+  void matmul_groups(const float*, std::size_t, std::size_t, const engine::Weight&, std::span<const std::uint32_t>,
+                     float*, std::size_t) override {
+    throw std::logic_error("matmul_groups: not available on the CUDA backend");
+  }
+
+  void matmul_ids(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight,
+                  std::span<const std::vector<std::int32_t>> ids, float* y, std::size_t ldy) override {
+    if (ids.size() != m) throw std::invalid_argument("matmul_ids: one id list per row needed");
+    const CudaWeight& w = cuda_weight(weight);
+    std::vector<std::int32_t> pairs;  // row_of..., then ids...
+    std::size_t n_pairs = 0;
+    for (const auto& l : ids) n_pairs += l.size();
+    pairs.reserve(2 * n_pairs);
+    for (std::size_t r = 0; r < m; ++r)
+      for (const auto id : ids[r]) {
+        if (id < 0 || static_cast<std::size_t>(id) >= w.rows)
+          throw std::invalid_argument("matmul_ids: token id " + std::to_string(id) + " outside the weight's " +
+                                      std::to_string(w.rows) + " rows");
+        pairs.push_back(static_cast<std::int32_t>(r));
+      }
+    for (const auto& l : ids) pairs.insert(pairs.end(), l.begin(), l.end());
+    launch_fill(y, m * ldy, -std::numeric_limits<float>::infinity(), stream_);
+    auto* dev = static_cast<std::int32_t*>(ids_buf_.get(std::max<std::size_t>(pairs.size(), 1) * sizeof(std::int32_t)));
+    upload(dev, pairs.data(), pairs.size() * sizeof(std::int32_t));
+    launch_matmul_ids(x, ldx, w.data, wtype(w.device_dtype), w.cols, dev, dev + n_pairs, n_pairs, y, ldy, stream_);
+  }
+
+  void rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* weight,
+                float eps) override {
+    launch_rms_norm(x, y, rows, dim, ld, weight, eps, stream_);
+  }
+  void rope_angles(const StagedBatch& b, const float* inv_freq, std::size_t rotary_dim, float* cos,
+                   float* sin) override {
+    launch_rope_angles(b.positions, b.n_tokens, inv_freq, rotary_dim / 2, cos, sin, stream_);
+  }
+  void rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+            std::size_t rotary_dim, const float* cos, const float* sin) override {
+    launch_rope(x, n_tokens, n_heads, head_dim, ld, rotary_dim / 2, cos, sin, stream_);
+  }
+  void kv_store(const float* k, const float* v, std::size_t ld, const StagedBatch& b, KvStorage& kv,
+                std::size_t layer) override {
+    launch_kv_store(k, v, ld, attn_batch(b), cuda_kv(kv).layer(layer), stream_);
+  }
+  void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std::size_t n_heads,
+                 const StagedBatch& b, const KvStorage& kv, std::size_t layer, float scale) override {
+    const AttnBatch ab = attn_batch(b);
+    const KvLayer kl = cuda_kv(kv).layer(layer);
+    const std::size_t ws = attention_workspace_floats(ab, static_cast<int>(n_heads), kl.head_dim);
+    float* workspace = ws ? static_cast<float*>(attn_scratch_.get(ws * sizeof(float))) : nullptr;
+    launch_attention(q, ldq, out, ldo, static_cast<int>(n_heads), ab, kl, scale, workspace, stream_);
+  }
+  void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+                std::size_t rows, std::size_t n) override {
+    launch_silu_mul(gate, ldg, up, ldu, out, ldo, rows, n, stream_);
+  }
+  void add(float* x, const float* y, std::size_t n) override { launch_add(x, y, n, stream_); }
+  void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                   std::int32_t* out_host) override {
+    if (rows == 0) return;
+    auto* dev = static_cast<std::int32_t*>(argmax_buf_.get(rows * sizeof(std::int32_t)));
+    launch_argmax_rows(logits, rows, n, ld, dev, stream_);
+    download(out_host, dev, rows * sizeof(std::int32_t));
+  }
+
+  // ---- probes ----
+  std::vector<double> probe_bandwidth_gb_s(std::size_t bytes, int runs) override {
+    bytes = std::max<std::size_t>(bytes / 256 * 256, 256);
+    DeviceBuffer a = alloc(bytes), b = alloc(bytes);
+    check(cudaMemsetAsync(a.data(), 1, bytes, stream_), "probe");
+    cudaEvent_t e0, e1;
+    check(cudaEventCreate(&e0), "probe");
+    check(cudaEventCreate(&e1), "probe");
+    std::vector<double> out;
+    for (int r = -1; r < runs; ++r) {  // one warm-up
+      check(cudaEventRecord(e0, stream_), "probe");
+      check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream_), "probe");
+      check(cudaEventRecord(e1, stream_), "probe");
+      check(cudaEventSynchronize(e1), "probe");
+      float ms = 0.f;
+      check(cudaEventElapsedTime(&ms, e0, e1), "probe");
+      if (r >= 0) out.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return out;
+  }
+
+  std::vector<double> probe_matmul_gflops(std::size_t m, std::size_t k, std::size_t n, DType dtype, Compute compute,
+                                          int runs) override {
+    std::vector<std::uint16_t> w16(n * k);
+    std::vector<float> w32(dtype == DType::f32 ? n * k : 0);
+    for (std::size_t i = 0; i < n * k; ++i) {
+      const float v = static_cast<float>(static_cast<int>((i * 2654435761u) % 2001) - 1000) * 1e-4f;
+      if (dtype == DType::f32) w32[i] = v;
+      else {
+        std::uint32_t u;
+        std::memcpy(&u, &v, 4);
+        w16[i] = static_cast<std::uint16_t>(u >> 16);  // bf16 bits (used for f16 too: finite small values)
+      }
+    }
+    const auto weight = load_matrix(dtype == DType::f32 ? static_cast<const void*>(w32.data()) : w16.data(), dtype, n,
+                                    k, WeightUse::matmul, resolve_compute(compute, dtype));
+    DeviceBuffer x = alloc(m * k * sizeof(float)), y = alloc(m * n * sizeof(float));
+    launch_fill(x.as<float>(), m * k, 0.01f, stream_);
+    cudaEvent_t e0, e1;
+    check(cudaEventCreate(&e0), "probe");
+    check(cudaEventCreate(&e1), "probe");
+    std::vector<double> out;
+    for (int r = -1; r < runs; ++r) {
+      check(cudaEventRecord(e0, stream_), "probe");
+      matmul(x.as<float>(), m, k, *weight, n, y.as<float>(), n);
+      check(cudaEventRecord(e1, stream_), "probe");
+      check(cudaEventSynchronize(e1), "probe");
+      float ms = 0.f;
+      check(cudaEventElapsedTime(&ms, e0, e1), "probe");
+      if (r >= 0) out.push_back(2.0 * static_cast<double>(m) * k * n / (ms * 1e-3) / 1e9);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return out;
+  }
+
+ protected:
+  void free(void* data) noexcept override { cudaFree(data); }
+
+ private:
+  static AttnBatch attn_batch(const StagedBatch& b) {
+    AttnBatch a;
+    a.positions = b.positions;
+    a.seq_index = b.seq_index;
+    a.block_tables = b.block_tables;
+    a.max_blocks = static_cast<int>(b.max_blocks);
+    a.n_tokens = static_cast<int>(b.n_tokens);
+    a.max_position = b.max_position;
+    return a;
+  }
+
+  int index_;
+  cudaDeviceProp prop_{};
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t staged_event_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::int32_t* pinned_ = nullptr;
+  std::size_t pinned_ints_ = 0;
+  std::vector<std::int32_t> host_positions_, host_seq_;
+  Scratch stage_buf_, bf16_scratch_, ids_buf_, attn_scratch_, argmax_buf_, scratch_;
+  StagedBatch staged_;
+};
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::shared_ptr<Backend> make_cuda_backend(int index) { return std::make_shared<CudaBackend>(index); }
+
+}  // namespace quarry::engine::cuda

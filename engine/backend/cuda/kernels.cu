@@ -1,0 +1,458 @@
+// Element-wise, normalisation, RoPE, embedding, matmul and KV kernels of the CUDA backend.
+#include <cfloat>
+#include <cmath>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/kernels.cuh"
+
+namespace quarry::engine::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---------------------------------------------------------------------------------------------- basics
+
+__global__ void embedding_kernel(const std::int32_t* tokens, const void* table, int type, std::size_t cols,
+                                 float* out, std::size_t ldo) {
+  const std::size_t t = blockIdx.x;
+  const std::size_t row = static_cast<std::size_t>(tokens[t]) * cols;
+  for (std::size_t i = threadIdx.x; i < cols; i += blockDim.x) out[t * ldo + i] = load_as_float(table, row + i, type);
+}
+
+__global__ void rms_norm_kernel(const float* x, float* y, std::size_t dim, std::size_t ld, const float* w, float eps) {
+  const float* xr = x + blockIdx.x * ld;
+  float* yr = y + blockIdx.x * ld;
+  double ss = 0.0;
+  for (std::size_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  __shared__ double part[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  __shared__ float inv;
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
+    inv = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(dim)) + eps);
+  }
+  __syncthreads();
+  const float s = inv;
+  for (std::size_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
+}
+
+__global__ void rope_angles_kernel(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
+                                   float* cos_out, float* sin_out) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * half) return;
+  const std::size_t t = i / half, j = i % half;
+  const float angle = __fmul_rn(static_cast<float>(positions[t]), inv_freq[j]);  // f32 product, as HF
+  cos_out[i] = static_cast<float>(cos(static_cast<double>(angle)));
+  sin_out[i] = static_cast<float>(sin(static_cast<double>(angle)));
+}
+
+__global__ void rope_kernel(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t ld, std::size_t half,
+                            const float* cos_t, const float* sin_t) {
+  const std::size_t t = blockIdx.x;
+  const float* cs = cos_t + t * half;
+  const float* sn = sin_t + t * half;
+  for (std::size_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+    const std::size_t h = e / half, i = e % half;
+    float* v = x + t * ld + h * head_dim;
+    const float p = v[i], q = v[i + half];
+    v[i] = __fsub_rn(__fmul_rn(p, cs[i]), __fmul_rn(q, sn[i]));
+    v[i + half] = __fadd_rn(__fmul_rn(q, cs[i]), __fmul_rn(p, sn[i]));
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out,
+                                std::size_t ldo, std::size_t n) {
+  const std::size_t r = blockIdx.y;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[r * ldg + i];
+    out[r * ldo + i] = g / (1.f + expf(-g)) * up[r * ldu + i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
+__global__ void fill_kernel(float* x, std::size_t n, float value) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+
+__global__ void gather_rows_kernel(float* dst, std::size_t ldd, const float* src, std::size_t lds,
+                                   const std::int32_t* rows, std::size_t cols) {
+  const std::size_t i = blockIdx.x;
+  const float* s = src + static_cast<std::size_t>(rows[i]) * lds;
+  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) dst[i * ldd + j] = s[j];
+}
+
+__global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld, std::int32_t* out) {
+  const float* row = logits + blockIdx.x * ld;
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best || (v == best && static_cast<int>(i) < best_i)) {
+      best = v;
+      best_i = static_cast<int>(i);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int j = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (v > best || (v == best && j < best_i)) {
+      best = v;
+      best_i = j;
+    }
+  }
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) {
+    sv[threadIdx.x >> 5] = best;
+    si[threadIdx.x >> 5] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
+      if (sv[w] > best || (sv[w] == best && si[w] < best_i)) {
+        best = sv[w];
+        best_i = si[w];
+      }
+    out[blockIdx.x] = best_i == INT_MAX ? 0 : best_i;  // all -inf / NaN rows: 0, as torch.argmax of -inf
+  }
+}
+
+__global__ void to_bf16_kernel(const float* x, std::size_t k, std::size_t ldx, __nv_bfloat16* out) {
+  const std::size_t r = blockIdx.y;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < k;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[r * k + i] = __float2bfloat16_rn(x[r * ldx + i]);
+}
+
+__global__ void weights_to_bf16_kernel(const void* in, int type, std::size_t count, __nv_bfloat16* out) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(load_as_float(in, i, type));
+}
+
+unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::size_t>(ceil_div(n, kThreads), 65535 * 8)); }
+
+// ---------------------------------------------------------------------------------------------- GEMV
+
+/// 8 consecutive weights of row `row` at column k0 as floats (one 16-byte load for bf16 / f16, two
+/// for f32).
+template <int TYPE>
+__device__ __forceinline__ void load8(const void* w, std::size_t off, float (&f)[8]) {
+  if constexpr (TYPE == kF32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + off));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + off) + 1);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  } else {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w) + off));
+    const std::uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (TYPE == kBF16) {
+        f[2 * i] = __uint_as_float(words[i] << 16);
+        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      } else {
+        const __half2 h = *reinterpret_cast<const __half2*>(&words[i]);
+        const float2 v = __half22float2(h);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+/// One warp per output column j (8 warps per block); each lane reads 8 weights per chunk, UNROLL chunks
+/// in flight before the FMAs; x is read through the L1 (it is small and reused by every warp).
+template <int M, int TYPE, int UNROLL>
+__global__ void __launch_bounds__(256) gemv_kernel(const float* __restrict__ x, std::size_t ldx,
+                                                   const void* __restrict__ w, std::size_t n, std::size_t k,
+                                                   float* __restrict__ y, std::size_t ldy, bool round_x) {
+  const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (j >= n) return;
+  const std::size_t row = j * k;
+  float acc[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) acc[r] = 0.f;
+  constexpr std::size_t kStep = 32 * 8;
+  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
+  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
+    float wv[UNROLL][8];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load8<TYPE>(w, row + k0 + u * kStep, wv[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + k0 + u * kStep);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (round_x)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[r] = fmaf(xv[i], wv[u][i], acc[r]);
+      }
+    }
+  }
+  for (; k0 < k; k0 += kStep) {
+    float wv[8];
+    load8<TYPE>(w, row + k0, wv);
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + k0);
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      if (round_x)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[r] = fmaf(xv[i], wv[i], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) y[r * ldy + j] = v;
+  }
+}
+
+template <int M, int TYPE>
+void gemv_launch(const float* x, std::size_t ldx, const void* w, std::size_t n, std::size_t k, float* y,
+                 std::size_t ldy, bool round_x, cudaStream_t s) {
+  gemv_kernel<M, TYPE, 4><<<ceil_div(n, 8), 256, 0, s>>>(x, ldx, w, n, k, y, ldy, round_x);
+}
+
+template <int M>
+void gemv_typed(const float* x, std::size_t ldx, const void* w, int type, std::size_t n, std::size_t k, float* y,
+                std::size_t ldy, bool round_x, cudaStream_t s) {
+  switch (type) {
+    case kF32: return gemv_launch<M, kF32>(x, ldx, w, n, k, y, ldy, round_x, s);
+    case kF16: return gemv_launch<M, kF16>(x, ldx, w, n, k, y, ldy, round_x, s);
+    default: return gemv_launch<M, kBF16>(x, ldx, w, n, k, y, ldy, round_x, s);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- f32 GEMM
+
+constexpr int kTile = 64, kTileK = 16;
+
+/// y[m, n] = x[m, k] . W[n, k]^T in f32: a 64x64 output tile per block of 256 threads, 4x4 per thread,
+/// k in steps of 16 through shared memory (x and W transposed into [k][row] so the inner loop reads
+/// rows of 4 consecutive values).
+__global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__ x, std::size_t m, std::size_t ldx,
+                                                       const void* __restrict__ w, int type, std::size_t n,
+                                                       std::size_t k, float* __restrict__ y, std::size_t ldy) {
+  __shared__ float xs[kTileK][kTile + 4];
+  __shared__ float ws[kTileK][kTile + 4];
+  const std::size_t row0 = static_cast<std::size_t>(blockIdx.y) * kTile, col0 = static_cast<std::size_t>(blockIdx.x) * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (std::size_t kk = 0; kk < k; kk += kTileK) {
+    for (int e = threadIdx.x; e < kTile * kTileK; e += 256) {
+      const int r = e / kTileK, c = e % kTileK;
+      const std::size_t gr = row0 + r, gc = kk + c;
+      xs[c][r] = gr < m && gc < k ? x[gr * ldx + gc] : 0.f;
+      const std::size_t wr = col0 + r;
+      ws[c][r] = wr < n && gc < k ? load_as_float(w, wr * k + gc, type) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kTileK; ++c) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = xs[c][ty * 4 + i];
+        b[i] = ws[c][tx * 4 + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) acc[i][jj] = fmaf(a[i], b[jj], acc[i][jj]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t r = row0 + ty * 4 + i;
+    if (r >= m) continue;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const std::size_t c = col0 + tx * 4 + jj;
+      if (c < n) y[r * ldy + c] = acc[i][jj];
+    }
+  }
+}
+
+__global__ void matmul_ids_kernel(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
+                                  const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
+                                  std::size_t ldy) {
+  const std::size_t p = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (p >= n_pairs) return;
+  const std::size_t r = static_cast<std::size_t>(row_of[p]), id = static_cast<std::size_t>(ids[p]);
+  float acc = 0.f;
+  for (std::size_t i = lane; i < k; i += 32) acc = fmaf(x[r * ldx + i], load_as_float(w, id * k + i, type), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) y[r * ldy + id] = acc;
+}
+
+// ---------------------------------------------------------------------------------------------- KV store
+
+__global__ void kv_store_kernel(const float* k, const float* v, std::size_t ld, const std::int32_t* positions,
+                                const std::int32_t* seq_index, const std::int32_t* tables, int max_blocks, KvLayer kv) {
+  const std::size_t t = blockIdx.x;
+  const int pos = positions[t];
+  const int block = tables[static_cast<std::size_t>(seq_index[t]) * max_blocks + pos / kv.block_size];
+  const int slot = pos % kv.block_size;
+  const std::size_t row = static_cast<std::size_t>(kv.n_kv_heads) * kv.head_dim;
+  for (std::size_t e = threadIdx.x; e < row; e += blockDim.x) {
+    const std::size_t h = e / kv.head_dim, d = e % kv.head_dim;
+    const std::size_t at = ((static_cast<std::size_t>(block) * kv.n_kv_heads + h) * kv.block_size + slot) * kv.head_dim + d;
+    if (kv.bf16) {
+      static_cast<__nv_bfloat16*>(kv.k)[at] = __float2bfloat16_rn(k[t * ld + e]);
+      static_cast<__nv_bfloat16*>(kv.v)[at] = __float2bfloat16_rn(v[t * ld + e]);
+    } else {
+      static_cast<float*>(kv.k)[at] = k[t * ld + e];
+      static_cast<float*>(kv.v)[at] = v[t * ld + e];
+    }
+  }
+}
+
+}  // namespace
+
+void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* table, int type, std::size_t cols,
+                      float* out, std::size_t ldo, cudaStream_t s) {
+  if (n == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(tokens, table, type, cols, out, ldo);
+  check_launch("embedding");
+}
+
+void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
+                     float eps, cudaStream_t s) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, dim, ld, w, eps);
+  check_launch("rms_norm");
+}
+
+void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
+                        float* cos, float* sin, cudaStream_t s) {
+  if (n * half == 0) return;
+  rope_angles_kernel<<<ceil_div(n * half, kThreads), kThreads, 0, s>>>(positions, n, inv_freq, half, cos, sin);
+  check_launch("rope_angles");
+}
+
+void launch_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                 std::size_t half, const float* cos, const float* sin, cudaStream_t s) {
+  if (n_tokens == 0 || half == 0) return;
+  rope_kernel<<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(x, n_heads, head_dim, ld, half, cos, sin);
+  check_launch("rope");
+}
+
+void launch_silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+                     std::size_t rows, std::size_t n, cudaStream_t s) {
+  if (rows == 0 || n == 0) return;
+  const dim3 grid(std::min<unsigned>(ceil_div(n, kThreads), 64), static_cast<unsigned>(rows));
+  silu_mul_kernel<<<grid, kThreads, 0, s>>>(gate, ldg, up, ldu, out, ldo, n);
+  check_launch("silu_mul");
+}
+
+void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, s>>>(x, y, n);
+  check_launch("add");
+}
+
+void launch_fill(float* x, std::size_t n, float value, cudaStream_t s) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, value);
+  check_launch("fill");
+}
+
+void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
+                        std::size_t n, std::size_t cols, cudaStream_t s) {
+  if (n == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dst, ldd, src, lds, rows, cols);
+  check_launch("gather_rows");
+}
+
+void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,
+                        cudaStream_t s) {
+  if (rows == 0) return;
+  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, n, ld, out);
+  check_launch("argmax_rows");
+}
+
+void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s) {
+  if (m == 0 || k == 0) return;
+  const dim3 grid(std::min<unsigned>(ceil_div(k, kThreads), 64), static_cast<unsigned>(m));
+  to_bf16_kernel<<<grid, kThreads, 0, s>>>(x, k, ldx, out);
+  check_launch("to_bf16");
+}
+
+void launch_weights_to_bf16(const void* in, int type, std::size_t count, __nv_bfloat16* out, cudaStream_t s) {
+  if (count == 0) return;
+  weights_to_bf16_kernel<<<grid_for(count), kThreads, 0, s>>>(in, type, count, out);
+  check_launch("weights_to_bf16");
+}
+
+bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t k) {
+  return k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
+}
+
+void launch_gemv(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
+                 std::size_t k, float* y, std::size_t ldy, bool round_x, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  switch (m) {
+    case 1: gemv_typed<1>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 2: gemv_typed<2>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 3: gemv_typed<3>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 4: gemv_typed<4>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 5: gemv_typed<5>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 6: gemv_typed<6>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 7: gemv_typed<7>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 8: gemv_typed<8>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    default: throw std::invalid_argument("gemv: more than 8 rows");
+  }
+  check_launch("gemv");
+}
+
+void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
+                     std::size_t k, float* y, std::size_t ldy, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  const dim3 grid(ceil_div(n, kTile), ceil_div(m, kTile));
+  gemm_f32_kernel<<<grid, 256, 0, s>>>(x, m, ldx, w, type, n, k, y, ldy);
+  check_launch("gemm_f32");
+}
+
+void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
+                       const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
+                       std::size_t ldy, cudaStream_t s) {
+  if (n_pairs == 0) return;
+  matmul_ids_kernel<<<ceil_div(n_pairs, 8), 256, 0, s>>>(x, ldx, w, type, k, row_of, ids, n_pairs, y, ldy);
+  check_launch("matmul_ids");
+}
+
+void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
+                     cudaStream_t s) {
+  if (b.n_tokens == 0) return;
+  kv_store_kernel<<<static_cast<unsigned>(b.n_tokens), 128, 0, s>>>(k, v, ld, b.positions, b.seq_index,
+                                                                     b.block_tables, b.max_blocks, kv);
+  check_launch("kv_store");
+}
+
+}  // namespace quarry::engine::cuda

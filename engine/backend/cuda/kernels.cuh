@@ -1,0 +1,89 @@
+// Launchers of the CUDA backend's kernels (internal to engine/backend/cuda). Every pointer is device
+// memory; every launcher is asynchronous on `stream` and throws std::runtime_error on a launch error.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quarry::engine::cuda {
+
+/// out[t, :cols] = widen(table[tokens[t], :cols]) for t < n (table: [*, cols] of weight type `type`).
+void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* table, int type, std::size_t cols,
+                      float* out, std::size_t ldo, cudaStream_t s);
+/// RMSNorm of `rows` rows of `dim` at stride ld (sum of squares in double, as the CPU reference).
+void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
+                     float eps, cudaStream_t s);
+/// cos/sin [n, half] of (float)positions[t] * inv_freq[i], cos and sin in double rounded to f32.
+void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
+                        float* cos, float* sin, cudaStream_t s);
+/// RoPE in place, rotate_half pairing over the first 2 * half dims of each head.
+void launch_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                 std::size_t half, const float* cos, const float* sin, cudaStream_t s);
+void launch_silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
+                     std::size_t rows, std::size_t n, cudaStream_t s);
+void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s);
+void launch_fill(float* x, std::size_t n, float value, cudaStream_t s);
+void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
+                        std::size_t n, std::size_t cols, cudaStream_t s);
+/// out[r] = first index of the largest value of row r (rows of n at stride ld).
+void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,
+                        cudaStream_t s);
+/// out[m, k] (contiguous) = bf16(x[m, k] at stride ldx), round to nearest even.
+void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s);
+/// out[i] = bf16(in[i]) for weights of type `type` (f32 or f16) being stored as bf16.
+void launch_weights_to_bf16(const void* in, int type, std::size_t count, __nv_bfloat16* out, cudaStream_t s);
+
+/// Whether launch_gemv can run this shape (k a multiple of 8, ldx a multiple of 4, 16-byte aligned x and w).
+bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t k);
+/// y[m, n] = x[m, k] . W[n, k]^T for m <= 8: one warp per output column, the weights streamed once with
+/// 16-byte loads, several in flight per lane (decode is bound by reading the weights). With round_x the
+/// activations are rounded to bf16 first (bf16 compute, as the tensor-core path rounds them).
+void launch_gemv(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
+                 std::size_t k, float* y, std::size_t ldy, bool round_x, cudaStream_t s);
+/// The same product for any m in f32 (weights widened exactly): 64x64 tiles in shared memory, 4x4 per
+/// thread. The exact-compute path of prefill.
+void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
+                     std::size_t k, float* y, std::size_t ldy, cudaStream_t s);
+/// y[row_of[i], ids[i]] = x[row_of[i], :k] . W[ids[i], :k] for i < n_pairs (one warp per pair).
+void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
+                       const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
+                       std::size_t ldy, cudaStream_t s);
+
+/// The paged KV layout of one layer: K and V each [n_blocks, n_kv_heads, block_size, head_dim] in
+/// f32 or bf16.
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  bool bf16 = false;
+  int n_kv_heads = 0, head_dim = 0, block_size = 16;
+};
+
+/// The batch's attention metadata (device arrays of the staged batch).
+struct AttnBatch {
+  const std::int32_t* positions = nullptr;
+  const std::int32_t* seq_index = nullptr;
+  const std::int32_t* block_tables = nullptr;
+  int max_blocks = 0;
+  int n_tokens = 0;
+  int max_position = 0;
+};
+
+/// Writes k, v ([n_tokens, n_kv_heads * head_dim] at stride ld) into the layer at each token's slot.
+void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
+                     cudaStream_t s);
+
+/// Context positions one attention block handles (the split of the context; fixed so that a token's
+/// result depends on its own context length only).
+constexpr int kAttentionSplit = 512;
+/// Workspace floats launch_attention needs for this batch (0 when no token's context is split).
+std::size_t attention_workspace_floats(const AttnBatch& b, int n_heads, int head_dim);
+/// Causal paged attention (GQA) of the batch's tokens over their sequences' K/V: each (token, head,
+/// split of kAttentionSplit positions) is one block of 4 warps with an online softmax (flash-decoding;
+/// Dao et al.), the splits combined after. head_dim a multiple of 32, at most 256.
+void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
+                      const KvLayer& kv, float scale, float* workspace, cudaStream_t s);
+
+}  // namespace quarry::engine::cuda

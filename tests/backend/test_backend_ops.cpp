@@ -1,0 +1,520 @@
+// Every op of the backend under test (QUARRY_TEST_DEVICE: "cpu", or "cuda" in the gpu-labelled build of
+// this file) against direct double-precision formulas and, for a backend other than the CPU, against the
+// CPU backend's result on the same inputs (llama.cpp's test-backend-ops). Shapes of the real models
+// (Qwen3-0.6B / -8B widths, GQA 2:1 and 4:1, head_dim 64 / 128, contexts past the CUDA backend's
+// 512-position attention split) and odd sizes; weights in f32, f16 and bf16; exact and bf16 compute.
+// Error measure: normalised mean squared error sum((a - b)^2) / sum(b^2), as test-backend-ops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.hpp"
+#include "engine/core/rng.hpp"
+#include "engine/memory/kv_cache.hpp"
+#include "tests/common/device.hpp"
+
+namespace quarry::engine {
+namespace {
+
+// ---------------------------------------------------------------------------------------------- helpers
+
+std::vector<float> randn(std::size_t n, std::uint64_t seed, float scale = 1.f) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; i += 2) {  // Box-Muller
+    const double u1 = std::max(r.uniform(), 1e-12), u2 = r.uniform();
+    const double rad = std::sqrt(-2.0 * std::log(u1));
+    v[i] = static_cast<float>(rad * std::cos(6.283185307179586 * u2)) * scale;
+    if (i + 1 < n) v[i + 1] = static_cast<float>(rad * std::sin(6.283185307179586 * u2)) * scale;
+  }
+  return v;
+}
+
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint16_t to_f16(float f) {  // round to nearest even, normal range only (test values are small)
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const int exp = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
+  std::uint32_t mant = u & 0x7fffffu;
+  if (exp <= 0) return static_cast<std::uint16_t>(sign);
+  std::uint32_t h = (static_cast<std::uint32_t>(exp) << 10) | (mant >> 13);
+  const std::uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+float from_f16(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  std::uint32_t u = exp == 0 ? sign : sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// A weight matrix in a stored dtype plus its exact f32 values.
+struct HostWeight {
+  DType dtype;
+  std::size_t rows, cols;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> values;  ///< the stored values widened
+};
+
+HostWeight make_weight(std::size_t rows, std::size_t cols, DType dt, std::uint64_t seed, float scale = 0.05f) {
+  HostWeight w{dt, rows, cols, {}, randn(rows * cols, seed, scale)};
+  w.bytes.resize(rows * cols * dtype_size(dt));
+  for (std::size_t i = 0; i < rows * cols; ++i) {
+    if (dt == DType::f32) {
+      std::memcpy(w.bytes.data() + 4 * i, &w.values[i], 4);
+    } else {
+      const std::uint16_t h = dt == DType::bf16 ? to_bf16(w.values[i]) : to_f16(w.values[i]);
+      w.values[i] = dt == DType::bf16 ? from_bf16(h) : from_f16(h);
+      std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return w;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+double nmse(const std::vector<float>& a, const std::vector<float>& b) {
+  return nmse(a, std::vector<double>(b.begin(), b.end()));
+}
+
+/// Device buffers of a backend from host vectors and back.
+struct Dev {
+  std::shared_ptr<Backend> be;
+  DeviceBuffer put(const std::vector<float>& v) {
+    DeviceBuffer b = be->alloc(std::max<std::size_t>(v.size(), 1) * sizeof(float));
+    be->upload(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  }
+  DeviceBuffer put_ints(const std::vector<std::int32_t>& v) {
+    DeviceBuffer b = be->alloc(std::max<std::size_t>(v.size(), 1) * sizeof(std::int32_t));
+    be->upload(b.data(), v.data(), v.size() * sizeof(std::int32_t));
+    return b;
+  }
+  DeviceBuffer zeros(std::size_t n, float poison = std::numeric_limits<float>::quiet_NaN()) {
+    DeviceBuffer b = be->alloc(std::max<std::size_t>(n, 1) * sizeof(float));
+    be->fill(b.as<float>(), n, poison);  // unwritten outputs show up as NaN
+    return b;
+  }
+  std::vector<float> get(const DeviceBuffer& b, std::size_t n) {
+    std::vector<float> v(n);
+    be->download(v.data(), b.data(), n * sizeof(float));
+    return v;
+  }
+};
+
+class BackendOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::test_device_present()) GTEST_SKIP() << "no " << testing::test_device_name() << " device here";
+    under_test_ = testing::test_backend(2);
+    dev_ = Dev{under_test_};
+    if (under_test_->device().kind != DeviceSpec::Kind::cpu) reference_ = Dev{make_backend({DeviceSpec{}, 2})};
+  }
+  bool has_reference() const { return reference_.be != nullptr; }
+  std::shared_ptr<Backend> under_test_;
+  Dev dev_, reference_;
+};
+
+// ---------------------------------------------------------------------------------------------- matmul
+
+/// y = x . W^T through `d` with weight `w` loaded under `compute`; x [m, k] at stride ldx.
+std::vector<float> run_matmul(Dev& d, const std::vector<float>& x, std::size_t m, std::size_t ldx, const HostWeight& w,
+                              std::size_t n, Compute compute) {
+  auto weight = d.be->load_matrix(w.bytes.data(), w.dtype, w.rows, w.cols, WeightUse::matmul,
+                                  d.be->resolve_compute(compute, w.dtype));
+  auto xb = d.put(x);
+  auto yb = d.zeros(m * n);
+  d.be->matmul(xb.as<float>(), m, ldx, *weight, n, yb.as<float>(), n);
+  return d.get(yb, m * n);
+}
+
+std::vector<double> ref_matmul(const std::vector<float>& x, std::size_t m, std::size_t ldx, const HostWeight& w,
+                               std::size_t n) {
+  std::vector<double> y(m * n);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::size_t p = 0; p < w.cols; ++p) s += static_cast<double>(x[i * ldx + p]) * w.values[j * w.cols + p];
+      y[i * n + j] = s;
+    }
+  return y;
+}
+
+TEST_F(BackendOps, MatmulAllShapesDtypesAndComputeModes) {
+  struct Shape {
+    std::size_t m, n, k, ldx_pad, n_used;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 1024, 1024, 0, 1024},  // 0.6B q_proj, decode
+      {3, 512, 1024, 0, 512},    // k_proj, a verify step
+      {8, 96, 3072, 0, 96},      // down_proj slice, the GEMV path's largest batch
+      {9, 200, 1024, 0, 200},    // first size past the GEMV path
+      {64, 384, 512, 0, 384},    // prefill chunk
+      {5, 77, 100, 4, 77},       // odd sizes, ldx > k
+      {2, 300, 64, 0, 123},      // leading slice of the rows (a draft vocabulary)
+      {130, 33, 40, 8, 33},      // odd everything
+  };
+  std::uint64_t seed = 1;
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const Compute compute : {Compute::exact, Compute::bf16})
+      for (const auto& s : shapes) {
+        const std::size_t ldx = s.k + s.ldx_pad;
+        const HostWeight w = make_weight(s.n, s.k, dt, seed++);
+        const auto x = randn(s.m * ldx, seed++);
+        const Compute resolved = under_test_->resolve_compute(compute, dt);
+        const auto got = run_matmul(dev_, x, s.m, ldx, w, s.n_used, compute);
+        const auto ref = ref_matmul(x, s.m, ldx, w, s.n_used);
+        // exact: f32 sums in another order; bf16: activations (and f32 weights) rounded to bf16.
+        const double tol = resolved == Compute::exact ? 1e-10 : 2e-4;
+        const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) + " m=" +
+                                 std::to_string(s.m) + " n=" + std::to_string(s.n_used) + " k=" + std::to_string(s.k);
+        EXPECT_LT(nmse(got, ref), tol) << what;
+        if (has_reference() && resolved == Compute::exact) {
+          const auto cpu = run_matmul(reference_, x, s.m, ldx, w, s.n_used, Compute::exact);
+          EXPECT_LT(nmse(got, cpu), 1e-10) << what << " against the CPU backend";
+        }
+      }
+}
+
+TEST_F(BackendOps, MatmulIdsComputesOnlyTheListedLogits) {
+  const std::size_t k = 256, rows = 1000;
+  const HostWeight w = make_weight(rows, k, DType::bf16, 7);
+  auto weight = under_test_->load_matrix(w.bytes.data(), w.dtype, rows, k, WeightUse::matmul, Compute::exact);
+  const std::size_t m = 3, ld = 600;  // a draft vocabulary of 600 ids
+  const auto x = randn(m * k, 8);
+  const std::vector<std::vector<std::int32_t>> ids = {{0, 5, 599}, {17}, {3, 4, 100, 200, 300}};
+  auto xb = dev_.put(x);
+  auto yb = dev_.zeros(m * ld);
+  under_test_->matmul_ids(xb.as<float>(), m, k, *weight, ids, yb.as<float>(), ld);
+  const auto y = dev_.get(yb, m * ld);
+  for (std::size_t r = 0; r < m; ++r)
+    for (std::size_t j = 0; j < ld; ++j) {
+      const bool listed = std::find(ids[r].begin(), ids[r].end(), static_cast<std::int32_t>(j)) != ids[r].end();
+      if (!listed) {
+        EXPECT_EQ(y[r * ld + j], -std::numeric_limits<float>::infinity()) << r << "," << j;
+        continue;
+      }
+      double s = 0;
+      for (std::size_t p = 0; p < k; ++p) s += static_cast<double>(x[r * k + p]) * w.values[j * k + p];
+      EXPECT_NEAR(y[r * ld + j], s, 1e-4 * (1 + std::fabs(s))) << r << "," << j;
+    }
+  const std::vector<std::vector<std::int32_t>> bad = {{1000}, {1}, {2}};
+  EXPECT_THROW(under_test_->matmul_ids(xb.as<float>(), m, k, *weight, bad, yb.as<float>(), ld), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------------- small ops
+
+TEST_F(BackendOps, EmbeddingWidensEveryStoredDtypeExactly) {
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const HostWeight table = make_weight(300, 72, dt, 11, 1.f);
+    auto weight = under_test_->load_matrix(table.bytes.data(), dt, 300, 72, WeightUse::embedding, Compute::exact);
+    const std::vector<std::int32_t> tokens = {0, 299, 17, 17, 150};
+    auto tb = dev_.put_ints(tokens);
+    const std::size_t ldo = 80;
+    auto out = dev_.zeros(tokens.size() * ldo, 7.f);
+    under_test_->embedding(tb.as<TokenId>(), tokens.size(), *weight, out.as<float>(), ldo);
+    const auto y = dev_.get(out, tokens.size() * ldo);
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      for (std::size_t i = 0; i < 72; ++i)
+        ASSERT_EQ(y[t * ldo + i], table.values[static_cast<std::size_t>(tokens[t]) * 72 + i]) << dtype_name(dt);
+      for (std::size_t i = 72; i < ldo; ++i) ASSERT_EQ(y[t * ldo + i], 7.f) << "wrote past the row";
+    }
+  }
+}
+
+TEST_F(BackendOps, RmsNormRowsAtAStride) {
+  for (const std::size_t dim : {1024u, 100u, 4096u}) {
+    const std::size_t rows = 7, ld = dim + 3;
+    const auto x = randn(rows * ld, dim, 3.f);
+    const auto w = randn(dim, dim + 1);
+    auto xb = dev_.put(x), wb = dev_.put(w);
+    auto yb = dev_.put(std::vector<float>(rows * ld, 0.f));
+    under_test_->rms_norm(xb.as<float>(), yb.as<float>(), rows, dim, ld, wb.as<float>(), 1e-6f);
+    const auto y = dev_.get(yb, rows * ld);
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (std::size_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (std::size_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * ld + i]) * x[r * ld + i];
+      const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+      for (std::size_t i = 0; i < dim; ++i) {
+        got.push_back(y[r * ld + i]);
+        ref.push_back(w[i] * x[r * ld + i] * inv);
+      }
+    }
+    EXPECT_LT(nmse(got, ref), 1e-12) << "dim " << dim;
+    // In place.
+    under_test_->rms_norm(xb.as<float>(), xb.as<float>(), rows, dim, ld, wb.as<float>(), 1e-6f);
+    const auto z = dev_.get(xb, rows * ld);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < dim; ++i)
+        ASSERT_EQ(z[r * ld + i], y[r * ld + i]) << "in place differs from out of place, dim " << dim;
+  }
+}
+
+/// Stages a batch of the given positions, one sequence per token run (for ops that only read positions).
+const StagedBatch& stage_positions(Backend& be, const std::vector<std::int32_t>& positions,
+                                   std::vector<std::int32_t>& storage) {
+  storage.assign(positions.size(), 0);
+  BatchInputs in;
+  static const std::vector<std::int32_t> table = {0};
+  in.tokens = storage;
+  in.positions = positions;
+  in.seq_index = storage;
+  in.block_tables = table;
+  in.max_blocks = 1;
+  return be.stage(in);
+}
+
+TEST_F(BackendOps, RopeFullAndPartialRotary) {
+  for (const std::size_t rotary : {128u, 64u}) {
+    const std::size_t head_dim = 128, heads = 3, ld = heads * head_dim + 8, half = rotary / 2;
+    const std::vector<std::int32_t> pos = {0, 1, 17, 511, 4097, 32767};
+    std::vector<float> inv(half);
+    for (std::size_t i = 0; i < half; ++i)
+      inv[i] = static_cast<float>(1.0 / std::pow(1e6, static_cast<double>(static_cast<float>(2 * i) / rotary)));
+    auto invb = dev_.put(inv);
+    std::vector<std::int32_t> zeros;
+    const StagedBatch& b = stage_positions(*under_test_, pos, zeros);
+    auto cs = dev_.zeros(pos.size() * half), sn = dev_.zeros(pos.size() * half);
+    under_test_->rope_angles(b, invb.as<float>(), rotary, cs.as<float>(), sn.as<float>());
+    const auto x = randn(pos.size() * ld, rotary);
+    auto xb = dev_.put(x);
+    under_test_->rope(xb.as<float>(), pos.size(), heads, head_dim, ld, rotary, cs.as<float>(), sn.as<float>());
+    const auto y = dev_.get(xb, pos.size() * ld);
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (std::size_t t = 0; t < pos.size(); ++t)
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t i = 0; i < head_dim; ++i) {
+          const float* a = x.data() + t * ld + h * head_dim;
+          double want = a[i];
+          if (i < rotary) {
+            const std::size_t j = i % half;
+            const double ang = static_cast<double>(static_cast<float>(pos[t]) * inv[j]);
+            want = i < half ? a[i] * std::cos(ang) - a[i + half] * std::sin(ang)
+                            : a[i] * std::cos(ang) + a[i - half] * std::sin(ang);
+          }
+          got.push_back(y[t * ld + h * head_dim + i]);
+          ref.push_back(want);
+        }
+    EXPECT_LT(nmse(got, ref), 1e-12) << "rotary " << rotary;
+    for (std::size_t t = 0; t < pos.size(); ++t)  // the padding past the heads is untouched
+      for (std::size_t i = heads * head_dim; i < ld; ++i) EXPECT_EQ(y[t * ld + i], x[t * ld + i]);
+  }
+}
+
+TEST_F(BackendOps, SiluMulAddFillCopyGather) {
+  const std::size_t rows = 5, n = 3072, ld = n + 5;
+  const auto g = randn(rows * ld, 1, 4.f), u = randn(rows * ld, 2);
+  auto gb = dev_.put(g), ub = dev_.put(u), ob = dev_.zeros(rows * ld);
+  under_test_->silu_mul(gb.as<float>(), ld, ub.as<float>(), ld, ob.as<float>(), ld, rows, n);
+  const auto o = dev_.get(ob, rows * ld);
+  std::vector<float> got;
+  std::vector<double> ref;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = g[r * ld + i];
+      got.push_back(o[r * ld + i]);
+      ref.push_back(x / (1 + std::exp(-x)) * u[r * ld + i]);
+    }
+  EXPECT_LT(nmse(got, ref), 1e-12);
+
+  auto ab = dev_.put(g);
+  under_test_->add(ab.as<float>(), ub.as<float>(), rows * ld);
+  const auto a = dev_.get(ab, rows * ld);
+  for (std::size_t i = 0; i < rows * ld; ++i) ASSERT_EQ(a[i], g[i] + u[i]);
+
+  auto cb = dev_.zeros(rows * 10, 0.f);
+  under_test_->copy_rows(cb.as<float>(), 10, gb.as<float>() + 3, ld, rows, 6);
+  const auto c = dev_.get(cb, rows * 10);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < 10; ++i) ASSERT_EQ(c[r * 10 + i], i < 6 ? g[r * ld + 3 + i] : 0.f);
+
+  const std::vector<std::int32_t> pick = {4, 0, 4, 2};
+  auto pb = dev_.put_ints(pick);
+  auto sb = dev_.zeros(pick.size() * n);
+  under_test_->gather_rows(sb.as<float>(), n, gb.as<float>(), ld, pb.as<std::int32_t>(), pick.size(), n);
+  const auto s = dev_.get(sb, pick.size() * n);
+  for (std::size_t i = 0; i < pick.size(); ++i)
+    for (std::size_t j = 0; j < n; ++j) ASSERT_EQ(s[i * n + j], g[static_cast<std::size_t>(pick[i]) * ld + j]);
+}
+
+TEST_F(BackendOps, ArgmaxRowsFirstOfTies) {
+  const std::size_t rows = 4, n = 151936, ld = n + 16;
+  auto v = randn(rows * ld, 5);
+  v[0 * ld + 70000] = 50.f;
+  v[0 * ld + 90000] = 50.f;  // tie: the first wins
+  v[1 * ld + n - 1] = 60.f;  // the last id
+  v[2 * ld + 0] = 70.f;
+  v[3 * ld + n + 3] = 1e9f;  // past the row: ignored
+  auto b = dev_.put(v);
+  std::vector<std::int32_t> out(rows, -1);
+  under_test_->argmax_rows(b.as<float>(), rows, n, ld, out.data());
+  std::vector<std::int32_t> want(rows);
+  for (std::size_t r = 0; r < rows; ++r)
+    want[r] = static_cast<std::int32_t>(std::max_element(v.begin() + r * ld, v.begin() + r * ld + n) - (v.begin() + r * ld));
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(out[0], 70000);
+}
+
+// ---------------------------------------------------------------------------------------------- attention
+
+/// Random K/V for several sequences in a paged cache of `kv_dtype`, queries for chosen tokens, through
+/// kv_store + attention on `be`; returns the attention outputs [n_tokens, n_heads * head_dim].
+struct AttentionCase {
+  std::size_t n_heads, n_kv, head_dim;
+  std::vector<std::size_t> contexts;  ///< per sequence: positions 0..ctx-1 stored
+  DType kv_dtype;
+};
+
+std::vector<float> run_attention(Dev& d, const AttentionCase& c, std::vector<double>* dense_ref) {
+  KvSpec spec;
+  spec.n_layers = 2;
+  spec.n_kv_heads = c.n_kv;
+  spec.head_dim = c.head_dim;
+  spec.dtype = c.kv_dtype;
+  std::size_t total = 0;
+  for (auto ctx : c.contexts) total += ctx + 16;
+  KvCache kv(*d.be, spec, 2 * total + 64);
+  // Scatter the blocks: a filler sequence takes every other block while the others grow.
+  std::vector<SeqId> seqs;
+  for (std::size_t s = 0; s < c.contexts.size(); ++s) seqs.push_back(kv.create_sequence());
+  const SeqId filler = kv.create_sequence();
+  for (std::size_t step = 1;; ++step) {
+    bool grew = false;
+    for (std::size_t s = 0; s < seqs.size(); ++s)
+      if (kv.capacity(seqs[s]) < c.contexts[s]) {
+        EXPECT_TRUE(kv.reserve(seqs[s], std::min(c.contexts[s], step * 16)));
+        grew = true;
+      }
+    if (!grew) break;
+    if (kv.allocator().n_free() > 1) {
+      EXPECT_TRUE(kv.reserve(filler, kv.capacity(filler) + 1));
+    }
+  }
+  // The batch: every position of every sequence (K/V stored), with logits-free rows; queries for all.
+  std::vector<TokenId> tokens;
+  std::vector<std::int32_t> positions, seq_index;
+  std::size_t max_blocks = 0;
+  for (auto s : seqs) max_blocks = std::max(max_blocks, kv.block_table(s).size());
+  std::vector<std::int32_t> tables(seqs.size() * max_blocks, -1);
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const auto& t = kv.block_table(seqs[s]);
+    std::copy(t.begin(), t.end(), tables.begin() + static_cast<std::ptrdiff_t>(s * max_blocks));
+    for (std::size_t p = 0; p < c.contexts[s]; ++p) {
+      tokens.push_back(0);
+      positions.push_back(static_cast<std::int32_t>(p));
+      seq_index.push_back(static_cast<std::int32_t>(s));
+    }
+  }
+  const std::size_t T = tokens.size(), QD = c.n_heads * c.head_dim, KD = c.n_kv * c.head_dim;
+  const std::uint64_t seed = 1000 + T + c.head_dim;
+  const auto q = randn(T * QD, seed), k = randn(T * KD, seed + 1), v = randn(T * KD, seed + 2);
+  BatchInputs in;
+  in.tokens = tokens;
+  in.positions = positions;
+  in.seq_index = seq_index;
+  in.block_tables = tables;
+  in.max_blocks = max_blocks;
+  const StagedBatch& b = d.be->stage(in);
+  auto qb = d.put(q), kb = d.put(k), vb = d.put(v), ob = d.zeros(T * QD);
+  const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  d.be->kv_store(kb.as<float>(), vb.as<float>(), KD, b, kv.storage(), 1);
+  d.be->attention(qb.as<float>(), QD, ob.as<float>(), QD, c.n_heads, b, kv.storage(), 1, scale);
+  const auto out = d.get(ob, T * QD);
+  if (dense_ref) {  // dense causal softmax attention per sequence, in double, over the stored K/V
+    auto stored = [&](float x) { return c.kv_dtype == DType::bf16 ? static_cast<double>(from_bf16(to_bf16(x))) : x; };
+    dense_ref->assign(T * QD, 0.0);
+    const std::size_t group = c.n_heads / c.n_kv;
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t h = 0; h < c.n_heads; ++h) {
+        const std::size_t g = h / group;
+        std::vector<double> sc;
+        std::vector<std::size_t> rows;
+        for (std::size_t u = 0; u < T; ++u)
+          if (seq_index[u] == seq_index[t] && positions[u] <= positions[t]) {
+            double s = 0;
+            for (std::size_t i = 0; i < c.head_dim; ++i)
+              s += static_cast<double>(q[t * QD + h * c.head_dim + i]) * stored(k[u * KD + g * c.head_dim + i]);
+            sc.push_back(s * scale);
+            rows.push_back(u);
+          }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (auto& s : sc) sum += (s = std::exp(s - mx));
+        for (std::size_t j = 0; j < rows.size(); ++j)
+          for (std::size_t i = 0; i < c.head_dim; ++i)
+            (*dense_ref)[t * QD + h * c.head_dim + i] += sc[j] / sum * stored(v[rows[j] * KD + g * c.head_dim + i]);
+      }
+  }
+  return out;
+}
+
+TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
+  const std::vector<AttentionCase> cases = {
+      {16, 8, 128, {5, 37, 1}, DType::f32},    // Qwen3-0.6B heads, GQA 2:1
+      {32, 8, 128, {20, 3}, DType::f32},       // Qwen3-8B heads, GQA 4:1
+      {8, 8, 64, {33, 16, 17}, DType::f32},    // MHA, head_dim 64, block boundaries
+      {4, 2, 128, {700}, DType::f32},          // past the 512-position split of the CUDA backend
+      {16, 8, 128, {40, 9}, DType::bf16},      // bf16 KV cache
+  };
+  for (const auto& c : cases) {
+    const DType kv_dtype = c.kv_dtype == DType::bf16 && under_test_->kv_dtype(Compute::bf16, c.n_heads, c.n_kv,
+                                                                              c.head_dim, 16) == DType::bf16
+                               ? DType::bf16
+                               : DType::f32;
+    if (kv_dtype != c.kv_dtype) continue;  // no bf16 KV cache on this backend (CPU without AMX)
+    AttentionCase run = c;
+    run.kv_dtype = kv_dtype;
+    std::vector<double> ref;
+    const auto got = run_attention(dev_, run, &ref);
+    const std::string what = std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) + " heads, head_dim " +
+                             std::to_string(c.head_dim) + ", " + dtype_name(kv_dtype) + " KV, " +
+                             std::to_string(c.contexts.size()) + " sequences, longest " +
+                             std::to_string(*std::max_element(c.contexts.begin(), c.contexts.end()));
+    EXPECT_LT(nmse(got, ref), kv_dtype == DType::f32 ? 1e-11 : 1e-4) << what;
+    if (has_reference() && kv_dtype == DType::f32) {
+      const auto cpu = run_attention(reference_, run, nullptr);
+      EXPECT_LT(nmse(got, cpu), 1e-11) << what << " against the CPU backend";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- probes
+
+TEST_F(BackendOps, ProbesGiveFinitePositiveFigures) {
+  for (double v : under_test_->probe_bandwidth_gb_s(std::size_t{16} << 20, 2)) EXPECT_TRUE(std::isfinite(v) && v > 0);
+  for (double v : under_test_->probe_matmul_gflops(64, 256, 256, DType::bf16, Compute::automatic, 2))
+    EXPECT_TRUE(std::isfinite(v) && v > 0);
+  EXPECT_FALSE(under_test_->description().empty());
+}
+
+}  // namespace
+}  // namespace quarry::engine
