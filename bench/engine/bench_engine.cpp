@@ -1,169 +1,331 @@
-// bench_engine: decode tok/s and achieved GB/s at batch 1, prefill tok/s, for a random-weight checkpoint
-// of a published Qwen3 shape (written at bench time into --work, not committed), next to what this
-// machine can do, measured in the same run:
-//   * memory bandwidth: Backend::probe_bandwidth_gb_s over 1 GiB (CPU: multi-threaded streaming read;
-//     GPU: device copy), 5 runs before and 5 after the engine runs, best run (STREAM convention) used for
-//     the roofline, median reported;
-//   * GEMM FLOP/s: Backend::probe_matmul_gflops on a square problem (stored-dtype weights, the model's
-//     compute mode), median of 3.
-// Decode is reported as a fraction of the bandwidth roofline (bytes of weights + KV read per token /
-// measured bandwidth), prefill as a fraction of the measured GEMM FLOP/s (2 x linear-layer parameters
-// per token + attention). 1 warm-up + --runs measured runs; medians.
+// bench_engine: the engine alone on one device (CPU or CUDA) with a random-weight checkpoint of a published
+// Qwen3 shape (written at bench time into --work, not committed), next to what the device can do,
+// measured in the same run (llama-bench's pp / tg, plus what the seeds ask for):
+//   * roofline: Backend::probe_bandwidth_gb_s (CPU: multi-threaded streaming read; GPU: device copy,
+//     bytes read + written) before and after the runs, best used; Backend::probe_matmul_gflops of a
+//     prefill-sized product in the model's dtype and compute mode;
+//   * tg: batch-1 decode of --tg tokens after a --depth-token prompt: tok/s and achieved GB/s (weights +
+//     KV bytes read per step / time) as a fraction of the bandwidth;
+//   * pp: prefill of --pp prompt lengths (one forward call each when --batch-tokens allows): tok/s and
+//     GFLOP/s (2 x linear parameters + causal attention per token) against the measured matmul rate;
+//   * concurrency: --concurrency levels of requests decoding together (continuous batching): aggregate
+//     decode tok/s and its ratio to batch 1;
+//   * ttft: a --ttft-token prompt cold, then the same document with another question (prefix cache).
+// Every figure: median of --runs runs after one warm-up.
 //
-// Usage: bench_engine [--preset qwen3-0.6b] [--dtype bf16] [--device cpu|cuda] [--threads 2] [--prefill-tokens 32]
-//                     [--decode-tokens 16] [--runs 3] [--work DIR] [--out DIR]
-// Writes OUT/bench_engine.json and OUT/bench_engine.md (OUT defaults to the current folder).
+// Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|qwen3-4b|qwen3-8b] [--layers N] [--dtype bf16]
+//                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
+//                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
+//                     [--work DIR] [--out DIR]
+// Writes OUT/bench_engine.json and OUT/bench_engine.md.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "pipeline/bench/harness.hpp"
+#include "bench/common/machine_info.hpp"
 #include "engine/backend/backend.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
-#include "bench/common/machine_info.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
-using quarry::bench::median;
-using quarry::bench::cpu_model;
-using quarry::bench::git_commit;
+using json = nlohmann::ordered_json;
 
 namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<std::size_t> parse_list(const std::string& s) {
+  std::vector<std::size_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(std::stoul(item));
+  return out;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// A prompt of n token ids from a deterministic stream (ids below the vocabulary, avoiding the top of it
+/// where the special tokens live).
+std::vector<TokenId> prompt(std::size_t n, std::uint64_t salt, std::size_t vocab) {
+  std::vector<TokenId> p(n);
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL * (salt + 1);
+  for (auto& t : p) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t = static_cast<TokenId>((x * 2685821657736338717ULL >> 33) % (vocab - 512));
+  }
+  return p;
+}
+
+struct Options {
+  std::string device = "cpu", preset = "qwen3-0.6b", dtype = "bf16", compute = "auto";
+  std::size_t layers = 0, threads = 0, tg = 128, depth = 16, ttft = 0, batch_tokens = 2048, runs = 3;
+  std::vector<std::size_t> pp = {512}, concurrency = {1, 4};
+  fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out = ".";
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "qwen3-0.6b", dtype_s = "bf16", device = "cpu";
-  std::size_t threads = 2, prefill_tokens = 32, decode_tokens = 16, runs = 3;
-  fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out_dir = ".";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--preset") preset = v;
-    else if (a == "--dtype") dtype_s = v;
-    else if (a == "--threads") threads = std::stoul(v);
-    else if (a == "--device") device = v;
-    else if (a == "--prefill-tokens") prefill_tokens = std::stoul(v);
-    else if (a == "--decode-tokens") decode_tokens = std::stoul(v);
-    else if (a == "--runs") runs = std::stoul(v);
-    else if (a == "--work") work = v;
-    else if (a == "--out") out_dir = v;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::cerr << "bench_engine: " << a << " needs a value\n";
+      return 1;
+    }
+    const std::string v = argv[++i];
+    if (a == "--device") o.device = v;
+    else if (a == "--preset") o.preset = v;
+    else if (a == "--dtype") o.dtype = v;
+    else if (a == "--compute") o.compute = v;
+    else if (a == "--layers") o.layers = std::stoul(v);
+    else if (a == "--threads") o.threads = std::stoul(v);
+    else if (a == "--tg") o.tg = std::stoul(v);
+    else if (a == "--depth") o.depth = std::stoul(v);
+    else if (a == "--pp") o.pp = parse_list(v);
+    else if (a == "--concurrency") o.concurrency = parse_list(v);
+    else if (a == "--ttft") o.ttft = std::stoul(v);
+    else if (a == "--batch-tokens") o.batch_tokens = std::stoul(v);
+    else if (a == "--runs") o.runs = std::max<std::size_t>(1, std::stoul(v));
+    else if (a == "--work") o.work = v;
+    else if (a == "--out") o.out = v;
     else {
-      std::cerr << "unknown option " << a << "\n";
+      std::cerr << "bench_engine: unknown option " << a << "\n";
       return 1;
     }
   }
-  const DType dtype = dtype_s == "f32" ? DType::f32 : dtype_s == "f16" ? DType::f16 : DType::bf16;
-  const fs::path model_dir = work / (preset + "-" + dtype_s + "-random");
-  if (!fs::exists(model_dir / "model.safetensors")) {
-    std::cerr << "writing " << model_dir << " ...\n";
-    write_random_checkpoint(preset_config_json(preset), model_dir, dtype, 1);
+  try {
+    const DType dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "f16" ? DType::f16 : DType::bf16;
+    nlohmann::json cfg = nlohmann::json::parse(preset_config_json(o.preset));
+    if (o.layers) cfg["num_hidden_layers"] = cfg["max_window_layers"] = o.layers;
+    const std::size_t max_ctx = std::max({o.depth + o.tg + 8, o.ttft + 64, o.pp.empty() ? 0 : *std::max_element(o.pp.begin(), o.pp.end()) + 8});
+    cfg["max_position_embeddings"] = std::max<std::size_t>(40960, max_ctx);
+    const std::string name = o.preset + (o.layers ? "-" + std::to_string(o.layers) + "l" : "") + "-" + o.dtype;
+    const fs::path model_dir = o.work / (name + "-random");
+    if (!fs::exists(model_dir / "model.safetensors")) {
+      std::cerr << "writing " << model_dir << " ...\n";
+      const double t0 = now_s();
+      write_random_checkpoint(cfg.dump(), model_dir, dtype, 1);
+      std::cerr << "  " << now_s() - t0 << " s\n";
+    }
+
+    const DeviceSpec device = parse_device(o.device);
+    const auto probe = make_backend({device, o.threads});
+    std::cerr << "device: " << probe->description() << "\n";
+    std::vector<double> bw = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
+    const std::size_t gm = device.kind == DeviceSpec::Kind::cpu ? 256 : 4096;
+    const std::size_t gk = device.kind == DeviceSpec::Kind::cpu ? 1024 : 4096;
+    const double peak_gflops = median(probe->probe_matmul_gflops(gm, gk, gk, dtype, parse_compute(o.compute), 5));
+    std::cerr << "bandwidth " << *std::max_element(bw.begin(), bw.end()) << " GB/s, matmul " << peak_gflops
+              << " GFLOP/s\n";
+
+    EngineOptions eo;
+    eo.device = device;
+    eo.n_threads = o.threads;
+    eo.compute = parse_compute(o.compute);
+    eo.max_batch_tokens = o.batch_tokens;
+    const std::size_t max_conc = o.concurrency.empty() ? 1 : *std::max_element(o.concurrency.begin(), o.concurrency.end());
+    eo.max_num_seqs = std::max<std::size_t>(max_conc, 1);
+    eo.max_kv_tokens = std::max(max_ctx + 256, max_conc * (64 + o.tg + 16));
+    const double t_load = now_s();
+    auto engine = Engine::open(model_dir, nullptr, eo);
+    const double load_s = now_s() - t_load;
+    const auto& c = engine->model().config();
+    const std::size_t V = c.vocab_size;
+    std::cerr << "loaded in " << load_s << " s: " << engine->backend().description() << ", compute "
+              << compute_name(engine->model().compute()) << "\n";
+
+    const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
+    const double linear = static_cast<double>(c.num_hidden_layers) *
+                          (H * D * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads) +
+                           3.0 * H * static_cast<double>(c.intermediate_size));
+    auto prefill_flops = [&](double n) {
+      return 2.0 * linear * n + 4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * D * n * (n + 1) / 2 +
+             2.0 * H * static_cast<double>(V);
+    };
+    const double weight_bytes = static_cast<double>(engine->model().weight_bytes_per_step());
+    const double kv_per_token = static_cast<double>(engine->kv_cache().bytes_per_token());
+    std::uint64_t salt = 1;
+
+    json rep;
+    rep["bench"] = "bench_engine";
+    rep["commit"] = quarry::bench::git_commit();
+    rep["device"] = engine->backend().description();
+    rep["cpu"] = quarry::bench::cpu_model();
+    rep["model"] = {{"preset", o.preset}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
+                    {"intermediate_size", c.intermediate_size}, {"heads", c.num_attention_heads},
+                    {"kv_heads", c.num_key_value_heads}, {"vocab_size", V}, {"dtype", o.dtype},
+                    {"compute", compute_name(engine->model().compute())},
+                    {"kv_dtype", dtype_name(engine->kv_cache().spec().dtype)},
+                    {"weight_bytes_per_step", weight_bytes}, {"load_s", load_s}};
+    rep["runs"] = o.runs;
+
+    // ---- tg: batch-1 decode after a short prompt.
+    json tg;
+    {
+      std::vector<double> tok_s, gb_s;
+      for (std::size_t r = 0; r <= o.runs; ++r) {
+        GenerationRequest req;
+        req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
+        req.max_tokens = o.tg + 1;  // the first token comes from the prefill
+        req.ignore_eos = true;
+        const EngineStats before = engine->stats();
+        engine->generate(req);
+        const EngineStats& after = engine->stats();
+        const double s = after.decode_s - before.decode_s;
+        const double toks = static_cast<double>(after.decode_tokens - before.decode_tokens);
+        const double bytes = static_cast<double>(after.decode_bytes - before.decode_bytes);
+        if (r == 0) continue;
+        tok_s.push_back(toks / s);
+        gb_s.push_back(bytes / s / 1e9);
+      }
+      tg = {{"tokens", o.tg}, {"depth", o.depth}, {"tok_s", median(tok_s)}, {"tok_s_runs", tok_s},
+            {"achieved_gb_s", median(gb_s)}};
+      std::cerr << "tg" << o.tg << " @" << o.depth << ": " << median(tok_s) << " tok/s, " << median(gb_s) << " GB/s\n";
+    }
+
+    // ---- pp: prefill.
+    json pp = json::array();
+    for (std::size_t n : o.pp) {
+      std::vector<double> tok_s;
+      for (std::size_t r = 0; r <= o.runs; ++r) {
+        GenerationRequest req;
+        req.prompt = prompt(n, salt++, V);  // a new prompt: no prefix-cache hit
+        req.max_tokens = 1;
+        const auto res = engine->generate(req);
+        if (r > 0) tok_s.push_back(static_cast<double>(n) / res.stats.ttft_s);
+      }
+      const double t = median(tok_s);
+      pp.push_back({{"tokens", n}, {"tok_s", t}, {"tok_s_runs", tok_s},
+                    {"gflop_s", prefill_flops(static_cast<double>(n)) / (static_cast<double>(n) / t) / 1e9}});
+      std::cerr << "pp" << n << ": " << t << " tok/s\n";
+    }
+
+    // ---- concurrency: aggregate decode.
+    json conc = json::array();
+    double batch1 = 0;
+    for (std::size_t level : o.concurrency) {
+      std::vector<double> agg;
+      for (std::size_t r = 0; r <= o.runs; ++r) {
+        std::vector<GenerationRequest> reqs(level);
+        for (auto& q : reqs) {
+          q.prompt = prompt(32, salt++, V);
+          q.max_tokens = o.tg + 1;
+          q.ignore_eos = true;
+        }
+        const EngineStats before = engine->stats();
+        const double t0 = now_s();
+        engine->generate(reqs);
+        const double wall = now_s() - t0;
+        const EngineStats& after = engine->stats();
+        (void)before;
+        (void)after;
+        if (r > 0) agg.push_back(static_cast<double>(level * o.tg) / wall);
+      }
+      const double a = median(agg);
+      if (level == 1) batch1 = a;
+      conc.push_back({{"sequences", level}, {"aggregate_tok_s", a}, {"runs", agg},
+                      {"x_batch1", batch1 > 0 ? a / batch1 : 0.0}});
+      std::cerr << "concurrency " << level << ": " << a << " tok/s aggregate\n";
+    }
+
+    // ---- ttft: a long document cold, then warm (same document, another question).
+    json ttft;
+    if (o.ttft > 0) {
+      const auto doc = prompt(o.ttft, 987654321, V);
+      std::vector<double> cold, warm;
+      for (std::size_t r = 0; r < o.runs; ++r) {
+        GenerationRequest a;
+        a.prompt = prompt(o.ttft, 1000 + r, V);  // another document each run: cold
+        a.max_tokens = 1;
+        cold.push_back(engine->generate(a).stats.ttft_s);
+        GenerationRequest w;
+        w.prompt = doc;
+        const auto q = prompt(32, 5000 + r, V);
+        w.prompt.insert(w.prompt.end(), q.begin(), q.end());
+        w.max_tokens = 1;
+        const auto res = engine->generate(w);
+        if (r > 0) warm.push_back(res.stats.ttft_s);  // the first sees the document for the first time
+      }
+      ttft = {{"tokens", o.ttft}, {"cold_s", median(cold)}, {"warm_s", median(warm)}, {"cold_runs", cold},
+              {"warm_runs", warm}, {"warm_over_cold", median(warm) / median(cold)}};
+      std::cerr << "ttft " << o.ttft << ": cold " << median(cold) << " s, warm " << median(warm) << " s\n";
+    }
+
+    {
+      auto more = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
+      bw.insert(bw.end(), more.begin(), more.end());
+    }
+    const double bw_best = *std::max_element(bw.begin(), bw.end());
+    const double tg_bytes = weight_bytes + kv_per_token * static_cast<double>(o.depth + o.tg / 2);
+    tg["bytes_per_step"] = tg_bytes;
+    tg["roofline_tok_s"] = bw_best * 1e9 / tg_bytes;
+    tg["fraction_of_bandwidth"] = tg["tok_s"].get<double>() * tg_bytes / (bw_best * 1e9);
+    for (auto& p : pp) p["fraction_of_matmul_peak"] = p["gflop_s"].get<double>() / peak_gflops;
+    rep["roofline"] = {{"bandwidth_gb_s", bw_best}, {"bandwidth_gb_s_median", median(bw)}, {"bandwidth_runs", bw},
+                       {"matmul_gflop_s", peak_gflops}, {"matmul_shape", {gm, gk, gk}}};
+    rep["tg"] = tg;
+    rep["pp"] = pp;
+    rep["concurrency"] = conc;
+    if (!ttft.is_null()) rep["ttft"] = ttft;
+
+    fs::create_directories(o.out);
+    std::ofstream(o.out / "bench_engine.json") << rep.dump(2) << "\n";
+    std::ostringstream md;
+    md << "# bench_engine: " << name << " (random weights) on " << rep["device"].get<std::string>() << "\n\n"
+       << "compute " << rep["model"]["compute"].get<std::string>() << ", KV " << rep["model"]["kv_dtype"].get<std::string>()
+       << ", commit " << rep["commit"].get<std::string>() << "; median of " << o.runs << " runs after 1 warm-up; "
+       << "bandwidth " << bw_best << " GB/s (best of " << bw.size() << "), matmul " << peak_gflops << " GFLOP/s ("
+       << gm << "x" << gk << "x" << gk << ").\n\n"
+       << "| measure | value | limit | fraction |\n| --- | --- | --- | --- |\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "| tg%zu @ depth %zu, batch 1 | %.1f tok/s, %.0f GB/s | %.1f tok/s (%.2f GB/step) | %.1f%% |\n",
+                  o.tg, o.depth, tg["tok_s"].get<double>(), tg["tok_s"].get<double>() * tg_bytes / 1e9,
+                  tg["roofline_tok_s"].get<double>(), tg_bytes / 1e9, 100 * tg["fraction_of_bandwidth"].get<double>());
+    md << line;
+    for (const auto& p : pp) {
+      std::snprintf(line, sizeof line, "| pp%zu | %.0f tok/s, %.0f GFLOP/s | %.0f GFLOP/s | %.1f%% |\n",
+                    p["tokens"].get<std::size_t>(), p["tok_s"].get<double>(), p["gflop_s"].get<double>(), peak_gflops,
+                    100 * p["fraction_of_matmul_peak"].get<double>());
+      md << line;
+    }
+    for (const auto& l : conc) {
+      std::snprintf(line, sizeof line, "| %zu sequences | %.1f tok/s aggregate | | %.2fx batch 1 |\n",
+                    l["sequences"].get<std::size_t>(), l["aggregate_tok_s"].get<double>(), l["x_batch1"].get<double>());
+      md << line;
+    }
+    if (!ttft.is_null()) {
+      std::snprintf(line, sizeof line, "| TTFT %zu tokens | cold %.3f s, warm %.3f s | | warm = %.1f%% of cold |\n",
+                    o.ttft, ttft["cold_s"].get<double>(), ttft["warm_s"].get<double>(),
+                    100 * ttft["warm_over_cold"].get<double>());
+      md << line;
+    }
+    std::ofstream(o.out / "bench_engine.md") << md.str();
+    std::cout << md.str();
+  } catch (const std::exception& e) {
+    std::cerr << "bench_engine: " << e.what() << "\n";
+    return 1;
   }
-
-  const auto probe = make_backend({parse_device(device), threads});
-  std::cerr << "measuring memory bandwidth on " << probe->description() << " ...\n";
-  std::vector<double> bw_runs = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
-  std::cerr << "  best " << *std::max_element(bw_runs.begin(), bw_runs.end()) << " GB/s\nmeasuring gemm ...\n";
-  const std::size_t gm = 256, gk = 1024, gn = 1024;
-  const double gemm_flops = median(probe->probe_matmul_gflops(gm, gk, gn, dtype, Compute::automatic, 3)) * 1e9;
-  std::cerr << "  " << gemm_flops / 1e9 << " GFLOP/s\n";
-
-  EngineOptions opt;
-  opt.n_threads = threads;
-  opt.device = parse_device(device);
-  opt.max_kv_tokens = prefill_tokens + decode_tokens + 64;
-  opt.max_batch_tokens = std::max<std::size_t>(prefill_tokens, 1);
-  auto engine = Engine::open(model_dir, nullptr, opt);
-  const auto& cfg = engine->model().config();
-
-  // Linear-layer parameters (FLOPs per token = 2 x this + attention) and attention FLOPs per token.
-  const std::size_t H = cfg.hidden_size, D = cfg.head_dim, I = cfg.intermediate_size, L = cfg.num_hidden_layers;
-  const double linear_params = static_cast<double>(L) *
-      (static_cast<double>(H) * D * (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads) + 3.0 * H * I);
-  auto prefill_flops = [&](std::size_t p) {  // whole prompt: linear + causal attention + one LM-head row
-    const double attn = 4.0 * L * cfg.num_attention_heads * D * (static_cast<double>(p) * (p + 1) / 2);
-    return 2.0 * linear_params * p + attn + 2.0 * static_cast<double>(H) * cfg.vocab_size;
-  };
-
-  std::vector<double> prefill_tok_s, decode_tok_s, decode_gb_s, ttft;
-  for (std::size_t r = 0; r <= runs; ++r) {
-    GenerationRequest req;
-    for (std::size_t i = 0; i < prefill_tokens; ++i) req.prompt.push_back(static_cast<TokenId>((i * 7919 + r) % 150000));
-    req.max_tokens = decode_tokens + 1;  // the first token comes from prefill
-    req.ignore_eos = true;
-    const EngineStats before = engine->stats();
-    auto res = engine->generate(req);
-    const EngineStats& after = engine->stats();
-    const double dec_s = after.decode_s - before.decode_s;
-    const double dec_tok = static_cast<double>(after.decode_tokens - before.decode_tokens);
-    const double dec_bytes = static_cast<double>(after.decode_bytes - before.decode_bytes);
-    const double pre_s = after.prefill_s - before.prefill_s;
-    std::cerr << (r == 0 ? "warm-up" : "run " + std::to_string(r)) << ": prefill " << prefill_tokens / pre_s
-              << " tok/s, decode " << dec_tok / dec_s << " tok/s, " << dec_bytes / dec_s / 1e9 << " GB/s\n";
-    if (r == 0) continue;
-    prefill_tok_s.push_back(static_cast<double>(prefill_tokens) / pre_s);
-    ttft.push_back(res.stats.ttft_s);
-    decode_tok_s.push_back(dec_tok / dec_s);
-    decode_gb_s.push_back(dec_bytes / dec_s / 1e9);
-  }
-  // Bandwidth again after the engine runs (shared machines drift); the roofline uses the best run of
-  // all (STREAM convention: the best is what the machine can do), the median is reported beside it.
-  {
-    auto more = probe->probe_bandwidth_gb_s(std::size_t{1} << 30, 5);
-    bw_runs.insert(bw_runs.end(), more.begin(), more.end());
-  }
-  const double bw_gb_s = *std::max_element(bw_runs.begin(), bw_runs.end());
-  const double bw_median = median(bw_runs);
-  const double weight_bytes = static_cast<double>(engine->model().weight_bytes_per_step());
-  const double kv_bytes_mid = static_cast<double>(prefill_tokens + decode_tokens / 2) *
-                              static_cast<double>(engine->kv_cache().bytes_per_token());
-  const double bytes_per_token = weight_bytes + kv_bytes_mid;
-  const double roofline_tok_s = bw_gb_s * 1e9 / bytes_per_token;
-  const double dec = median(decode_tok_s), pre = median(prefill_tok_s);
-  const double pre_flops = prefill_flops(prefill_tokens) * pre / static_cast<double>(prefill_tokens);
-
-  nlohmann::ordered_json j;
-  j["bench"] = "engine";
-  j["machine"] = {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()}};
-  j["commit"] = git_commit();
-  j["model"] = {{"preset", preset}, {"dtype", dtype_s}, {"weights", "random"}, {"layers", L}, {"hidden_size", H},
-                {"vocab_size", cfg.vocab_size}, {"weight_bytes_per_step", weight_bytes}};
-  j["threads"] = threads;
-  j["device"] = engine->backend().description();
-  j["runs"] = runs;
-  j["memory_bandwidth_gb_s"] = {{"best", bw_gb_s}, {"median", bw_median}, {"runs", bw_runs.size()},
-                                 {"method", "multi-threaded sequential read of 1 GiB, before and after the engine runs"}};
-  j["gemm_gflop_s"] = {{"value", gemm_flops / 1e9}, {"m", gm}, {"k", gk}, {"n", gn}, {"weights", dtype_s}};
-  j["prefill"] = {{"tokens", prefill_tokens}, {"tok_s_median", pre}, {"ttft_s_median", median(ttft)},
-                  {"achieved_gflop_s", pre_flops / 1e9}, {"fraction_of_gemm_peak", pre_flops / gemm_flops}};
-  j["decode"] = {{"batch", 1}, {"tokens", decode_tokens}, {"tok_s_median", dec},
-                 {"achieved_gb_s_median", median(decode_gb_s)}, {"bytes_per_token", bytes_per_token},
-                 {"roofline_tok_s", roofline_tok_s}, {"fraction_of_roofline", dec / roofline_tok_s}};
-  fs::create_directories(out_dir);
-  std::ofstream(out_dir / "bench_engine.json") << j.dump(2) << "\n";
-
-  char md[2048];
-  std::snprintf(md, sizeof md,
-                "# bench_engine (%s, %s, random weights)\n\n"
-                "CPU: %s; threads %zu; gemm kernel %s; commit %s; median of %zu runs after 1 warm-up.\n\n"
-                "| measure | value | machine limit | fraction |\n| --- | --- | --- | --- |\n"
-                "| decode, batch 1 | %.2f tok/s, %.2f GB/s | %.2f tok/s (best read bandwidth %.2f GB/s, median %.2f; %.1f MB/token) | %.1f%% |\n"
-                "| prefill, %zu tokens | %.1f tok/s, %.2f GFLOP/s, TTFT %.2f s | %.2f GFLOP/s (gemm %zux%zux%zu) | %.1f%% |\n",
-                preset.c_str(), dtype_s.c_str(), cpu_model().c_str(), threads, engine->backend().description().c_str(),
-                git_commit().c_str(), runs, dec, median(decode_gb_s), roofline_tok_s, bw_gb_s, bw_median, bytes_per_token / 1e6,
-                100.0 * dec / roofline_tok_s, prefill_tokens, pre, pre_flops / 1e9, median(ttft), gemm_flops / 1e9, gm,
-                gk, gn, 100.0 * pre_flops / gemm_flops);
-  std::ofstream(out_dir / "bench_engine.md") << md;
-  std::cout << md;
   return 0;
 }

@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 struct BenchArgs {
   std::vector<std::string> models, random_models;
   std::string workloads, concurrency, pp, tg, depth, out = "bench-report", preset = "quick", work, compute = "auto";
+  std::string device = "auto";
   std::size_t mtp = 0, runs = 3, threads = 0, bandwidth_mib = 512, max_batch_tokens = 0;
   double context_scale = -1, output_scale = -1;
   std::uint64_t seed = 1;
@@ -147,6 +148,7 @@ int run_bench_command(const BenchArgs& a) {
   o.runs = a.runs;
   o.mtp = a.mtp;
   o.compute = a.compute;
+  o.device = a.device;
   o.prefix_caching = !a.no_prefix_cache;
   o.grammar_lm_head = !a.full_lm_head;
   o.threads = a.threads;
@@ -193,6 +195,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   sub->add_option("--context-scale", a->context_scale, "Multiplier of the long-rag prompt lengths (overrides the preset)");
   sub->add_option("--output-scale", a->output_scale, "Multiplier of the output lengths (overrides the preset)");
   sub->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
+  sub->add_option("--device", a->device, "cpu, cuda, cuda:N, or auto (the first GPU if any, else the CPU)")
+      ->capture_default_str();
   sub->add_option("--max-batch-tokens", a->max_batch_tokens, "Engine tokens per forward call (0: engine default)");
   sub->add_option("--bandwidth-mib", a->bandwidth_mib, "Buffer of the memory-bandwidth probe, MiB")
       ->capture_default_str()

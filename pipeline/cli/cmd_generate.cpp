@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::size_t threads = 0;
   std::size_t mtp = 0;
   std::string compute = "auto";
+  std::string device = "auto";
   std::vector<std::string> stop;
   bool print_token_ids = false, stats = false, thinking = false;
 };
@@ -91,6 +92,7 @@ int run_generate(const GenerateArgs& args) {
   opt.n_threads = a.threads;
   opt.mtp_depth = a.mtp;
   opt.compute = eng::parse_compute(a.compute);
+  opt.device = eng::parse_device(a.device);
   opt.log = [](std::string_view msg) { spdlog::debug("{}", msg); };
   auto engine = eng::Engine::open(a.model, tok, opt);
 
@@ -173,6 +175,10 @@ void add_generate_command(CLI::App& app, Context& ctx) {
   sub->add_option_function<std::uint64_t>("--seed", [args](const std::uint64_t& s) { args->seed = s; },
                                           "Random seed of the sampler (same seed, same output)");
   sub->add_option("--threads", args->threads, "Worker threads (0: all cores)")->capture_default_str();
+  sub->add_option("--device", args->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
+                  "present, else the CPU)")
+      ->capture_default_str();
   sub->add_option("--mtp", args->mtp,
                   "MTP speculative decoding: most drafts per step (0: off; adaptive below it; output unchanged)")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -33,8 +34,15 @@ struct Cublas {
   static const Cublas& get() {
     static const Cublas api = [] {
       Cublas a;
-      for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-        a.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      // QUARRY_CUBLAS (a path) first, then the loader's search path, then the toolkit's usual folders.
+      std::vector<std::string> names;
+      if (const char* p = std::getenv("QUARRY_CUBLAS")) names.push_back(p);
+      for (const char* n : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) names.push_back(n);
+      for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+        if (const char* root = std::getenv(env)) names.push_back(std::string(root) + "/lib64/libcublas.so");
+      names.push_back("/usr/local/cuda/lib64/libcublas.so");
+      for (const auto& name : names) {
+        a.lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (a.lib) break;
       }
       if (!a.lib) return a;
