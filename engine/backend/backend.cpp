@@ -82,6 +82,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void Backend::begin_capture() { throw std::logic_error("this backend cannot record ops"); }
+std::unique_ptr<CapturedOps> Backend::end_capture() { throw std::logic_error("this backend cannot record ops"); }
+bool Backend::replay(const CapturedOps&) { return false; }
+
 DeviceBuffer Backend::load_vector(std::span<const float> host) {
   DeviceBuffer b = alloc(host.size() * sizeof(float));
   upload(b.data(), host.data(), host.size() * sizeof(float));

@@ -157,6 +157,12 @@ struct StagedBatch {
   const void* backend_data = nullptr;
 };
 
+/// A recorded sequence of ops (a CUDA graph) that the backend that recorded it can replay.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+};
+
 /// The interface. Everything is in the backend's memory unless its name says host.
 class Backend : public std::enable_shared_from_this<Backend> {
  public:
@@ -257,6 +263,19 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// out_host[r] = argmax of row r of logits [rows, n] at stride ld (the first on ties, as torch.argmax).
   virtual void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
                            std::int32_t* out_host) = 0;
+
+  // ---- recording (CUDA graphs; Nguyen et al., "Getting Started with CUDA Graphs") ----
+  /// Whether begin_capture / end_capture / replay work here.
+  virtual bool supports_capture() const { return false; }
+  /// Starts recording: the ops issued until end_capture() are recorded, not run, with their arguments
+  /// (device pointers and sizes) fixed. Meanwhile no op may allocate, free or copy to the host.
+  /// Throws std::logic_error where unsupported.
+  virtual void begin_capture();
+  /// Ends the recording begun by begin_capture().
+  virtual std::unique_ptr<CapturedOps> end_capture();
+  /// Runs a recording again. Returns false, running nothing, when device memory was allocated or freed
+  /// since it was recorded (it may point to freed buffers): record anew.
+  virtual bool replay(const CapturedOps& ops);
 
   // ---- probes (for benchmarks' rooflines) ----
   /// Memory bandwidth in GB/s (1e9 B/s) of `runs` passes over `bytes` bytes, as decode meets it: on the

@@ -33,6 +33,11 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
     max_blocks = std::max(max_blocks, table.size());
     if (b.logits[t]) logit_rows.push_back(static_cast<std::int32_t>(t));
   }
+  // The table stride rounded up to a power of two (at least 16): it changes rarely as sequences grow, so
+  // that a recorded decode step (a CUDA graph) stays valid for many steps.
+  std::size_t stride = 16;
+  while (stride < max_blocks) stride *= 2;
+  max_blocks = stride;
   std::vector<std::int32_t> tables(seqs.size() * max_blocks, -1);
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const auto& table = kv.block_table(seqs[s]);

@@ -33,6 +33,9 @@ class ForwardBatch {
   /// stages it on `backend`. Throws std::invalid_argument naming the token or position.
   ForwardBatch(Backend& backend, const Batch& batch, const KvCache& kv, std::size_t vocab_size);
   const StagedBatch& staged() const { return *staged_; }
+  /// Sequences in the batch and the stride of its block tables (a power of two, at least 16).
+  std::size_t n_seqs() const { return staged_->n_seqs; }
+  std::size_t table_stride() const { return staged_->max_blocks; }
   std::size_t size() const { return n_tokens_; }
   std::size_t n_logits() const { return n_logits_; }
 

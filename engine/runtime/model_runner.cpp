@@ -21,11 +21,60 @@ ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span
   logits_.resize(batch.n_logits() * V);
   hidden_.resize(want_hidden ? batch.size() * H : 0);
   ModelOutput out;
-  out.lm_head_restricted =
-      model_->forward(batch, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, lm_head_groups);
+  if (model_->backend().host_memory())  // the outputs are written straight into the host vectors
+    out.lm_head_restricted =
+        model_->forward(batch, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, lm_head_groups);
+  else
+    out.lm_head_restricted = execute_device(batch, want_hidden, lm_head_groups);
   out.logits = logits_;
   out.hidden = hidden_;
   return out;
+}
+
+bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups) {
+  Backend& be = model_->backend();
+  const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
+  const std::size_t nl = batch.n_logits(), T = batch.size();
+  auto ensure = [&](DeviceBuffer& b, std::size_t floats) {
+    if (b.bytes() < floats * sizeof(float)) {
+      b = DeviceBuffer();
+      b = be.alloc(std::max<std::size_t>(floats, 1) * sizeof(float) * 2);  // headroom: fewer reallocations
+    }
+  };
+  ensure(dev_logits_, std::max(nl, kMaxRecordedRows) * V);
+  if (want_hidden) ensure(dev_hidden_, std::max(T, kMaxRecordedRows) * H);
+  const ForwardBatch fb(be, batch, *kv_, V);
+  const ForwardOutputs outs{nl ? dev_logits_.as<float>() : nullptr, want_hidden ? dev_hidden_.as<float>() : nullptr};
+  bool restricted = false;
+  const bool recordable = be.supports_capture() && T <= kMaxRecordedRows && lm_head_groups.empty();
+  if (!recordable) {
+    restricted = model_->forward(fb, *kv_, outs, lm_head_groups);
+  } else {
+    std::int32_t max_pos = 0;
+    for (auto p : batch.positions) max_pos = std::max(max_pos, p);
+    const ShapeKey key{T, nl, want_hidden, fb.n_seqs(), fb.table_stride(), max_pos / 512};
+    auto it = recorded_.find(key);
+    if (it == recorded_.end() || !be.replay(*it->second)) {
+      if (seen_[key]++ == 0) {
+        model_->forward(fb, *kv_, outs);  // the first run of a shape allocates what it needs
+      } else {
+        if (recorded_.size() >= 256) recorded_.clear();
+        be.begin_capture();
+        try {
+          model_->forward(fb, *kv_, outs);
+        } catch (...) {
+          be.end_capture();
+          throw;
+        }
+        auto rec = be.end_capture();
+        if (!be.replay(*rec)) model_->forward(fb, *kv_, outs);  // memory moved while recording: run plainly
+        recorded_[key] = std::move(rec);
+      }
+    }
+  }
+  if (nl) be.download(logits_.data(), dev_logits_.data(), nl * V * sizeof(float));
+  if (want_hidden) be.download(hidden_.data(), dev_hidden_.data(), T * H * sizeof(float));
+  return restricted;
 }
 
 }  // namespace quarry::engine

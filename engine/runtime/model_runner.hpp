@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/batch.hpp"
@@ -21,6 +23,10 @@ struct ModelRunnerOptions {
   std::size_t mtp_layers = 0;         ///< MTP draft depths with a KV layer
   PrefixCacheOptions prefix;
 };
+
+/// Decode-shaped forward calls (at most kMaxRecordedRows rows) are recorded once per shape and replayed
+/// (CUDA graphs) on backends that can record ops: one launch per step instead of one per op.
+constexpr std::size_t kMaxRecordedRows = 8;
 
 /// What one forward call gives the host.
 struct ModelOutput {
@@ -44,9 +50,18 @@ class ModelRunner {
   ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups);
 
  private:
+  /// The device path: stage, run (recorded where the shape allows), copy the outputs to the host.
+  bool execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups);
+
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_, hidden_;
+  // Device outputs (non-host backends) and the recordings of decode-shaped steps, keyed by
+  // (rows, logit rows, hidden wanted, sequences, table stride, largest position / 512).
+  DeviceBuffer dev_logits_, dev_hidden_;
+  using ShapeKey = std::tuple<std::size_t, std::size_t, bool, std::size_t, std::size_t, std::int32_t>;
+  std::map<ShapeKey, std::unique_ptr<CapturedOps>> recorded_;
+  std::map<ShapeKey, int> seen_;  ///< runs of each shape before recording (the first allocates its buffers)
 };
 
 }  // namespace quarry::engine

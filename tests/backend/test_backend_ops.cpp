@@ -483,7 +483,10 @@ TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
       {32, 8, 128, {20, 3}, DType::f32},       // Qwen3-8B heads, GQA 4:1
       {8, 8, 64, {33, 16, 17}, DType::f32},    // MHA, head_dim 64, block boundaries
       {4, 2, 128, {700}, DType::f32},          // past the 512-position split of the CUDA backend
-      {16, 8, 128, {40, 9}, DType::bf16},      // bf16 KV cache
+      {16, 8, 128, {40, 9}, DType::bf16},      // bf16 KV cache: a prefill run (flash tiles on the GPU) and a short one
+      {8, 2, 64, {700, 20, 5}, DType::bf16},   // bf16, head_dim 64, past the split, runs of 64 + a partial tile
+      {4, 2, 16, {30, 3}, DType::f32},         // head_dim 16 (the tiny test models)
+      {4, 4, 48, {20}, DType::f32},            // head_dim not a multiple of 32
   };
   for (const auto& c : cases) {
     const DType kv_dtype = c.kv_dtype == DType::bf16 && under_test_->kv_dtype(Compute::bf16, c.n_heads, c.n_kv,
@@ -499,7 +502,7 @@ TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
                              std::to_string(c.head_dim) + ", " + dtype_name(kv_dtype) + " KV, " +
                              std::to_string(c.contexts.size()) + " sequences, longest " +
                              std::to_string(*std::max_element(c.contexts.begin(), c.contexts.end()));
-    EXPECT_LT(nmse(got, ref), kv_dtype == DType::f32 ? 1e-11 : 1e-4) << what;
+    EXPECT_LT(nmse(got, ref), kv_dtype == DType::f32 ? 1e-11 : 2e-4) << what;
     if (has_reference() && kv_dtype == DType::f32) {
       const auto cpu = run_attention(reference_, run, nullptr);
       EXPECT_LT(nmse(got, cpu), 1e-11) << what << " against the CPU backend";

@@ -117,9 +117,11 @@ class CudaKvStorage final : public KvStorage {
 
 const CudaKvStorage& cuda_kv(const KvStorage& kv) { return static_cast<const CudaKvStorage&>(kv); }
 
-/// Device scratch that grows (freed and reallocated) and is never shrunk.
+/// Device scratch that grows (freed and reallocated, with 25% headroom) and is never shrunk; a growth
+/// bumps `generation` (recordings that point to the old buffer are stale).
 class Scratch {
  public:
+  explicit Scratch(std::uint64_t* generation) : generation_(generation) {}
   ~Scratch() {
     if (p_) cudaFree(p_);
   }
@@ -127,15 +129,28 @@ class Scratch {
     if (bytes > bytes_) {
       if (p_) cudaFree(p_);
       p_ = nullptr;
-      check(cudaMalloc(&p_, bytes), "scratch allocation");
-      bytes_ = bytes;
+      const std::size_t want = bytes + bytes / 4;
+      check(cudaMalloc(&p_, want), "scratch allocation");
+      bytes_ = want;
+      ++*generation_;
     }
     return p_;
   }
 
  private:
+  std::uint64_t* generation_;
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+/// A CUDA graph and the memory generation it was recorded at.
+class CudaGraph final : public CapturedOps {
+ public:
+  cudaGraphExec_t exec = nullptr;
+  std::uint64_t generation = 0;
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
 };
 
 class CudaBackend final : public Backend {
@@ -156,6 +171,7 @@ class CudaBackend final : public Backend {
     if (Cublas::get().ok()) {
       check_cublas(Cublas::get().create(&cublas_), "cublasCreate");
       check_cublas(Cublas::get().set_stream(cublas_, stream_), "cublasSetStream");
+      warm_up_cublas();
     }
   }
 
@@ -189,6 +205,7 @@ class CudaBackend final : public Backend {
     const cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(bytes, 1));
     if (e != cudaSuccess)
       throw std::runtime_error("cuda: allocation of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
+    ++generation_;
     return DeviceBuffer(shared_from_this(), p, bytes);
   }
   void upload(void* dst, const void* src, std::size_t bytes) override {
@@ -248,9 +265,31 @@ class CudaBackend final : public Backend {
 
   const StagedBatch& stage(const BatchInputs& in) override {
     const std::size_t T = in.tokens.size(), nt = in.block_tables.size(), nl = in.logit_rows.size();
-    const std::size_t ints = 3 * T + nt + nl;
     host_positions_.assign(in.positions.begin(), in.positions.end());
     host_seq_.assign(in.seq_index.begin(), in.seq_index.end());
+    // Attention work items: runs of consecutive positions of one sequence; long runs (prefill) become
+    // flash tiles of up to 64 tokens, the rest go to the split kernel.
+    fa_tiles_.clear();
+    simt_tokens_.clear();
+    simt_max_position_ = 0;
+    for (std::size_t t = 0; t < T;) {
+      std::size_t e = t + 1;
+      while (e < T && host_seq_[e] == host_seq_[t] && host_positions_[e] == host_positions_[e - 1] + 1) ++e;
+      if (e - t >= static_cast<std::size_t>(kFlashMinRun)) {
+        for (std::size_t a = t; a < e; a += 64) {
+          fa_tiles_.push_back(static_cast<std::int32_t>(a));
+          fa_tiles_.push_back(static_cast<std::int32_t>(std::min<std::size_t>(64, e - a)));
+        }
+      } else {
+        for (std::size_t a = t; a < e; ++a) {
+          simt_tokens_.push_back(static_cast<std::int32_t>(a));
+          simt_max_position_ = std::max(simt_max_position_, host_positions_[a]);
+        }
+      }
+      t = e;
+    }
+    const std::size_t nf = fa_tiles_.size(), ns = simt_tokens_.size();
+    const std::size_t ints = 3 * T + nt + nl + nf + ns;
     // The previous upload from the pinned buffer must be done before it is overwritten.
     check(cudaEventSynchronize(staged_event_), "stage");
     if (pinned_ints_ < ints) {
@@ -266,6 +305,8 @@ class CudaBackend final : public Backend {
     std::copy(in.seq_index.begin(), in.seq_index.end(), p + 2 * T);
     std::copy(in.block_tables.begin(), in.block_tables.end(), p + 3 * T);
     std::copy(in.logit_rows.begin(), in.logit_rows.end(), p + 3 * T + nt);
+    std::copy(fa_tiles_.begin(), fa_tiles_.end(), p + 3 * T + nt + nl);
+    std::copy(simt_tokens_.begin(), simt_tokens_.end(), p + 3 * T + nt + nl + nf);
     auto* dev = static_cast<std::int32_t*>(stage_buf_.get(std::max<std::size_t>(ints, 1) * sizeof(std::int32_t)));
     check(cudaMemcpyAsync(dev, p, ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), "stage");
     check(cudaEventRecord(staged_event_, stream_), "stage");
@@ -282,6 +323,12 @@ class CudaBackend final : public Backend {
     staged_.logit_rows = dev + 3 * T + nt;
     staged_.host_positions = host_positions_.data();
     staged_.host_seq_index = host_seq_.data();
+    attn_.fa_tiles = dev + 3 * T + nt + nl;
+    attn_.n_fa_tiles = static_cast<int>(nf / 2);
+    attn_.simt_tokens = dev + 3 * T + nt + nl + nf;
+    attn_.n_simt_tokens = static_cast<int>(ns);
+    attn_.simt_max_position = simt_max_position_;
+    staged_.backend_data = &attn_;
     return staged_;
   }
 
@@ -442,12 +489,53 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // ---- recording ----
+  bool supports_capture() const override { return true; }
+  void begin_capture() override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture");
+  }
+  std::unique_ptr<CapturedOps> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "end_capture");
+    auto g = std::make_unique<CudaGraph>();
+    const cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "cudaGraphInstantiate");
+    g->generation = generation_;
+    return g;
+  }
+  bool replay(const CapturedOps& ops) override {
+    const auto& g = static_cast<const CudaGraph&>(ops);
+    if (g.generation != generation_) return false;
+    check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+    return true;
+  }
+
  protected:
-  void free(void* data) noexcept override { cudaFree(data); }
+  void free(void* data) noexcept override {
+    cudaFree(data);
+    ++generation_;
+  }
 
  private:
+  /// One small product at creation: cuBLAS's first call on a stream sets up its workspace and loads its
+  /// kernels, which must not happen inside a graph capture or a timed region.
+  void warm_up_cublas() {
+    void* buf = nullptr;
+    check(cudaMalloc(&buf, 3 * 64 * 64 * sizeof(float)), "cuBLAS warm-up");
+    check(cudaMemsetAsync(buf, 0, 3 * 64 * 64 * sizeof(float), stream_), "cuBLAS warm-up");
+    const float alpha = 1.f, beta = 0.f;
+    auto* a = static_cast<__nv_bfloat16*>(buf);
+    check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, a, CUDA_R_16BF, 64,
+                                       a + 64 * 64, CUDA_R_16BF, 64, &beta, static_cast<float*>(buf) + 64 * 64,
+                                       CUDA_R_32F, 64, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cuBLAS warm-up");
+    check(cudaStreamSynchronize(stream_), "cuBLAS warm-up");
+    cudaFree(buf);
+  }
+
   static AttnBatch attn_batch(const StagedBatch& b) {
-    AttnBatch a;
+    AttnBatch a = b.backend_data ? *static_cast<const AttnBatch*>(b.backend_data) : AttnBatch{};
     a.positions = b.positions;
     a.seq_index = b.seq_index;
     a.block_tables = b.block_tables;
@@ -464,8 +552,12 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::int32_t* pinned_ = nullptr;
   std::size_t pinned_ints_ = 0;
-  std::vector<std::int32_t> host_positions_, host_seq_;
-  Scratch stage_buf_, bf16_scratch_, ids_buf_, attn_scratch_, argmax_buf_, scratch_;
+  std::vector<std::int32_t> host_positions_, host_seq_, fa_tiles_, simt_tokens_;
+  std::int32_t simt_max_position_ = 0;
+  AttnBatch attn_;  ///< the staged batch's flash tiles and split-kernel tokens (StagedBatch::backend_data)
+  std::uint64_t generation_ = 0;  ///< bumped by every device allocation and free (recordings go stale)
+  Scratch stage_buf_{&generation_}, bf16_scratch_{&generation_}, ids_buf_{&generation_}, attn_scratch_{&generation_},
+      argmax_buf_{&generation_}, scratch_{&generation_};
   StagedBatch staged_;
 };
 

@@ -61,6 +61,10 @@ struct KvLayer {
   int n_kv_heads = 0, head_dim = 0, block_size = 16;
 };
 
+/// Runs of at least this many consecutive tokens of one sequence (prefill chunks) take the tensor-core
+/// flash kernel where the cache is bf16.
+constexpr int kFlashMinRun = 16;
+
 /// The batch's attention metadata (device arrays of the staged batch).
 struct AttnBatch {
   const std::int32_t* positions = nullptr;
@@ -69,7 +73,17 @@ struct AttnBatch {
   int max_blocks = 0;
   int n_tokens = 0;
   int max_position = 0;
+  /// Flash tiles: pairs (first token, count <= 64) of runs >= kFlashMinRun; n_fa_tiles of them.
+  const std::int32_t* fa_tiles = nullptr;
+  int n_fa_tiles = 0;
+  /// The other tokens (for the split kernel when flash tiles run), their largest position.
+  const std::int32_t* simt_tokens = nullptr;
+  int n_simt_tokens = 0;
+  int simt_max_position = 0;
 };
+
+/// Whether the flash kernel serves this cache (bf16, head_dim 64 or 128).
+bool flash_attention_supported(const KvLayer& kv);
 
 /// Writes k, v ([n_tokens, n_kv_heads * head_dim] at stride ld) into the layer at each token's slot.
 void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
@@ -80,9 +94,9 @@ void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnB
 constexpr int kAttentionSplit = 512;
 /// Workspace floats launch_attention needs for this batch (0 when no token's context is split).
 std::size_t attention_workspace_floats(const AttnBatch& b, int n_heads, int head_dim);
-/// Causal paged attention (GQA) of the batch's tokens over their sequences' K/V: each (token, head,
-/// split of kAttentionSplit positions) is one block of 4 warps with an online softmax (flash-decoding;
-/// Dao et al.), the splits combined after. head_dim a multiple of 32, at most 256.
+/// Causal paged attention (GQA) of the batch's tokens over their sequences' K/V (attention.cu says how):
+/// flash tiles on the tensor cores for prefill runs over a bf16 cache, each other (token, head, split of
+/// kAttentionSplit positions) one block of 4 warps. head_dim at most 256.
 void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
                       const KvLayer& kv, float scale, float* workspace, cudaStream_t s);
 
