@@ -82,6 +82,38 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void Backend::matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) {
+  for (const auto& o : outs) matmul(x, m, ldx, *o.w, o.w->rows, o.y, o.ldy);
+}
+
+void Backend::matmul_add(const float* x, std::size_t m, std::size_t ldx, const Weight& w, float* y, std::size_t ldy,
+                         float* scratch) {
+  matmul(x, m, ldx, w, w.rows, scratch, w.rows);
+  if (ldy == w.rows) {
+    add(y, scratch, m * w.rows);
+  } else {
+    for (std::size_t r = 0; r < m; ++r) add(y + r * ldy, scratch + r * w.rows, w.rows);
+  }
+}
+
+void Backend::matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const Weight& gate, const Weight& up,
+                            float* out, std::size_t ldo, float* scratch) {
+  matmul(x, m, ldx, gate, gate.rows, out, ldo);
+  matmul(x, m, ldx, up, up.rows, scratch, up.rows);
+  silu_mul(out, ldo, scratch, up.rows, out, ldo, m, gate.rows);
+}
+
+void Backend::head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                             const float* norm_weight, float eps, std::size_t rotary_dim, const float* cos,
+                             const float* sin) {
+  if (ld == n_heads * head_dim) {
+    rms_norm(x, x, n_tokens * n_heads, head_dim, head_dim, norm_weight, eps);
+  } else {
+    for (std::size_t t = 0; t < n_tokens; ++t) rms_norm(x + t * ld, x + t * ld, n_heads, head_dim, head_dim, norm_weight, eps);
+  }
+  rope(x, n_tokens, n_heads, head_dim, ld, rotary_dim, cos, sin);
+}
+
 void Backend::begin_capture() { throw std::logic_error("this backend cannot record ops"); }
 std::unique_ptr<CapturedOps> Backend::end_capture() { throw std::logic_error("this backend cannot record ops"); }
 bool Backend::replay(const CapturedOps&) { return false; }

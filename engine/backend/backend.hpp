@@ -219,6 +219,28 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// the rows: a draft sub-vocabulary of an LM head). Computed as `compute` asked when the weight was loaded.
   virtual void matmul(const float* x, std::size_t m, std::size_t ldx, const Weight& w, std::size_t n, float* y,
                       std::size_t ldy) = 0;
+  // Fused forms of common sequences. The defaults issue the plain ops (the CPU keeps them, so its
+  // results stay the same bit for bit); a backend overrides them with fewer launches.
+  /// One product of x [m, *] by several weights of the same width, each into its own output (q, k, v).
+  struct MatmulOut {
+    const Weight* w;
+    float* y;
+    std::size_t ldy;
+  };
+  virtual void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs);
+  /// y[m, w.rows] += x . W^T (a projection added to the residual). `scratch` holds [m, w.rows] f32.
+  virtual void matmul_add(const float* x, std::size_t m, std::size_t ldx, const Weight& w, float* y, std::size_t ldy,
+                          float* scratch);
+  /// out[m, gate.rows] = silu(x . Wg^T) * (x . Wu^T) (SwiGLU's first half). `scratch` holds [m, up.rows] f32;
+  /// `out` may serve as the gate's scratch.
+  virtual void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const Weight& gate, const Weight& up,
+                             float* out, std::size_t ldo, float* scratch);
+  /// Per-head RMSNorm (weight [head_dim]) then RoPE, in place: rms_norm over each head of x [n_tokens,
+  /// n_heads * head_dim] at stride ld, then rope() (Qwen3's q_norm / k_norm before the rotation).
+  virtual void head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim,
+                              std::size_t ld, const float* norm_weight, float eps, std::size_t rotary_dim,
+                              const float* cos, const float* sin);
+
   /// Whether matmul_groups() can compute a subset of `w`'s rows bit-identically to matmul().
   virtual bool supports_matmul_groups(const Weight& w) const = 0;
   /// matmul() for the output columns of some groups of 16 only: y[:, 16 g .. 16 g + 15] for each g in

@@ -136,17 +136,13 @@ void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const
   float* v = ws.get(kV, T * KD);
   float* attn = ws.get(kAttn, T * QD);
   b.rms_norm(x, h, T, H, H, w.input_norm.as<float>(), eps);
-  b.matmul(h, T, H, *w.wq, QD, q, QD);
-  b.matmul(h, T, H, *w.wk, KD, k, KD);
-  b.matmul(h, T, H, *w.wv, KD, v, KD);
-  b.rms_norm(q, q, T * NH, D, D, w.q_norm.as<float>(), eps);
-  b.rms_norm(k, k, T * NKV, D, D, w.k_norm.as<float>(), eps);
-  b.rope(q, T, NH, D, QD, rope.rotary_dim, rope.cos, rope.sin);
-  b.rope(k, T, NKV, D, KD, rope.rotary_dim, rope.cos, rope.sin);
+  const Backend::MatmulOut qkv[] = {{w.wq.get(), q, QD}, {w.wk.get(), k, KD}, {w.wv.get(), v, KD}};
+  b.matmul_many(h, T, H, qkv);
+  b.head_norm_rope(q, T, NH, D, QD, w.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
+  b.head_norm_rope(k, T, NKV, D, KD, w.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
   b.kv_store(k, v, KD, batch.staged(), kv.storage(), kv_layer);
   b.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), kv_layer, scale);
-  b.matmul(attn, T, QD, *w.wo, H, h, H);
-  b.add(x, h, T * H);
+  b.matmul_add(attn, T, QD, *w.wo, x, H, h);
 }
 
 void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T) {
@@ -154,13 +150,11 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
   float* gate = ws.get(kGate, T * I);
-  float* up = ws.get(kUp, T * I);
+  float* up = ws.get(kUp, T * std::max(I, H));  // also down_proj's scratch [T, H]
   b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
-  b.matmul(h, T, H, *w.w_gate, I, gate, I);
-  b.matmul(h, T, H, *w.w_up, I, up, I);
-  b.silu_mul(gate, I, up, I, gate, I, T, I);
-  b.matmul(gate, T, I, *w.w_down, H, h, H);
-  b.add(x, h, T * H);
+  b.matmul_swiglu(h, T, H, *w.w_gate, *w.w_up, gate, I, up);
+  // down_proj's scratch: `up` (free again), [T, H] fits in [T, I].
+  b.matmul_add(gate, T, I, *w.w_down, x, H, up);
 }
 
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,

@@ -143,6 +143,9 @@ class BackendOps : public ::testing::Test {
 
 // ---------------------------------------------------------------------------------------------- matmul
 
+const StagedBatch& stage_positions(Backend& be, const std::vector<std::int32_t>& positions,
+                                   std::vector<std::int32_t>& storage);
+
 /// y = x . W^T through `d` with weight `w` loaded under `compute`; x [m, k] at stride ldx.
 std::vector<float> run_matmul(Dev& d, const std::vector<float>& x, std::size_t m, std::size_t ldx, const HostWeight& w,
                               std::size_t n, Compute compute) {
@@ -200,6 +203,86 @@ TEST_F(BackendOps, MatmulAllShapesDtypesAndComputeModes) {
           EXPECT_LT(nmse(got, cpu), 1e-10) << what << " against the CPU backend";
         }
       }
+}
+
+TEST_F(BackendOps, FusedProductsEqualTheirPlainSequences) {
+  // matmul_many (q, k, v), matmul_add (the residual), matmul_swiglu: decode sizes (one launch each on the
+  // GPU) and a prefill size (cuBLAS / the tiled kernel), against dense double references.
+  const std::size_t k = 512;
+  std::uint64_t seed = 500;
+  for (const Compute compute : {Compute::exact, Compute::bf16})
+    for (const std::size_t m : {1u, 4u, 12u}) {
+      const Compute resolved = under_test_->resolve_compute(compute, DType::bf16);
+      const double tol = resolved == Compute::exact ? 1e-10 : 2e-4;
+      const std::string what = std::string(compute_name(resolved)) + " m=" + std::to_string(m);
+      const auto x = randn(m * k, seed++);
+      auto xb = dev_.put(x);
+      std::vector<HostWeight> hw = {make_weight(256, k, DType::bf16, seed++), make_weight(64, k, DType::bf16, seed++),
+                                    make_weight(64, k, DType::bf16, seed++)};
+      std::vector<std::unique_ptr<Weight>> w;
+      for (const auto& h : hw)
+        w.push_back(under_test_->load_matrix(h.bytes.data(), h.dtype, h.rows, h.cols, WeightUse::matmul, resolved));
+      // matmul_many
+      std::vector<DeviceBuffer> ys;
+      std::vector<Backend::MatmulOut> outs;
+      for (std::size_t i = 0; i < 3; ++i) {
+        ys.push_back(dev_.zeros(m * hw[i].rows));
+        outs.push_back({w[i].get(), ys.back().as<float>(), hw[i].rows});
+      }
+      under_test_->matmul_many(xb.as<float>(), m, k, outs);
+      for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_LT(nmse(dev_.get(ys[i], m * hw[i].rows), ref_matmul(x, m, k, hw[i], hw[i].rows)), tol)
+            << "matmul_many output " << i << " " << what;
+      // matmul_add: y = y0 + x W^T
+      const auto y0 = randn(m * 256, seed++);
+      auto yb = dev_.put(y0);
+      auto scratch = dev_.zeros(m * 256);
+      under_test_->matmul_add(xb.as<float>(), m, k, *w[0], yb.as<float>(), 256, scratch.as<float>());
+      auto ref = ref_matmul(x, m, k, hw[0], 256);
+      for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+      EXPECT_LT(nmse(dev_.get(yb, m * 256), ref), tol) << "matmul_add " << what;
+      // matmul_swiglu with gate = weight 1, up = weight 2
+      auto ob = dev_.zeros(m * 64), sb = dev_.zeros(m * 64);
+      under_test_->matmul_swiglu(xb.as<float>(), m, k, *w[1], *w[2], ob.as<float>(), 64, sb.as<float>());
+      const auto g = ref_matmul(x, m, k, hw[1], 64), u = ref_matmul(x, m, k, hw[2], 64);
+      std::vector<double> sw(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) sw[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      EXPECT_LT(nmse(dev_.get(ob, m * 64), sw), tol * 4) << "matmul_swiglu " << what;
+    }
+}
+
+TEST_F(BackendOps, HeadNormRopeEqualsNormThenRope) {
+  const std::size_t head_dim = 128, heads = 8, half = 64, ld = heads * head_dim;
+  const std::vector<std::int32_t> pos = {0, 5, 300, 4097};
+  std::vector<float> inv(half);
+  for (std::size_t i = 0; i < half; ++i) inv[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / 128.0));
+  auto invb = dev_.put(inv);
+  std::vector<std::int32_t> zeros;
+  const StagedBatch& b = stage_positions(*under_test_, pos, zeros);
+  auto cs = dev_.zeros(pos.size() * half), sn = dev_.zeros(pos.size() * half);
+  under_test_->rope_angles(b, invb.as<float>(), 128, cs.as<float>(), sn.as<float>());
+  const auto x = randn(pos.size() * ld, 77, 2.f), w = randn(head_dim, 78);
+  auto xb = dev_.put(x), wb = dev_.put(w);
+  under_test_->head_norm_rope(xb.as<float>(), pos.size(), heads, head_dim, ld, wb.as<float>(), 1e-6f, 128, cs.as<float>(),
+                              sn.as<float>());
+  const auto y = dev_.get(xb, pos.size() * ld);
+  std::vector<double> ref(y.size());
+  for (std::size_t t = 0; t < pos.size(); ++t)
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float* a = x.data() + t * ld + h * head_dim;
+      double ss = 0;
+      for (std::size_t i = 0; i < head_dim; ++i) ss += static_cast<double>(a[i]) * a[i];
+      const double inv_rms = 1.0 / std::sqrt(ss / head_dim + 1e-6);
+      std::vector<double> n(head_dim);
+      for (std::size_t i = 0; i < head_dim; ++i) n[i] = w[i] * a[i] * inv_rms;
+      for (std::size_t i = 0; i < head_dim; ++i) {
+        const std::size_t j = i % half;
+        const double ang = static_cast<double>(static_cast<float>(pos[t]) * inv[j]);
+        ref[t * ld + h * head_dim + i] = i < half ? n[i] * std::cos(ang) - n[i + half] * std::sin(ang)
+                                                  : n[i] * std::cos(ang) + n[i - half] * std::sin(ang);
+      }
+    }
+  EXPECT_LT(nmse(y, ref), 1e-12);
 }
 
 TEST_F(BackendOps, MatmulIdsComputesOnlyTheListedLogits) {

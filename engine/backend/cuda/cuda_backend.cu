@@ -192,7 +192,9 @@ class CudaBackend final : public Backend {
   bool host_memory() const override { return false; }
 
   Compute resolve_compute(Compute requested, DType checkpoint) const override {
-    if (requested == Compute::automatic) return checkpoint == DType::f32 ? Compute::exact : Compute::bf16;
+    // The checkpoint's dtype: bf16 on the tensor cores for a bf16 checkpoint; f16 and f32 checkpoints
+    // compute exactly (bf16 would lose f16's precision).
+    if (requested == Compute::automatic) return checkpoint == DType::bf16 ? Compute::bf16 : Compute::exact;
     return requested;
   }
   DType kv_dtype(Compute compute, std::size_t, std::size_t, std::size_t, std::size_t) const override {
@@ -246,11 +248,13 @@ class CudaBackend final : public Backend {
     if (e != cudaSuccess)
       throw std::runtime_error("cuda: weights of " + std::to_string(dev_bytes >> 20) + " MiB do not fit the device: " +
                                cudaGetErrorString(e));
+    // Through the backend's stream: a plain cudaMemcpy from pageable memory may return before its DMA
+    // is done and is not ordered with this (non-blocking) stream.
     if (w->device_dtype == dtype) {
-      check(cudaMemcpy(w->data, host, bytes, cudaMemcpyHostToDevice), "weight upload");
-    } else {  // widen/narrow on the device: upload as stored, convert
+      upload(w->data, host, bytes);
+    } else {  // narrow on the device: upload as stored, convert
       void* tmp = scratch_.get(bytes);
-      check(cudaMemcpy(tmp, host, bytes, cudaMemcpyHostToDevice), "weight upload");
+      upload(tmp, host, bytes);
       launch_weights_to_bf16(tmp, wtype(dtype), count, static_cast<__nv_bfloat16*>(w->data), stream_);
       synchronize();
     }
@@ -341,29 +345,58 @@ class CudaBackend final : public Backend {
 
   void matmul(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight, std::size_t n, float* y,
               std::size_t ldy) override {
-    const CudaWeight& w = cuda_weight(weight);
-    if (n > w.rows) throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " +
-                                                std::to_string(w.rows));
-    if (m == 0 || n == 0) return;
-    const std::size_t k = w.cols;
-    const bool bf16 = w.bf16_compute;
-    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
-      launch_gemv(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, bf16, stream_);
-      return;
+    product(x, m, ldx, cuda_weight(weight), n, y, ldy, /*accumulate=*/false);
+  }
+
+  void matmul_add(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight, float* y,
+                  std::size_t ldy, float*) override {
+    product(x, m, ldx, cuda_weight(weight), weight.rows, y, ldy, /*accumulate=*/true);
+  }
+
+  void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) override {
+    // One GEMV launch for up to three weights of the same width and type (q, k, v of a decode step).
+    bool fused = m > 0 && m <= 8 && !outs.empty() && outs.size() <= 3;
+    for (const auto& o : outs) {
+      const CudaWeight& w = cuda_weight(*o.w);
+      const CudaWeight& w0 = cuda_weight(*outs[0].w);
+      fused = fused && w.cols == w0.cols && w.device_dtype == w0.device_dtype && w.bf16_compute == w0.bf16_compute &&
+              gemv_supported(x, ldx, w.data, w.cols);
     }
-    if (bf16 && cublas_) {
-      // Tensor cores: x rounded to bf16, f32 accumulation and output (cuBLAS, column-major: Y^T = W X^T).
-      auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * k * sizeof(__nv_bfloat16)));
-      launch_to_bf16(x, m, k, ldx, xb, stream_);
-      const float alpha = 1.f, beta = 0.f;
-      check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                                static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
-                                CUDA_R_16BF, static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(ldy),
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "matmul (cublasGemmEx)");
-      return;
-    }
-    launch_gemm_f32(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, stream_);
+    if (!fused) return Backend::matmul_many(x, m, ldx, outs);
+    const CudaWeight& w0 = cuda_weight(*outs[0].w);
+    GemvArgs a;
+    a.x = x;
+    a.ldx = ldx;
+    a.k = w0.cols;
+    a.round_x = w0.bf16_compute;
+    a.n_seg = static_cast<int>(outs.size());
+    for (std::size_t i = 0; i < outs.size(); ++i) a.seg[i] = {cuda_weight(*outs[i].w).data, outs[i].y, outs[i].w->rows, outs[i].ldy};
+    launch_gemv(a, m, wtype(w0.device_dtype), 0, stream_);
+  }
+
+  void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate,
+                     const engine::Weight& up, float* out, std::size_t ldo, float* scratch) override {
+    const CudaWeight& g = cuda_weight(gate);
+    const CudaWeight& u = cuda_weight(up);
+    if (m == 0 || m > 8 || g.rows != u.rows || g.cols != u.cols || g.device_dtype != u.device_dtype ||
+        !gemv_supported(x, ldx, g.data, g.cols) || !gemv_supported(x, ldx, u.data, u.cols))
+      return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
+    GemvArgs a;
+    a.x = x;
+    a.ldx = ldx;
+    a.k = g.cols;
+    a.round_x = g.bf16_compute;
+    a.n_seg = 2;
+    a.seg[0] = {g.data, out, g.rows, ldo};
+    a.seg[1] = {u.data, out, u.rows, ldo};
+    launch_gemv(a, m, wtype(g.device_dtype), 2, stream_);
+  }
+
+  void head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                      const float* norm_weight, float eps, std::size_t rotary_dim, const float* cos,
+                      const float* sin) override {
+    if (head_dim > 256) return Backend::head_norm_rope(x, n_tokens, n_heads, head_dim, ld, norm_weight, eps, rotary_dim, cos, sin);
+    launch_head_norm_rope(x, n_tokens, n_heads, head_dim, ld, norm_weight, eps, rotary_dim / 2, cos, sin, stream_);
   }
 
   bool supports_matmul_groups(const engine::Weight&) const override { return false; }
@@ -518,6 +551,40 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  /// y (=|+=) x . W[0:n]^T: the GEMV kernel for up to 8 rows, cuBLAS (bf16 tensor cores) under bf16 compute,
+  /// the f32 tiled kernel otherwise.
+  void product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n, float* y,
+               std::size_t ldy, bool accumulate) {
+    if (n > w.rows)
+      throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " + std::to_string(w.rows));
+    if (m == 0 || n == 0) return;
+    const std::size_t k = w.cols;
+    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
+      GemvArgs a;
+      a.x = x;
+      a.ldx = ldx;
+      a.k = k;
+      a.round_x = w.bf16_compute;
+      a.seg[0] = {w.data, y, n, ldy};
+      launch_gemv(a, m, wtype(w.device_dtype), accumulate ? 1 : 0, stream_);
+      return;
+    }
+    if (w.bf16_compute && cublas_) {
+      // Tensor cores: x rounded to bf16, f32 accumulation and output (cuBLAS, column-major: Y^T = W X^T);
+      // beta = 1 adds the product to y.
+      auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * k * sizeof(__nv_bfloat16)));
+      launch_to_bf16(x, m, k, ldx, xb, stream_);
+      const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+      check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                         static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
+                                         CUDA_R_16BF, static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(ldy),
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "matmul (cublasGemmEx)");
+      return;
+    }
+    launch_gemm_f32(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, accumulate, stream_);
+  }
+
   /// One small product at creation: cuBLAS's first call on a stream sets up its workspace and loads its
   /// kernels, which must not happen inside a graph capture or a timed region.
   void warm_up_cublas() {

@@ -64,6 +64,32 @@ __global__ void rope_kernel(float* x, std::size_t n_heads, std::size_t head_dim,
   }
 }
 
+/// grid (tokens, heads), 128 threads: RMSNorm of one head (sum of squares in double) then its rotation.
+__global__ void head_norm_rope_kernel(float* x, std::size_t head_dim, std::size_t ld, const float* w, float eps,
+                                      std::size_t half, const float* cos_t, const float* sin_t) {
+  const std::size_t t = blockIdx.x, h = blockIdx.y;
+  float* v = x + t * ld + h * head_dim;
+  __shared__ float buf[256];
+  __shared__ double part[4];
+  double ss = 0.0;
+  for (std::size_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += static_cast<double>(v[i]) * v[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  const double total = part[0] + part[1] + part[2] + part[3];
+  const float inv = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(head_dim)) + eps);
+  for (std::size_t i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = w[i] * (v[i] * inv);
+  __syncthreads();
+  const float* cs = cos_t + t * half;
+  const float* sn = sin_t + t * half;
+  for (std::size_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float out = buf[i];
+    if (i < half) out = __fsub_rn(__fmul_rn(buf[i], cs[i]), __fmul_rn(buf[i + half], sn[i]));
+    else if (i < 2 * half) out = __fadd_rn(__fmul_rn(buf[i], cs[i - half]), __fmul_rn(buf[i - half], sn[i - half]));
+    v[i] = out;
+  }
+}
+
 __global__ void silu_mul_kernel(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out,
                                 std::size_t ldo, std::size_t n) {
   const std::size_t r = blockIdx.y;
@@ -174,75 +200,99 @@ __device__ __forceinline__ void load8(const void* w, std::size_t off, float (&f)
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-/// One warp per output column j (8 warps per block); each lane reads 8 weights per chunk, UNROLL chunks
-/// in flight before the FMAs; x is read through the L1 (it is small and reused by every warp).
-template <int M, int TYPE, int UNROLL>
-__global__ void __launch_bounds__(256) gemv_kernel(const float* __restrict__ x, std::size_t ldx,
-                                                   const void* __restrict__ w, std::size_t n, std::size_t k,
-                                                   float* __restrict__ y, std::size_t ldy, bool round_x) {
-  const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
+/// The GEMV family (m <= 8 rows of x): one warp per output column, each lane reading 8 weights per chunk
+/// with UNROLL chunks in flight before the FMAs; x is read through the L1 (small, reused by every warp).
+/// MODE 0: y = x.W^T over up to three weights of the same width (q, k, v in one launch); MODE 1: y +=
+/// x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate, seg[1] up, output seg[0].y).
+template <int M, int TYPE, int MODE, int UNROLL>
+__global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
+  const std::size_t j_all = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (j >= n) return;
-  const std::size_t row = j * k;
-  float acc[M];
-#pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  constexpr std::size_t kStep = 32 * 8;
-  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
-  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
-    float wv[UNROLL][8];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) load8<TYPE>(w, row + k0 + u * kStep, wv[u]);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + k0 + u * kStep);
-        const float4 a = __ldg(xp), b = __ldg(xp + 1);
-        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        if (round_x)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[r] = fmaf(xv[i], wv[u][i], acc[r]);
-      }
-    }
+  std::size_t j = j_all;
+  int s = 0;
+  if constexpr (MODE != 2) {
+    while (s + 1 < a.n_seg && j >= a.seg[s].n) j -= a.seg[s++].n;
   }
-  for (; k0 < k; k0 += kStep) {
-    float wv[8];
-    load8<TYPE>(w, row + k0, wv);
+  if (j >= a.seg[s].n) return;
+  const std::size_t k = a.k, ldx = a.ldx;
+  const void* w = a.seg[s].w;
+  const void* w2 = MODE == 2 ? a.seg[1].w : nullptr;
+  const std::size_t row = j * k;
+  constexpr int NW = MODE == 2 ? 2 : 1;
+  float acc[NW][M];
+#pragma unroll
+  for (int q = 0; q < NW; ++q)
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[q][r] = 0.f;
+  constexpr std::size_t kStep = 32 * 8;
+  auto chunk = [&](std::size_t at, const float (&wv)[NW][8]) {
 #pragma unroll
     for (int r = 0; r < M; ++r) {
-      const float4* xp = reinterpret_cast<const float4*>(x + r * ldx + k0);
-      const float4 a = __ldg(xp), b = __ldg(xp + 1);
-      float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      if (round_x)
+      const float4* xp = reinterpret_cast<const float4*>(a.x + r * ldx + at);
+      const float4 p = __ldg(xp), q4 = __ldg(xp + 1);
+      float xv[8] = {p.x, p.y, p.z, p.w, q4.x, q4.y, q4.z, q4.w};
+      if (a.round_x)
 #pragma unroll
         for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[r] = fmaf(xv[i], wv[i], acc[r]);
+      for (int q = 0; q < NW; ++q)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[q][r] = fmaf(xv[i], wv[q][i], acc[q][r]);
     }
+  };
+  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
+  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
+    float wv[UNROLL][NW][8];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
+      if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) chunk(k0 + u * kStep, wv[u]);
   }
+  for (; k0 < k; k0 += kStep) {
+    float wv[NW][8];
+    load8<TYPE>(w, row + k0, wv[0]);
+    if constexpr (MODE == 2) load8<TYPE>(w2, row + k0, wv[NW - 1]);
+    chunk(k0, wv);
+  }
+  float* y = a.seg[s].y;
+  const std::size_t ldy = a.seg[s].ldy;
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0) y[r * ldy + j] = v;
+    const float v = warp_sum(acc[0][r]);
+    if constexpr (MODE == 2) {
+      const float u = warp_sum(acc[NW - 1][r]);
+      if (lane == 0) y[r * ldy + j] = v / (1.f + expf(-v)) * u;
+    } else if constexpr (MODE == 1) {
+      if (lane == 0) y[r * ldy + j] += v;
+    } else {
+      if (lane == 0) y[r * ldy + j] = v;
+    }
   }
 }
 
 template <int M, int TYPE>
-void gemv_launch(const float* x, std::size_t ldx, const void* w, std::size_t n, std::size_t k, float* y,
-                 std::size_t ldy, bool round_x, cudaStream_t s) {
-  gemv_kernel<M, TYPE, 4><<<ceil_div(n, 8), 256, 0, s>>>(x, ldx, w, n, k, y, ldy, round_x);
+void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
+  std::size_t rows = 0;
+  if (mode == 2) rows = a.seg[0].n;
+  else
+    for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
+  const unsigned grid = ceil_div(rows, 8);
+  switch (mode) {
+    case 0: gemv_kernel<M, TYPE, 0, 4><<<grid, 256, 0, s>>>(a); break;
+    case 1: gemv_kernel<M, TYPE, 1, 4><<<grid, 256, 0, s>>>(a); break;
+    default: gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a); break;
+  }
 }
 
 template <int M>
-void gemv_typed(const float* x, std::size_t ldx, const void* w, int type, std::size_t n, std::size_t k, float* y,
-                std::size_t ldy, bool round_x, cudaStream_t s) {
+void gemv_typed(const GemvArgs& a, int type, int mode, cudaStream_t s) {
   switch (type) {
-    case kF32: return gemv_launch<M, kF32>(x, ldx, w, n, k, y, ldy, round_x, s);
-    case kF16: return gemv_launch<M, kF16>(x, ldx, w, n, k, y, ldy, round_x, s);
-    default: return gemv_launch<M, kBF16>(x, ldx, w, n, k, y, ldy, round_x, s);
+    case kF32: return gemv_launch<M, kF32>(a, mode, s);
+    case kF16: return gemv_launch<M, kF16>(a, mode, s);
+    default: return gemv_launch<M, kBF16>(a, mode, s);
   }
 }
 
@@ -255,7 +305,8 @@ constexpr int kTile = 64, kTileK = 16;
 /// rows of 4 consecutive values).
 __global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__ x, std::size_t m, std::size_t ldx,
                                                        const void* __restrict__ w, int type, std::size_t n,
-                                                       std::size_t k, float* __restrict__ y, std::size_t ldy) {
+                                                       std::size_t k, float* __restrict__ y, std::size_t ldy,
+                                                       bool accumulate) {
   __shared__ float xs[kTileK][kTile + 4];
   __shared__ float ws[kTileK][kTile + 4];
   const std::size_t row0 = static_cast<std::size_t>(blockIdx.y) * kTile, col0 = static_cast<std::size_t>(blockIdx.x) * kTile;
@@ -292,7 +343,7 @@ __global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const std::size_t c = col0 + tx * 4 + jj;
-      if (c < n) y[r * ldy + c] = acc[i][jj];
+      if (c < n) y[r * ldy + c] = accumulate ? y[r * ldy + c] + acc[i][jj] : acc[i][jj];
     }
   }
 }
@@ -414,29 +465,37 @@ bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t 
          reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
 }
 
-void launch_gemv(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
-                 std::size_t k, float* y, std::size_t ldy, bool round_x, cudaStream_t s) {
-  if (m == 0 || n == 0) return;
+void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
+  if (m == 0) return;
   switch (m) {
-    case 1: gemv_typed<1>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 2: gemv_typed<2>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 3: gemv_typed<3>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 4: gemv_typed<4>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 5: gemv_typed<5>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 6: gemv_typed<6>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 7: gemv_typed<7>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
-    case 8: gemv_typed<8>(x, ldx, w, type, n, k, y, ldy, round_x, s); break;
+    case 1: gemv_typed<1>(a, type, mode, s); break;
+    case 2: gemv_typed<2>(a, type, mode, s); break;
+    case 3: gemv_typed<3>(a, type, mode, s); break;
+    case 4: gemv_typed<4>(a, type, mode, s); break;
+    case 5: gemv_typed<5>(a, type, mode, s); break;
+    case 6: gemv_typed<6>(a, type, mode, s); break;
+    case 7: gemv_typed<7>(a, type, mode, s); break;
+    case 8: gemv_typed<8>(a, type, mode, s); break;
     default: throw std::invalid_argument("gemv: more than 8 rows");
   }
   check_launch("gemv");
 }
 
 void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
-                     std::size_t k, float* y, std::size_t ldy, cudaStream_t s) {
+                     std::size_t k, float* y, std::size_t ldy, bool accumulate, cudaStream_t s) {
   if (m == 0 || n == 0) return;
   const dim3 grid(ceil_div(n, kTile), ceil_div(m, kTile));
-  gemm_f32_kernel<<<grid, 256, 0, s>>>(x, m, ldx, w, type, n, k, y, ldy);
+  gemm_f32_kernel<<<grid, 256, 0, s>>>(x, m, ldx, w, type, n, k, y, ldy, accumulate);
   check_launch("gemm_f32");
+}
+
+void launch_head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                           const float* w, float eps, std::size_t half, const float* cos, const float* sin,
+                           cudaStream_t s) {
+  if (n_tokens == 0 || n_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+  head_norm_rope_kernel<<<grid, 128, 0, s>>>(x, head_dim, ld, w, eps, half, cos, sin);
+  check_launch("head_norm_rope");
 }
 
 void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,

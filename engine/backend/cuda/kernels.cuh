@@ -38,15 +38,34 @@ void launch_weights_to_bf16(const void* in, int type, std::size_t count, __nv_bf
 
 /// Whether launch_gemv can run this shape (k a multiple of 8, ldx a multiple of 4, 16-byte aligned x and w).
 bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t k);
-/// y[m, n] = x[m, k] . W[n, k]^T for m <= 8: one warp per output column, the weights streamed once with
-/// 16-byte loads, several in flight per lane (decode is bound by reading the weights). With round_x the
-/// activations are rounded to bf16 first (bf16 compute, as the tensor-core path rounds them).
-void launch_gemv(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
-                 std::size_t k, float* y, std::size_t ldy, bool round_x, cudaStream_t s);
+/// One output of a GEMV: W [n, k] (weight type of the launch) into y at stride ldy.
+struct GemvSeg {
+  const void* w = nullptr;
+  float* y = nullptr;
+  std::size_t n = 0, ldy = 0;
+};
+/// A GEMV launch over m <= 8 rows of x [m, k] at stride ldx; with round_x the activations are rounded
+/// to bf16 first (bf16 compute, as the tensor-core path rounds them).
+struct GemvArgs {
+  const float* x = nullptr;
+  std::size_t ldx = 0, k = 0;
+  bool round_x = false;
+  GemvSeg seg[3];
+  int n_seg = 1;
+};
+/// mode 0: seg[i].y = x . W_i^T for each segment (one launch for q, k and v); mode 1: seg[0].y += x . W^T;
+/// mode 2: seg[0].y = silu(x . Wg^T) * (x . Wu^T) with seg[0].w = gate, seg[1].w = up. One warp per output
+/// column, the weights streamed once with 16-byte loads, several in flight per lane (decode is bound by
+/// reading the weights).
+void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
 /// The same product for any m in f32 (weights widened exactly): 64x64 tiles in shared memory, 4x4 per
 /// thread. The exact-compute path of prefill.
 void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
-                     std::size_t k, float* y, std::size_t ldy, cudaStream_t s);
+                     std::size_t k, float* y, std::size_t ldy, bool accumulate, cudaStream_t s);
+/// Per-head RMSNorm (double sum of squares) and RoPE in place (Backend::head_norm_rope).
+void launch_head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
+                           const float* w, float eps, std::size_t half, const float* cos, const float* sin,
+                           cudaStream_t s);
 /// y[row_of[i], ids[i]] = x[row_of[i], :k] . W[ids[i], :k] for i < n_pairs (one warp per pair).
 void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
                        const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
