@@ -53,7 +53,7 @@ struct PreparedSchema {
   std::vector<std::shared_ptr<const Pattern>> patterns;  ///< compiled once per distinct pattern
   std::vector<MemberRule> members;
   std::vector<std::string> targets;  ///< JSON pointers into `document` of the member subschemas
-  std::size_t levels = 0;            ///< longest chain of nested schemas (recursive groups by size)
+  std::size_t levels = 0;            ///< deepest nesting of valijson's parse (schemas and $ref hops)
   std::size_t in_place_depth = 0;    ///< longest chain of in-place applicators
 };
 

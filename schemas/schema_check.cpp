@@ -173,6 +173,7 @@ class Preparer {
   struct Loc {
     std::size_t path;
     std::vector<std::size_t> in_place, parts;  // location indices
+    std::vector<std::size_t> parse_order;      // the subschemas valijson parses here, in its order
     std::size_t pattern = npos, members = npos;
     std::string format;  // date / time / date-time, checked with RE2
     std::size_t ref_target = npos;  // path node of the $ref target
@@ -463,11 +464,17 @@ class Preparer {
       locs_[k].in_place.push_back(tl);
       return;
     }
+    const bool site = s.contains("patternProperties");
     auto each = [&](const char* kw, bool in_place, bool as_array, bool as_map) {
       if (!s.contains(kw)) return;
       const json& v = s[kw];
       const std::size_t kp = child(p, kw);
-      auto add = [&](std::size_t l) { (in_place ? locs_[k].in_place : locs_[k].parts).push_back(l); };
+      // patternProperties and the additionalProperties beside it are parsed as member targets.
+      const bool parsed = !(site && (std::string(kw) == "patternProperties" || std::string(kw) == "additionalProperties"));
+      auto add = [&](std::size_t l) {
+        (in_place ? locs_[k].in_place : locs_[k].parts).push_back(l);
+        if (parsed) locs_[k].parse_order.push_back(l);
+      };
       if (as_array && v.is_array()) {
         for (std::size_t i = 0; i < v.size(); ++i) add(sub(kp, std::to_string(i)));
       } else if (as_map) {
@@ -480,17 +487,21 @@ class Preparer {
         add(location(kp));
       }
     };
-    for (const char* kw : {"allOf", "anyOf", "oneOf"}) {
+    for (const char* kw : {"allOf", "anyOf", "oneOf"})
       if (s.contains(kw) && !s[kw].is_array()) fail(ptr + "/" + kw, std::string(kw) + " must be an array");
-      each(kw, true, true, false);
-    }
-    for (const char* kw : {"not", "if", "then", "else"}) each(kw, true, false, false);
+    // In the order valijson's SchemaParser::populateSchema parses them (see parse_depth).
+    each("allOf", true, true, false);
+    each("anyOf", true, true, false);
+    each("contains", false, false, false);
     each("dependencies", true, false, true);
+    each("items", false, true, false);
+    each("additionalItems", false, false, false);
+    for (const char* kw : {"if", "then", "else", "not"}) each(kw, true, false, false);
+    each("oneOf", true, true, false);
     each("properties", false, false, true);
     each("patternProperties", false, false, true);
-    for (const char* kw : {"additionalProperties", "additionalItems", "contains", "propertyNames"})
-      each(kw, false, false, false);
-    each("items", false, true, false);
+    each("additionalProperties", false, false, false);
+    each("propertyNames", false, false, false);
     if (s.contains("pattern")) locs_[k].pattern = compile_pattern(s["pattern"], ptr + "/pattern");
     if (s.contains("format")) {
       if (!s["format"].is_string()) fail(ptr + "/format", "format must be a string");
@@ -574,70 +585,72 @@ class Preparer {
       }
     }
     for (std::size_t v = 0; v < n; ++v) out.in_place_depth = std::max(out.in_place_depth, depth[v]);
-    // 2. All edges: strongly connected components (Tarjan, iterative); they come out in reverse
-    //    topological order, so a component's level = its size + the highest level it reaches.
-    std::vector<std::size_t> index(n, npos), low(n, 0), comp(n, npos), level_of;
-    std::vector<char> on(n, 0);
-    std::vector<std::size_t> tstack;
-    std::size_t counter = 0;
-    auto succ = [&](std::size_t v, std::size_t i) {
-      const auto& a = locs_[v].in_place;
-      return i < a.size() ? a[i] : locs_[v].parts[i - a.size()];
+    // 2. How deep valijson's parser will recurse, for the main document and for the member targets.
+    std::vector<std::size_t> target_roots;
+    for (const auto& [path, index] : target_paths_) target_roots.push_back(loc_of_path_.at(path));
+    std::size_t deepest_at = 0;
+    const std::size_t depth_main = parse_depth({0}, false, deepest_at);
+    std::size_t deepest_target = 0;
+    const std::size_t depth_targets = parse_depth(target_roots, true, deepest_target);
+    out.levels = std::max(depth_main, depth_targets);
+    if (depth_targets > depth_main) deepest_at = deepest_target;
+    if (out.levels > limits_.max_levels)
+      fail(pointer(locs_[deepest_at].path), "a chain of " + std::to_string(out.levels) +
+                                                " nested schemas (subschemas and $refs) reaches here; the limit is " +
+                                                std::to_string(limits_.max_levels));
+  }
+
+  // The deepest nesting of valijson's parse (SchemaParser::makeOrReuseSchema / populateSchema) from
+  // `roots` (entered through a $ref when `via_ref`: the member targets), replayed without
+  // recursion: a schema's subschemas in
+  // the parser's keyword order; a $ref target is parsed once (memoised by its pointer, which the
+  // rewrite makes canonical), each $ref hop a level of its own. Sets `at` to a location at the
+  // deepest point.
+  std::size_t parse_depth(const std::vector<std::size_t>& roots, bool via_ref, std::size_t& at) const {
+    std::vector<char> cached(locs_.size(), 0);
+    struct Frame {
+      std::size_t loc, next, levels;  // levels: this frame's populate + the $ref hops before it
     };
-    auto degree = [&](std::size_t v) { return locs_[v].in_place.size() + locs_[v].parts.size(); };
-    std::size_t best = 0, best_at = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      if (index[r] != npos) continue;
-      std::vector<std::pair<std::size_t, std::size_t>> call{{r, 0}};
-      index[r] = low[r] = counter++;
-      tstack.push_back(r);
-      on[r] = 1;
-      while (!call.empty()) {
-        auto& [v, i] = call.back();
-        if (i < degree(v)) {
-          const std::size_t w = succ(v, i++);
-          if (index[w] == npos) {
-            index[w] = low[w] = counter++;
-            tstack.push_back(w);
-            on[w] = 1;
-            call.push_back({w, 0});
-          } else if (on[w]) {
-            low[v] = std::min(low[v], index[w]);
-          }
+    std::vector<Frame> stack;
+    std::size_t depth = 0, deepest = 0;
+    // Follows $ref hops from `l` and pushes the schema to populate, unless a hop is memoised.
+    auto enter = [&](std::size_t l, bool through_ref) {
+      std::size_t hops = 0;
+      if (through_ref) {
+        if (cached[l]) return;
+        cached[l] = 1;
+        ++hops;
+      }
+      while (locs_[l].ref_target != npos) {
+        const std::size_t t = loc_of_path_.at(locs_[l].ref_target);
+        if (cached[t]) {
+          deepest = std::max(deepest, depth + hops + 1);
+          return;
+        }
+        cached[t] = 1;
+        ++hops;
+        l = t;
+      }
+      stack.push_back({l, 0, hops + 1});
+      depth += hops + 1;
+      if (depth > deepest) {
+        deepest = depth;
+        at = l;
+      }
+    };
+    for (std::size_t r : roots) {
+      enter(r, via_ref);
+      while (!stack.empty()) {
+        Frame& f = stack.back();
+        if (f.next < locs_[f.loc].parse_order.size()) {
+          enter(locs_[f.loc].parse_order[f.next++], false);
           continue;
         }
-        const std::size_t done = v;
-        call.pop_back();
-        if (!call.empty()) low[call.back().first] = std::min(low[call.back().first], low[done]);
-        if (low[done] != index[done]) continue;
-        const std::size_t c = level_of.size();
-        std::vector<std::size_t> members;
-        for (;;) {
-          const std::size_t w = tstack.back();
-          tstack.pop_back();
-          on[w] = 0;
-          comp[w] = c;
-          members.push_back(w);
-          if (w == done) break;
-        }
-        std::size_t reach = 0;
-        for (std::size_t m : members)
-          for (std::size_t e = 0; e < degree(m); ++e) {
-            const std::size_t w = succ(m, e);
-            if (comp[w] != c && comp[w] != npos) reach = std::max(reach, level_of[comp[w]]);
-          }
-        level_of.push_back(members.size() + reach);
-        if (level_of.back() > best) {
-          best = level_of.back();
-          best_at = done;
-        }
+        depth -= f.levels;
+        stack.pop_back();
       }
     }
-    out.levels = best;
-    if (best > limits_.max_levels)
-      fail(pointer(locs_[best_at].path), "a chain of " + std::to_string(best) +
-                                             " nested schemas (subschemas and $refs) starts here; the limit is " +
-                                             std::to_string(limits_.max_levels));
+    return deepest;
   }
 
   // Applies the rewrite of prepare.hpp to the document copy, deepest locations first (a rename

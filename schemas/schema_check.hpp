@@ -12,7 +12,8 @@
 //   forever: refused with the pointers of the cycle; recursion through a part of the value
 //   (properties, items, additionalProperties, ...) is fine;
 // - work: schemas applied in place to one value (paths of in-place edges, with multiplicity) and
-//   the longest chain of nested schemas ("levels", a recursive group counted by its size);
+//   the nesting the validator's parser will reach (valijson recurses once per nested schema and
+//   $ref hop; its parse is replayed without recursion to measure it);
 // - patterns: every `pattern` and `patternProperties` key is translated to RE2 (ecma_regex.hpp);
 //   what RE2 cannot run in linear time (backreferences, lookaround) is refused.
 #pragma once
@@ -36,7 +37,7 @@ struct SchemaLimits {
   std::size_t max_object_keys = 20000;        ///< keys of one JSON object (e.g. properties)
   std::size_t max_values = 4000000;           ///< JSON values in the document
   std::size_t max_id_bytes = 2048;            ///< length of a $ref, $id or id string
-  std::size_t max_levels = 2000;              ///< nested schemas along any chain of subschemas and $refs
+  std::size_t max_levels = 5000;              ///< nesting of the validator's parse (schemas and $ref hops)
   std::uint64_t max_in_place_paths = 100000;  ///< schemas applied in place to one value
 };
 
