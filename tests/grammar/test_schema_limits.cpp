@@ -249,3 +249,18 @@ TEST(SchemaLimits, LiteralSetsAreTries) {
     }
   EXPECT_FALSE(g::dfa_matches(d, ""));
 }
+
+// The hardening issue's patterns in the grammar's own automata: determinised once (a few states),
+// then one step per character, whatever the nesting of quantifiers.
+TEST(SchemaLimits, NestedQuantifiersStayBounded) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const char* p : {"^([A-Z0-9]+-?)+$", "^(a+)+$", "^((a+)+)+$", "^(a|aa)*$"}) {
+    ordered_json s = {{"type", "string"}, {"pattern", p}};
+    auto r = g::compile_json_schema(s);
+    EXPECT_LT(r.grammar->nodes.size(), 2000u) << p;
+    const char c = p[3] == 'A' ? 'A' : 'a';
+    EXPECT_FALSE(accepts(r, ordered_json(std::string(40, c) + "!").dump())) << p;
+    EXPECT_TRUE(accepts(r, ordered_json(std::string(100003, c)).dump())) << p;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));  // hang check only
+}
