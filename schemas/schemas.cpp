@@ -1,9 +1,9 @@
 #include "schemas/schemas.hpp"
 
 #include <cstdlib>
-#include <fstream>
-#include <stdexcept>
 #include <string>
+
+#include "schemas/schema_check.hpp"
 
 namespace quarry::schemas {
 
@@ -12,15 +12,6 @@ std::filesystem::path schema_dir() {
   return QUARRY_SCHEMA_DIR;
 }
 
-nlohmann::json load(std::string_view name) {
-  auto path = schema_dir() / std::string(name);
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open schema");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(path.string() + ": malformed JSON: " + e.what());
-  }
-}
+nlohmann::json load(std::string_view name) { return load_schema_file(schema_dir() / std::string(name)); }
 
 }  // namespace quarry::schemas

@@ -8,9 +8,19 @@
 // conformance check on every document. Business rules (line sums, VAT arithmetic, IBAN mod-97, ...)
 // are added there with `add_check` and report their own Violations with their rule id as `keyword`.
 //
-// Known valijson 1.0 limitation, and why our schemas use `pattern` for dates: its "format" check
-// is applied to values of any type (a null date fails "format": "date"; a number makes it throw).
-// The Validator turns such a throw into a Violation with keyword "valijson" instead of propagating it.
+// Regular expressions never reach std::regex (valijson 1.0 hard-wires it for `pattern`,
+// `patternProperties` and the date / time formats; its backtracking recurses once per character and
+// can take exponential time): the schema is checked and rewritten first (schemas/prepare.hpp) and
+// those keywords are checked by constraints of ours on RE2 (schemas/ecma_regex.hpp), linear in the
+// string. `format` applies to strings only (date, time, date-time: RFC 3339, with month lengths and
+// leap years; other formats are annotations). A valijson exception still becomes a Violation with
+// keyword "valijson" instead of propagating.
+//
+// Stack: valijson's parser and validator recurse once per nested schema (about 30 KiB per level
+// under AddressSanitizer). The schema is parsed on a thread of its own with a 256 MiB stack, its
+// nesting is limited (SchemaLimits::max_levels), and a document whose depth times the schema's
+// in-place chains could need more than a small stack is validated on such a thread as well;
+// deeper than kMaxValidationLevels it gets a Violation instead.
 #pragma once
 
 #include <functional>
@@ -23,12 +33,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schemas/schema_check.hpp"
+
 namespace valijson {
 class Schema;
 class Validator;
 }  // namespace valijson
 
 namespace quarry::schemas {
+
+namespace detail {
+struct Tables;
+}
+
+/// Nested schema levels a validation may go through (the document's depth + 1 times the schema's
+/// longest in-place chain + 1); a deeper document is reported, not validated.
+inline constexpr std::size_t kMaxValidationLevels = 20000;
 
 /// One failure of a document against a schema or a rule.
 struct Violation {
@@ -46,9 +66,11 @@ using Check = std::function<void(const nlohmann::json& doc, std::vector<Violatio
 /// thread-safe, from a small pool).
 class Validator {
  public:
-  /// Compiles `schema` (valijson draft-07 parser). `name` labels the schema in errors.
-  /// Throws std::runtime_error naming the schema when valijson cannot parse it.
-  Validator(const nlohmann::json& schema, std::string name);
+  /// Checks `schema` within `limits` (schema_check.hpp: shape, $ref resolution and cycles,
+  /// patterns RE2 can run), then compiles it (valijson draft-07 parser). `name` labels the schema
+  /// in errors (the file). Throws InvalidSchema ("<name>: <pointer>: <reason>", a
+  /// std::runtime_error) when the schema is refused or valijson cannot parse it.
+  Validator(const nlohmann::json& schema, std::string name, const SchemaLimits& limits = {});
   ~Validator();
   Validator(const Validator&) = delete;
   Validator& operator=(const Validator&) = delete;
@@ -59,7 +81,9 @@ class Validator {
 
   /// All Violations of `doc`: schema conformance first (leaf failures only; valijson's summary
   /// errors such as "Failed to validate item #0 in array" are dropped when a deeper failure explains
-  /// them), then each check's. Empty = valid.
+  /// them), then each check's. Empty = valid. Time linear in the document for the regular
+  /// expressions; a document too deep to validate (kMaxValidationLevels) gets one Violation with
+  /// keyword "depth" and is not validated further.
   std::vector<Violation> validate(const nlohmann::json& doc) const;
 
   const std::string& name() const { return name_; }
@@ -68,7 +92,9 @@ class Validator {
  private:
   std::string name_;
   nlohmann::json schema_json_;
-  std::unique_ptr<valijson::Schema> schema_;
+  std::shared_ptr<detail::Tables> tables_;  // patterns, member rules, member subschemas
+  std::unique_ptr<valijson::Schema> schema_, targets_;
+  std::size_t in_place_depth_ = 1;
   std::vector<Check> checks_;
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<valijson::Validator>> pool_;
@@ -79,7 +105,8 @@ class Validator {
 class SchemaCache {
  public:
   /// The Validator for `schema_dir()/name` (e.g. "invoice.schema.json"), compiled on first call.
-  /// Throws std::runtime_error naming the file if it is missing, malformed, or not a valid schema.
+  /// Throws InvalidSchema (a std::runtime_error) naming the file if it is missing, malformed, or
+  /// not a valid schema.
   std::shared_ptr<Validator> get(std::string_view name);
 
  private:

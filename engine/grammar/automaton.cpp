@@ -612,6 +612,11 @@ Dfa determinize(const Nfa& n, std::size_t max_states) {
   return minimize(d);
 }
 
+namespace {
+// Transitions over elementary intervals that minimize() may create (see there).
+constexpr std::size_t kMaxMinimizeTransitions = 50'000'000;
+}  // namespace
+
 Dfa minimize(const Dfa& in) {
   // 1. Keep states reachable from start that can reach an accepting state.
   std::size_t n = in.size();
@@ -638,45 +643,143 @@ Dfa minimize(const Dfa& in) {
     work.pop_back();
     for (const auto& e : in.out[s]) if (live[e.to] && !reach[e.to]) { reach[e.to] = 1; work.push_back(e.to); }
   }
-  // 2. Moore partition refinement over the kept states.
+  // 2. Partition refinement over the kept states: Valmari's O(m log n) algorithm for partial
+  //    transition functions (A. Valmari, "Fast brief practical DFA minimization", Information
+  //    Processing Letters 112(6), 2012), a Hopcroft-style refinement with "blocks" of states and
+  //    "cords" of transitions. Moore's round-by-round refinement, used before, needs as many rounds
+  //    as the longest chain of states (a maxLength string: one state per character), which is
+  //    quadratic. The labels are the elementary code point intervals of all edges.
   std::vector<int> keep;
-  for (std::size_t s = 0; s < n; ++s) if (reach[s]) keep.push_back(static_cast<int>(s));
-  std::vector<int> cls(n, -1);
-  for (int s : keep) cls[s] = in.accepting[s] ? 1 : 0;
-  std::size_t num = 0;
-  for (;;) {
-    std::map<std::pair<int, std::vector<std::tuple<std::uint32_t, std::uint32_t, int>>>, int> sig;
-    std::vector<int> next(n, -1);
-    for (int s : keep) {
-      std::vector<std::tuple<std::uint32_t, std::uint32_t, int>> key;
-      for (const auto& e : in.out[s]) {
-        if (!reach[e.to]) continue;
-        int c = cls[e.to];
-        if (!key.empty() && std::get<2>(key.back()) == c && std::get<1>(key.back()) + 1 == e.lo)
-          std::get<1>(key.back()) = e.hi;
-        else
-          key.emplace_back(e.lo, e.hi, c);
-      }
-      auto [it, ins] = sig.emplace(std::make_pair(cls[s], std::move(key)), static_cast<int>(sig.size()));
-      next[s] = it->second;
+  std::vector<int> index(n, -1);
+  for (std::size_t s = 0; s < n; ++s)
+    if (reach[s]) {
+      index[s] = static_cast<int>(keep.size());
+      keep.push_back(static_cast<int>(s));
     }
-    std::size_t nn = sig.size();
-    cls = next;
-    if (nn == num) break;
-    num = nn;
+  const int nn = static_cast<int>(keep.size());
+  std::vector<std::uint32_t> cuts;
+  for (int s : keep)
+    for (const auto& e : in.out[s])
+      if (reach[e.to]) {
+        cuts.push_back(e.lo);
+        cuts.push_back(e.hi + 1);
+      }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<int> T, L, H;  // tail, label, head of each transition
+  for (int s : keep)
+    for (const auto& e : in.out[s]) {
+      if (!reach[e.to]) continue;
+      const auto first = std::lower_bound(cuts.begin(), cuts.end(), e.lo) - cuts.begin();
+      const auto past = std::lower_bound(cuts.begin(), cuts.end(), e.hi + 1) - cuts.begin();
+      if (T.size() + static_cast<std::size_t>(past - first) > kMaxMinimizeTransitions)
+        throw RegexError("automaton too large to minimise (over " + std::to_string(kMaxMinimizeTransitions) +
+                         " transitions)");
+      for (auto l = first; l < past; ++l) {
+        T.push_back(index[s]);
+        L.push_back(static_cast<int>(l));
+        H.push_back(index[e.to]);
+      }
+    }
+  const int mm = static_cast<int>(T.size());
+  // Refinable partitions (the paper's `partition`): E holds the elements grouped by set, L the
+  // position of each element, S its set, F / P the first / past position of each set; M (marked
+  // count per set) and W (touched sets) are shared by both partitions.
+  std::vector<int> M(static_cast<std::size_t>(std::max(nn, mm)) + 1, 0), W(M.size(), 0);
+  int w = 0;
+  struct Partition {
+    int z = 0;
+    std::vector<int> E, Lc, S, F, P;
+    void init(int count) {
+      z = count > 0 ? 1 : 0;
+      E.resize(count);
+      Lc.resize(count);
+      S.assign(count, 0);
+      F.assign(count + 1, 0);
+      P.assign(count + 1, 0);
+      for (int i = 0; i < count; ++i) E[i] = Lc[i] = i;
+      if (z) P[0] = count;
+    }
+    void mark(int e, std::vector<int>& M, std::vector<int>& W, int& w) {
+      const int s = S[e], i = Lc[e], j = F[s] + M[s];
+      E[i] = E[j];
+      Lc[E[i]] = i;
+      E[j] = e;
+      Lc[e] = j;
+      if (!M[s]++) W[w++] = s;
+    }
+    void split(std::vector<int>& M, std::vector<int>& W, int& w) {
+      while (w) {
+        const int s = W[--w], j = F[s] + M[s];
+        if (j == P[s]) {
+          M[s] = 0;
+          continue;
+        }
+        if (M[s] <= P[s] - j) {
+          F[z] = F[s];
+          P[z] = F[s] = j;
+        } else {
+          P[z] = P[s];
+          F[z] = P[s] = j;
+        }
+        for (int i = F[z]; i < P[z]; ++i) S[E[i]] = z;
+        M[s] = M[z++] = 0;
+      }
+    }
+  };
+  Partition B, C;
+  B.init(nn);
+  for (int q = 0; q < nn; ++q)
+    if (in.accepting[keep[q]]) B.mark(q, M, W, w);
+  B.split(M, W, w);
+  C.init(mm);
+  if (mm) {
+    std::sort(C.E.begin(), C.E.end(), [&](int a, int b) { return L[a] < L[b]; });
+    C.z = 0;
+    int a = L[C.E[0]];
+    for (int i = 0; i < mm; ++i) {
+      const int t = C.E[i];
+      if (L[t] != a) {
+        a = L[t];
+        C.P[C.z++] = i;
+        C.F[C.z] = i;
+      }
+      C.S[t] = C.z;
+      C.Lc[t] = i;
+    }
+    C.P[C.z++] = mm;
   }
+  // Incoming transitions of each state: A[Fin[q] .. Fin[q + 1]).
+  std::vector<int> A(static_cast<std::size_t>(mm)), Fin(static_cast<std::size_t>(nn) + 1, 0);
+  for (int t = 0; t < mm; ++t) ++Fin[H[t]];
+  for (int q = 0; q < nn; ++q) Fin[q + 1] += Fin[q];
+  for (int t = mm; t--;) A[--Fin[H[t]]] = t;
+  for (int b = 1, c = 0; c < C.z;) {
+    for (int i = C.F[c]; i < C.P[c]; ++i) B.mark(T[C.E[i]], M, W, w);
+    B.split(M, W, w);
+    ++c;
+    while (b < B.z) {
+      for (int i = B.F[b]; i < B.P[b]; ++i)
+        for (int j = Fin[B.E[i]]; j < Fin[B.E[i] + 1]; ++j) C.mark(A[j], M, W, w);
+      C.split(M, W, w);
+      ++b;
+    }
+  }
+  const std::size_t num = static_cast<std::size_t>(B.z);
+  std::vector<int> cls(n, -1);
+  for (int q = 0; q < nn; ++q) cls[keep[q]] = B.S[q];
   Dfa out;
   out.out.resize(num);
   out.accepting.assign(num, 0);
   std::vector<char> done(num, 0);
   for (int s : keep) {
-    int c = cls[s];
+    const int c = cls[s];
     if (done[c]) continue;
     done[c] = 1;
     out.accepting[c] = in.accepting[s];
     for (const auto& e : in.out[s]) {
       if (!reach[e.to]) continue;
-      int t = cls[e.to];
+      const int t = cls[e.to];
       auto& edges = out.out[c];
       if (!edges.empty() && edges.back().to == t && edges.back().hi + 1 == e.lo) edges.back().hi = e.hi;
       else edges.push_back({e.lo, e.hi, t});
@@ -764,22 +867,41 @@ Dfa dfa_length(std::int64_t min_len, std::int64_t max_len) {
 Dfa dfa_any_string() { return dfa_length(0, -1); }
 
 Dfa dfa_literals(const std::vector<std::string>& words) {
-  Nfa n;
-  n.start = n.add_state();
-  n.accept = n.add_state();
+  // The trie of the words is already deterministic: built directly (time and size linear in the
+  // total length; subset construction over an NFA with one branch per word was quadratic in the
+  // number of words), then minimised. Words that are not valid UTF-8 match nothing.
+  Dfa d;
+  d.out.emplace_back();
+  d.accepting.push_back(0);
+  std::vector<std::map<std::uint32_t, int>> child(1);
   for (const std::string& w : words) {
-    int cur = n.start;
+    std::vector<std::uint32_t> cps;
     std::size_t i = 0;
+    bool ok = true;
     while (i < w.size()) {
-      std::int64_t c = utf8_decode(w, i);
-      if (c < 0) break;
-      int nx = n.add_state();
-      n.out[cur].push_back({{{static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c)}}, nx});
-      cur = nx;
+      const std::int64_t c = utf8_decode(w, i);
+      if (c < 0) {
+        ok = false;
+        break;
+      }
+      cps.push_back(static_cast<std::uint32_t>(c));
     }
-    if (i == w.size()) n.eps[cur].push_back(n.accept);
+    if (!ok) continue;
+    int cur = 0;
+    for (std::uint32_t c : cps) {
+      auto [it, fresh] = child[static_cast<std::size_t>(cur)].emplace(c, static_cast<int>(child.size()));
+      if (fresh) {
+        child.emplace_back();
+        d.out.emplace_back();
+        d.accepting.push_back(0);
+      }
+      cur = it->second;
+    }
+    d.accepting[static_cast<std::size_t>(cur)] = 1;
   }
-  return determinize(n);
+  for (std::size_t s = 0; s < child.size(); ++s)
+    for (auto [c, to] : child[s]) d.out[s].push_back({c, c, to});  // std::map: sorted by code point
+  return minimize(d);
 }
 
 bool dfa_is_empty(const Dfa& a) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "engine/grammar/automaton.hpp"
 
@@ -194,9 +195,19 @@ class Compiler {
   SchemaCompileResult run() {
     SchemaCompileResult res;
     res.draft = draft_;
+    check_in_place_graph();
     std::uint32_t top = b_.add_rule("root");
     Frag f = b_.seq({ws(), b_.call(rule_for(root_, "")), ws()});
     b_.set_body(top, f);
+    // Rule bodies are built from a work list, not by recursion: a chain of $ref (type 1 has an
+    // array of type 2, which has ...) is as long as the schema, not as deep as the C++ stack.
+    while (!pending_.empty()) {
+      Pending p = std::move(pending_.back());
+      pending_.pop_back();
+      current_ptr_ = p.ptr;
+      b_.set_body(p.rule, body(p.schema, p.ptr));
+      check_node_budget(0);
+    }
     try {
       res.grammar = b_.finish(top);
     } catch (const GrammarError& e) {
@@ -217,9 +228,31 @@ class Compiler {
   std::optional<std::uint32_t> r_any_, r_string_, r_number_, r_any_obj_, r_any_arr_;
   std::map<std::string, Dfa> regex_cache_;
   int inline_depth_ = 0;
-  int depth_ = 0;
+  // Rules whose body is still to be built (see run()).
+  struct Pending {
+    ordered_json schema;
+    std::string ptr;
+    std::uint32_t rule;
+  };
+  std::vector<Pending> pending_;
+  std::string current_ptr_;           // the schema whose rule is being built (for errors)
+  std::set<std::string> post_noted_;  // post_validation entries added by note_post
+  // $ref string -> (target, its JSON pointer): a $ref by name searches the whole document once.
+  std::map<std::string, std::pair<const ordered_json*, std::string>> resolved_;
 
   bool legacy_ref() const { return draft_ == Draft::k4 || draft_ == Draft::k6 || draft_ == Draft::k7; }
+
+  // Refuses the schema when the grammar would grow past kMaxGrammarNodes with `more` nodes.
+  void check_node_budget(std::size_t more) {
+    if (b_.num_nodes() + more > kMaxGrammarNodes)
+      throw SchemaError(current_ptr_, "",
+                        "the grammar of this schema would exceed " + std::to_string(kMaxGrammarNodes) +
+                            " nodes (long length / item bounds, large patterns or many distinct subschemas)");
+  }
+
+  void note_post(const std::string& msg) {
+    if (post_noted_.insert(msg).second) post_.push_back(msg);
+  }
 
   void warn(const std::string& ptr, const std::string& msg) {
     warnings_.push_back((ptr.empty() ? "(root)" : ptr) + ": " + msg);
@@ -312,6 +345,16 @@ class Compiler {
   // Lowers a code-point DFA to bytes. With json_escape, code points are written as inside a JSON
   // string (dump_compact's escaping).
   Frag lower(const Dfa& d, bool json_escape) {
+    {
+      // The nodes it will create (3 per byte range, about 30 per escape branch), before creating them.
+      std::size_t more = d.size() + 1;
+      for (const auto& edges : d.out)
+        for (const auto& e : edges) {
+          more += json_escape ? 40 : 0;
+          for (const auto& seq : utf8_sequences(e.lo, e.hi)) more += 3 * seq.size();
+        }
+      check_node_budget(more);
+    }
     std::vector<std::uint32_t> st(d.size());
     for (auto& s : st) s = b_.node();
     std::uint32_t out = b_.node();
@@ -415,6 +458,16 @@ class Compiler {
   }
 
   const ordered_json& resolve(const std::string& ref, const std::string& ptr, std::string& target_ptr) {
+    if (auto it = resolved_.find(ref); it != resolved_.end()) {
+      target_ptr = it->second.second;
+      return *it->second.first;
+    }
+    const ordered_json& t = resolve_uncached(ref, ptr, target_ptr);
+    resolved_.emplace(ref, std::make_pair(&t, target_ptr));
+    return t;
+  }
+
+  const ordered_json& resolve_uncached(const std::string& ref, const std::string& ptr, std::string& target_ptr) {
     if (ref.empty() || ref[0] != '#') {
       std::string p;
       if (auto* r = find_id(root_, ref, p, "")) { target_ptr = p; return *r; }
@@ -464,6 +517,130 @@ class Compiler {
     }
     target_ptr = p;
     return *cur;
+  }
+
+  // ---- $ref cycles that make no progress ---------------------------------------------------------
+  //
+  // In-place applicators ($ref, allOf, anyOf, oneOf, not, if / then / else, dependentSchemas and the
+  // schema form of dependencies) apply a schema to the same value; the others (properties, items,
+  // additionalProperties, contains, propertyNames, ...) to a part of it. A cycle of in-place edges
+  // ({"$ref": "#"}, two definitions referring to each other, {"anyOf": [{"$ref": "#"}, ...]}) never
+  // reaches a smaller value: it is refused with the JSON pointers of the cycle. Recursion through a
+  // part (a tree: {"items": {"$ref": "#"}}) is fine. The same graph bounds the work of merging: the
+  // schemas applied in place to one value (paths of in-place edges, with multiplicity: a chain of
+  // allOf that each name the next definition twice doubles at every step) are at most
+  // kMaxInPlacePaths. Only what the root reaches is checked (unused definitions are not compiled).
+  static constexpr std::uint64_t kMaxInPlacePaths = 100000;
+  /// Declared properties of one object schema (see also kMaxSchemaObjectKeys).
+  static constexpr std::size_t kMaxObjectProperties = 20000;
+  /// Declared properties x (maxProperties + 1) of one object schema (member counting).
+  static constexpr std::size_t kMaxCountedMembers = 200000;
+  /// Declared members per block of a long object (see object_frag).
+  static constexpr std::size_t kMemberBlock = 64;
+  /// Longest string length bound enforced by the grammar (characters); see string_dfa.
+  static constexpr std::int64_t kMaxGrammarStringLength = 1024;
+  /// Grammar nodes one schema may compile to (about 250 bytes each while building).
+  static constexpr std::size_t kMaxGrammarNodes = 2000000;
+
+  void check_in_place_graph() {
+    struct Info {
+      std::string ptr;
+      std::vector<std::size_t> in_place;
+    };
+    std::vector<const ordered_json*> nodes;
+    std::vector<Info> info;
+    std::unordered_map<const ordered_json*, std::size_t> id;
+    auto visit = [&](const ordered_json& s, const std::string& ptr) {
+      auto [it, fresh] = id.emplace(&s, nodes.size());
+      if (fresh) {
+        nodes.push_back(&s);
+        info.push_back({ptr, {}});
+      }
+      return it->second;
+    };
+    visit(root_, "");
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      const ordered_json& s = *nodes[k];
+      if (!s.is_object()) continue;
+      const std::string ptr = info[k].ptr;
+      auto in_place = [&](const ordered_json& c, const std::string& p) {
+        const std::size_t j = visit(c, p);
+        info[k].in_place.push_back(j);
+      };
+      auto part = [&](const ordered_json& c, const std::string& p) { visit(c, p); };
+      auto at = [&](const std::string& kw) { return ptr + "/" + kw; };
+      if (s.contains("$ref") && s["$ref"].is_string()) {
+        std::string tp;
+        try {
+          in_place(resolve(s["$ref"].get<std::string>(), at("$ref"), tp), tp);
+        } catch (const SchemaError&) {
+          // reported where the $ref is compiled
+        }
+        if (legacy_ref()) continue;  // siblings of $ref are ignored before 2019-09
+      }
+      for (const char* kw : {"allOf", "anyOf", "oneOf"})
+        if (s.contains(kw) && s[kw].is_array())
+          for (std::size_t i = 0; i < s[kw].size(); ++i) in_place(s[kw][i], at(kw) + "/" + std::to_string(i));
+      for (const char* kw : {"not", "if", "then", "else"})
+        if (s.contains(kw) && keyword_active(kw)) in_place(s[kw], at(kw));
+      for (const char* kw : {"dependentSchemas", "dependencies"})
+        if (s.contains(kw) && s[kw].is_object() && keyword_active(kw))
+          for (auto it = s[kw].begin(); it != s[kw].end(); ++it)
+            if (it.value().is_object() || it.value().is_boolean())
+              in_place(it.value(), at(kw) + "/" + escape_pointer_token(it.key()));
+      for (const char* kw : {"properties", "patternProperties"})
+        if (s.contains(kw) && s[kw].is_object())
+          for (auto it = s[kw].begin(); it != s[kw].end(); ++it)
+            part(it.value(), at(kw) + "/" + escape_pointer_token(it.key()));
+      for (const char* kw : {"items", "prefixItems"})
+        if (s.contains(kw) && s[kw].is_array())
+          for (std::size_t i = 0; i < s[kw].size(); ++i) part(s[kw][i], at(kw) + "/" + std::to_string(i));
+      for (const char* kw : {"additionalProperties", "items", "additionalItems", "contains", "propertyNames",
+                             "unevaluatedItems", "unevaluatedProperties"})
+        if (s.contains(kw) && (s[kw].is_object() || s[kw].is_boolean())) part(s[kw], at(kw));
+    }
+    // Depth-first search over the in-place edges (iterative: the graph may be as long as the
+    // schema): a back edge is a cycle; at a node's finish its path count is 1 + its children's.
+    const std::size_t n = nodes.size();
+    std::vector<char> color(n, 0);  // 0 new, 1 on the stack, 2 done
+    std::vector<std::uint64_t> paths(n, 1);
+    std::vector<std::pair<std::size_t, std::size_t>> stack;  // node, next child
+    for (std::size_t r = 0; r < n; ++r) {
+      if (color[r]) continue;
+      color[r] = 1;
+      stack.push_back({r, 0});
+      while (!stack.empty()) {
+        const std::size_t v = stack.back().first;
+        if (stack.back().second < info[v].in_place.size()) {
+          const std::size_t w = info[v].in_place[stack.back().second++];
+          if (color[w] == 1) {
+            std::string cycle;
+            std::size_t from = 0;
+            while (stack[from].first != w) ++from;
+            for (std::size_t i = from; i < stack.size(); ++i)
+              cycle += (info[stack[i].first].ptr.empty() ? "(root)" : info[stack[i].first].ptr) + " -> ";
+            cycle += info[w].ptr.empty() ? "(root)" : info[w].ptr;
+            throw SchemaError(info[w].ptr, "$ref",
+                              "$ref cycle that makes no progress: " + cycle +
+                                  " (each step applies a schema to the same value; none descends into a part of it)");
+          }
+          if (color[w] == 0) {
+            color[w] = 1;
+            stack.push_back({w, 0});
+          }
+          continue;
+        }
+        std::uint64_t p = 1;
+        for (std::size_t w : info[v].in_place) p = std::min(p + paths[w], kMaxInPlacePaths + 1);
+        if (p > kMaxInPlacePaths)
+          throw SchemaError(info[v].ptr, "allOf",
+                            "the in-place applicators below (allOf, anyOf, oneOf, $ref, not, if) apply more than " +
+                                std::to_string(kMaxInPlacePaths) + " schemas to one value");
+        paths[v] = p;
+        color[v] = 2;
+        stack.pop_back();
+      }
+    }
   }
 
   // ---- keyword checks --------------------------------------------------------------------------
@@ -879,17 +1056,24 @@ class Compiler {
 
   // ---- compilation -----------------------------------------------------------------------------
 
+  // The rule of a schema (memoised by content, annotations left out: properties that differ only
+  // in their description share one rule); its body is built later (run()).
   std::uint32_t rule_for(const ordered_json& s, const std::string& ptr) {
-    std::string key = s.dump();
+    std::string key;
+    if (s.is_object()) {
+      ordered_json k = s;
+      for (const char* a : {"description", "title", "$comment", "examples", "default", "readOnly", "writeOnly", "deprecated"})
+        k.erase(a);
+      key = k.dump();
+    } else {
+      key = s.dump();
+    }
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     if (s == true) return memo_[key] = any_rule();
-    if (depth_ > 200) throw SchemaError(ptr, "", "schema nested too deeply (over 200 levels)");
     std::uint32_t r = b_.add_rule(ptr.empty() ? "#" : ptr);
-    memo_[key] = r;
-    ++depth_;
-    b_.set_body(r, body(s, ptr));
-    --depth_;
+    memo_.emplace(std::move(key), r);
+    pending_.push_back({s, ptr, r});
     return r;
   }
 
@@ -1312,7 +1496,18 @@ class Compiler {
     std::int64_t mn = 0, mx = -1;
     if (s.contains("minLength")) { mn = s["minLength"].get<std::int64_t>(); trivial = false; }
     if (s.contains("maxLength")) { mx = s["maxLength"].get<std::int64_t>(); trivial = false; }
+    if (mn < 0 || (s.contains("maxLength") && mx < 0))
+      throw SchemaError(ptr + (mn < 0 ? "/minLength" : "/maxLength"), mn < 0 ? "minLength" : "maxLength",
+                        "string length bounds must be non-negative integers");
     if (mx >= 0 && mx < mn) return dfa_literals({});
+    // A length counter costs grammar nodes per character: bounds above kMaxGrammarStringLength
+    // are widened (a longer minimum to the cap, a longer maximum to none) and left to validation.
+    if (mn > kMaxGrammarStringLength || mx > kMaxGrammarStringLength) {
+      note_post((ptr.empty() ? "(root)" : ptr) + ": string lengths over " + std::to_string(kMaxGrammarStringLength) +
+                " characters not enforced by the grammar; checked by validation afterwards");
+      mn = std::min<std::int64_t>(mn, kMaxGrammarStringLength);
+      if (mx > kMaxGrammarStringLength) mx = -1;
+    }
     Dfa d;
     bool any = mn == 0 && mx < 0;  // no length bound: the first pattern / format stands alone
     try {
@@ -1647,37 +1842,55 @@ class Compiler {
       }
       members = std::move(kept);
     }
-    Frag open = lit("{");
-    std::size_t n = members.size();
-    std::vector<std::vector<std::uint32_t>> N(n + 1, std::vector<std::uint32_t>(K + 1));
-    for (auto& row : N)
-      for (auto& x : row) x = b_.node();
-    b_.eps(open.out, N[0][0]);
-    // Connects `make()` (a member) from count t-1 to t, and the saturated loop at K.
-    auto connect = [&](std::size_t i_from, std::size_t i_to, const std::function<Frag()>& make) {
+    const std::size_t n = members.size();
+    if (n > kMaxObjectProperties)
+      throw SchemaError(ptr + "/properties", "properties",
+                        std::to_string(n) + " properties in one object (the limit is " +
+                            std::to_string(kMaxObjectProperties) + ")");
+    if (K > 1 && n * (K + 1) > kMaxCountedMembers)
+      throw SchemaError(ptr + "/maxProperties", "maxProperties",
+                        "minProperties / maxProperties over " + std::to_string(n) +
+                            " properties: too many member counts for the grammar");
+    // A row of nodes: Row[c] = the position with c members written.
+    using Row = std::vector<std::uint32_t>;
+    auto new_row = [&] {
+      Row r(K + 1);
+      for (auto& x : r) x = b_.node();
+      return r;
+    };
+    // Connects `make()` (a member) from count t-1 in `from` to t in `to`, and the saturated loop at K.
+    auto connect = [&](const Row& from, const Row& to, const std::function<Frag()>& make) {
       for (std::size_t t = 1; t <= K; ++t) {
         Frag m = make();
         if (t == 1) {
-          b_.eps(N[i_from][0], m.in);
+          b_.eps(from[0], m.in);
         } else {
           Frag comma = lit(",");
-          b_.eps(N[i_from][t - 1], comma.in);
+          b_.eps(from[t - 1], comma.in);
           b_.eps(comma.out, m.in);
         }
         if (t == K && saturate) {
           Frag comma = lit(",");
-          b_.eps(N[i_from][K], comma.in);
+          b_.eps(from[K], comma.in);
           b_.eps(comma.out, m.in);
         }
-        b_.eps(m.out, N[i_to][t]);
+        b_.eps(m.out, to[t]);
       }
     };
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint32_t value_rule = rule_for(members[i].schema, members[i].ptr);
-      connect(i, i + 1, [&] { return b_.seq({key_frag(members[i].name), lit(":"), b_.call(value_rule)}); });
-      if (!members[i].required)
-        for (std::size_t c = 0; c <= K; ++c) b_.eps(N[i][c], N[i + 1][c]);
-    }
+    std::vector<std::uint32_t> value_rules(n);
+    for (std::size_t i = 0; i < n; ++i) value_rules[i] = rule_for(members[i].schema, members[i].ptr);
+    // Declared members [lo, hi) from `first` (skipping the optional ones); returns the row after hi.
+    auto segment = [&](std::size_t lo, std::size_t hi, const Row& first) {
+      Row cur = first;
+      for (std::size_t i = lo; i < hi; ++i) {
+        Row next = new_row();
+        connect(cur, next, [&] { return b_.seq({key_frag(members[i].name), lit(":"), b_.call(value_rules[i])}); });
+        if (!members[i].required)
+          for (std::size_t c = 0; c <= K; ++c) b_.eps(cur[c], next[c]);
+        cur = std::move(next);
+      }
+      return cur;
+    };
     // Additional and pattern members after the declared ones.
     std::vector<std::string> names;
     for (const auto& m : members) names.push_back(m.name);
@@ -1704,18 +1917,60 @@ class Compiler {
       std::string sp = mask == 0 ? ptr + "/additionalProperties" : ptr + "/patternProperties";
       extra.push_back({std::move(keys), rule_for(sch, sp)});
     }
-    Frag close = lit("}");
-    for (std::size_t c = min_p; c <= K; ++c) b_.eps(N[n][c], close.in);
-    if (!extra.empty()) {
-      auto make = [&] {
-        std::vector<Frag> alts;
-        for (const auto& [keys, rule] : extra)
-          alts.push_back(b_.seq({b_.literal("\""), lower(keys, true), b_.literal("\""), lit(":"), b_.call(rule)}));
-        return alts.size() == 1 ? alts[0] : b_.alt(alts);
-      };
-      connect(n, n, make);
+    // After the declared members: the additional / pattern members, then "}" into `done`.
+    auto tail = [&](const Row& last, std::uint32_t done) {
+      if (!extra.empty()) {
+        auto make = [&] {
+          std::vector<Frag> alts;
+          for (const auto& [keys, rule] : extra)
+            alts.push_back(b_.seq({b_.literal("\""), lower(keys, true), b_.literal("\""), lit(":"), b_.call(rule)}));
+          return alts.size() == 1 ? alts[0] : b_.alt(alts);
+        };
+        connect(last, last, make);
+      }
+      Frag close = lit("}");
+      for (std::size_t c = min_p; c <= K; ++c) b_.eps(last[c], close.in);
+      b_.eps(close.out, done);
+    };
+    Frag open = lit("{");
+    const std::uint32_t done = b_.node();
+    Row first = new_row();
+    b_.eps(open.out, first[0]);
+    // Skipping an optional member is an epsilon move, and epsilon removal gives every position an
+    // edge to each member it can skip to: a run of m optional members costs m^2 / 2 edges. Long
+    // member lists are therefore cut into blocks of kMemberBlock: block b > 0 is a rule per entry
+    // count (c = 0: nothing written yet, 1: a comma comes first) that writes its members and calls
+    // the next block's rule, so a position reaches at most the rest of its block plus one call
+    // (linear size; parser stacks grow by one frame per block). Only without min/maxProperties
+    // counts above 1 (K == 1), where two entry counts suffice.
+    const std::size_t blocks = K == 1 && n > kMemberBlock ? (n + kMemberBlock - 1) / kMemberBlock : 1;
+    if (blocks == 1) {
+      tail(segment(0, n, first), done);
+      return {open.in, done};
     }
-    return {open.in, close.out};
+    std::vector<Row> next_block(blocks, Row(K + 1));
+    for (std::size_t bl = 1; bl < blocks; ++bl)
+      for (std::size_t c = 0; c <= K; ++c)
+        next_block[bl][c] = b_.add_rule(ptr + "/properties[" + std::to_string(bl * kMemberBlock) + ":]" + (c ? "," : ""));
+    // From each count of `last`, the rule of block `bl` (entered at that count), then `to`.
+    auto hand_over = [&](const Row& last, std::size_t bl, std::uint32_t to) {
+      for (std::size_t c = 0; c <= K; ++c) {
+        Frag f = b_.call(next_block[bl][c]);
+        b_.eps(last[c], f.in);
+        b_.eps(f.out, to);
+      }
+    };
+    for (std::size_t bl = 1; bl < blocks; ++bl)
+      for (std::size_t c = 0; c <= K; ++c) {
+        Row entry = new_row();  // only entry[c] is reachable: the rule starts there
+        Row last = segment(bl * kMemberBlock, std::min(n, (bl + 1) * kMemberBlock), entry);
+        const std::uint32_t end = b_.node();
+        if (bl + 1 == blocks) tail(last, end);
+        else hand_over(last, bl + 1, end);
+        b_.set_body(next_block[bl][c], {entry[c], end});
+      }
+    hand_over(segment(0, kMemberBlock, first), 1, done);
+    return {open.in, done};
   }
 };
 
@@ -1842,6 +2097,68 @@ std::size_t json_depth(const ordered_json& root, std::size_t limit) {
 }
 
 constexpr std::size_t kMaxSchemaJsonDepth = 512;
+// Keys of one JSON object in a schema text: nlohmann's order-keeping object inserts a key in time
+// linear in the keys already there, so the parse is quadratic in an object's size.
+constexpr std::size_t kMaxSchemaObjectKeys = 20000;
+// Bytes of schema text.
+constexpr std::size_t kMaxSchemaTextBytes = 32u << 20;
+
+// A linear pre-scan of schema text (SAX events, no tree): nesting depth and keys per object, with
+// the JSON pointer of the first excess. Syntax errors are left to the parse that follows.
+class ShapeScan : public nlohmann::json_sax<ordered_json> {
+ public:
+  std::string error, pointer;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Frame& f = frames_.back();
+    f.key = k;
+    if (++f.keys > kMaxSchemaObjectKeys)
+      return fail("an object with more than " + std::to_string(kMaxSchemaObjectKeys) + " keys", frames_.size() - 1);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array;
+    std::size_t index = 0, keys = 0;
+    std::string key;
+  };
+  std::vector<Frame> frames_;
+
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    if (frames_.size() >= kMaxSchemaJsonDepth)
+      return fail("nested too deeply (over " + std::to_string(kMaxSchemaJsonDepth) + " levels of JSON)", frames_.size());
+    frames_.push_back(Frame{array, 0, 0, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  // Records `why` at the location of the frames' path (`levels` of them: each names its child).
+  bool fail(const std::string& why, std::size_t levels) {
+    error = why;
+    for (std::size_t i = 0; i < levels; ++i)
+      pointer += "/" + (frames_[i].array ? std::to_string(frames_[i].index) : escape_pointer_token(frames_[i].key));
+    return false;
+  }
+};
 
 }  // namespace
 
@@ -1860,6 +2177,13 @@ SchemaCompileResult compile_json_schema(const ordered_json& schema, const Schema
 }
 
 SchemaCompileResult compile_json_schema(std::string_view text, const SchemaOptions& options) {
+  if (text.size() > kMaxSchemaTextBytes)
+    throw SchemaError("", "", "schema of " + std::to_string(text.size()) + " bytes is larger than the limit of " +
+                                  std::to_string(kMaxSchemaTextBytes));
+  {
+    ShapeScan scan;
+    if (!ordered_json::sax_parse(text, &scan) && !scan.error.empty()) throw SchemaError(scan.pointer, "", scan.error);
+  }
   ordered_json j;
   try {
     j = ordered_json::parse(text);

@@ -30,9 +30,28 @@
 //   through): uniqueItems: true, maxContains, non-disjoint oneOf, an if whose complement is not
 //   expressible (the else branch then also admits instances passing if).
 // - Generated numbers have at most SchemaOptions::max_fraction_digits fraction digits (default 16).
+// - String length bounds over 1,024 characters are widened (a longer minLength to 1,024, a longer
+//   maxLength to none) and listed in `post_validation`: a length counter costs grammar nodes per
+//   character.
 // Unsupported keywords (not with a complement the grammar cannot express, unevaluated*,
 // $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its JSON pointer;
 // with `lenient` they are ignored with a warning.
+//
+// Hostile schemas are refused with SchemaError (pointer + reason), never by a crash or a hang:
+// - $ref cycles that make no progress: a schema that reaches itself through in-place applicators
+//   only ($ref, allOf, anyOf, oneOf, not, if / then / else, dependentSchemas, dependencies), e.g.
+//   {"$ref": "#"} or two definitions naming each other; the message lists the cycle's pointers.
+//   Recursion through a part of the value (items, properties, additionalProperties, ...) is fine;
+// - more than 100,000 schemas applied in place to one value (allOf chains that name the next
+//   definition twice double at every step);
+// - schema text over 32 MiB, JSON nesting over 512 levels, an object of more than 20,000 keys
+//   (checked by a linear SAX pass before the order-keeping parse, which is quadratic in an
+//   object's keys), more than 20,000 declared properties in one object;
+// - a grammar of more than 2,000,000 nodes (checked before each string automaton is lowered).
+// Compile time and memory are near-linear in the schema: rule bodies are built from a work list
+// (a $ref chain as long as the schema needs no deep recursion), long lists of optional properties
+// are split into rules of 64 members (instead of a quadratic number of skip edges), and the
+// automata are minimised in O(m log n) (automaton.hpp). Measured with bench/grammar/bench_schema_size.
 #pragma once
 
 #include <memory>
@@ -81,10 +100,11 @@ struct SchemaCompileResult {
   std::vector<std::string> post_validation;  ///< constraints the grammar does not enforce exactly
 };
 
-/// Compiles a JSON Schema. Throws SchemaError (unsupported keyword, bad $ref, bad regex,
-/// unsatisfiable schema) — never crashes or hangs on bad input (size limits apply).
+/// Compiles a JSON Schema. Throws SchemaError (unsupported keyword, bad $ref, $ref cycle without
+/// progress, bad regex, unsatisfiable schema, limits above) — never crashes or hangs on bad input.
 SchemaCompileResult compile_json_schema(const ordered_json& schema, const SchemaOptions& options = {});
-/// Parses then compiles; throws SchemaError("", "", "invalid JSON: ...") on a parse error.
+/// Checks the text's size, nesting and keys per object (linear), parses, then compiles; throws
+/// SchemaError with the pointer of an excess, or ("", "", "invalid JSON: ...") on a parse error.
 SchemaCompileResult compile_json_schema(std::string_view schema_text, const SchemaOptions& options = {});
 inline SchemaCompileResult compile_json_schema(const std::string& schema_text, const SchemaOptions& options = {}) {
   return compile_json_schema(std::string_view(schema_text), options);

@@ -812,14 +812,17 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
 
   json schema_json;
   std::string schema_text;
+  nlohmann::json schema_checked;
   {
     std::ifstream in(job.schema, std::ios::binary);
     if (!in) throw std::runtime_error(job.schema.string() + ": cannot open the schema");
     schema_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    schema_json = json::parse(schema_text, nullptr, false);
-    if (schema_json.is_discarded()) throw std::runtime_error(job.schema.string() + ": malformed JSON");
+    // Size, JSON depth and keys per object are checked while parsing, before anything recurses
+    // over the schema; the Validator then refuses $ref cycles and patterns RE2 cannot run.
+    schema_checked = schemas::parse_schema_text(schema_text, job.schema.string());
+    schema_json = json::parse(schema_text);
   }
-  schemas::Validator validator(schema_json, job.schema.filename().string());
+  schemas::Validator validator(schema_checked, job.schema.string());
   if (schema_json.value("$id", "") == "https://quarry.invalid/schemas/invoice.schema.json") add_invoice_rules(validator);
 
   BuildContext bc;

@@ -2,11 +2,19 @@
 // JSON-Schema-Test-Suite (draft 7) for the keywords our schemas use, and the shape of Violations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
+#include "schemas/ecma_regex.hpp"
+#include "schemas/schema_check.hpp"
 #include "schemas/schemas.hpp"
 #include "schemas/validate.hpp"
 
@@ -103,26 +111,48 @@ TEST(Schemas, InvoiceSchemaHasTheAgreedPropertyNames) {
   }
 }
 
-// The official JSON-Schema-Test-Suite (draft 7) for every keyword the shipped schemas use, run
-// through our Validator: `valid` must equal "no violations".
+// The official JSON-Schema-Test-Suite (draft 7, every file, plus the optional ECMA-262 regex tests
+// and the date / time / date-time formats) run through our Validator: `valid` must equal "no
+// violations". `pattern` and `patternProperties` run on RE2 here. A schema is refused only for a
+// reference to another document (the suite's remote refs, e.g. to the draft-07 meta-schema).
 TEST(Validator, OfficialTestSuiteDraft7) {
   const fs::path dir = fs::path(QUARRY_JSON_SCHEMA_TEST_SUITE) / "tests" / "draft7";
   ASSERT_TRUE(fs::exists(dir)) << dir << " missing: install json-schema-test-suite";
-  int cases = 0;
-  for (auto keyword : {"type", "properties", "required", "additionalProperties", "items", "enum", "pattern",
-                       "minimum", "maximum", "minLength", "uniqueItems"}) {
-    for (const auto& group : read_json(dir / (std::string(keyword) + ".json"))) {
-      Validator v(group["schema"], group["description"]);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  for (const char* f : {"optional/ecmascript-regex.json", "optional/format/date.json", "optional/format/time.json",
+                        "optional/format/date-time.json"})
+    files.push_back(dir / f);
+  std::sort(files.begin(), files.end());
+  int cases = 0, refused = 0, patterns = 0;
+  for (const auto& file : files) {
+    for (const auto& group : read_json(file)) {
+      // format "regex" (whether a string is a valid ECMA-262 pattern) is an annotation for us.
+      if (group["schema"].is_object() && group["schema"].value("format", "") == "regex") continue;
+      const std::string where = file.filename().string() + ": " + group["description"].get<std::string>();
+      std::unique_ptr<Validator> v;
+      try {
+        v = std::make_unique<Validator>(group["schema"], where);
+      } catch (const quarry::schemas::InvalidSchema& e) {
+        EXPECT_NE(std::string(e.what()).find("remote documents are not fetched"), std::string::npos) << e.what();
+        refused += static_cast<int>(group["tests"].size());
+        continue;
+      }
+      const std::string text = group["schema"].dump();
+      const bool has_pattern = text.find("\"pattern") != std::string::npos;
       for (const auto& test : group["tests"]) {
-        SCOPED_TRACE(std::string(keyword) + ": " + group["description"].get<std::string>() + ": " +
-                     test["description"].get<std::string>());
-        auto violations = v.validate(test["data"]);
+        SCOPED_TRACE(where + ": " + test["description"].get<std::string>());
+        auto violations = v->validate(test["data"]);
         EXPECT_EQ(violations.empty(), test["valid"].get<bool>()) << test["data"].dump();
         ++cases;
+        patterns += has_pattern;
       }
     }
   }
-  EXPECT_GT(cases, 150);
+  EXPECT_GT(cases, 400);
+  EXPECT_GT(patterns, 40);
+  EXPECT_LT(refused, 25);
 }
 
 namespace {
@@ -240,4 +270,325 @@ TEST(Validator, UnparsableSchemaThrowsNamingIt) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("broken.schema.json"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile schemas and documents: everything below is generated here.
+
+namespace {
+
+using quarry::schemas::InvalidSchema;
+using quarry::schemas::Pattern;
+using Clock = std::chrono::steady_clock;
+
+// The message of the InvalidSchema that building a Validator for `schema` throws ("" if none).
+std::string refusal(const json& schema, const std::string& name = "hostile.schema.json") {
+  try {
+    Validator v(schema, name);
+  } catch (const InvalidSchema& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+json string_with_pattern(const std::string& pattern) { return {{"type", "string"}, {"pattern", pattern}}; }
+
+// A random pattern of ECMA-262 constructs whose meaning std::regex (ECMAScript) and RE2 share on
+// ASCII strings, with the constructs the translation rewrites.
+std::string random_pattern(std::mt19937& rng, int depth = 0) {
+  static const char* atoms[] = {"a", "b", "c", "1", ".", "\\d", "\\w", "\\s", "\\S", "[ab]", "[^a]", "[a-c1]",
+                                "\\.", "-", "\\-", " ", "[\\s1]", "\\x61", "\\u0062", "[.]", "\\D", "[^\\s]"};
+  std::string out;
+  const int n = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < n; ++i) {
+    std::string atom;
+    if (depth < 2 && rng() % 4 == 0)
+      atom = std::string(rng() % 2 ? "(" : "(?:") + random_pattern(rng, depth + 1) + "|" + random_pattern(rng, depth + 1) + ")";
+    else
+      atom = atoms[rng() % (sizeof atoms / sizeof atoms[0])];
+    static const char* quantifiers[] = {"", "", "", "*", "+", "?", "{1,2}", "{2}", "*?"};
+    atom += quantifiers[rng() % 9];
+    out += atom;
+  }
+  if (depth == 0 && rng() % 3 == 0) out = "^" + out;
+  if (depth == 0 && rng() % 3 == 0) out += "$";
+  return out;
+}
+
+}  // namespace
+
+// The ECMA-262 -> RE2 translation against std::regex's ECMAScript grammar (the reference for the
+// ECMA-262 meaning) on short ASCII strings, where std::regex is safe to run.
+TEST(Patterns, TranslationMatchesStdRegexOnShortStrings) {
+  std::mt19937 rng(42);
+  const std::string alphabet = "abc1 .-_\n\t\r\v";
+  int compared = 0;
+  for (int k = 0; k < 200; ++k) {
+    const std::string p = random_pattern(rng);
+    Pattern re2(p);
+    std::regex ref;
+    try {
+      ref = std::regex(p, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      ADD_FAILURE() << "std::regex refuses /" << p << "/: " << e.what();
+      continue;
+    }
+    for (int t = 0; t < 40; ++t) {
+      std::string s;
+      for (int i = static_cast<int>(rng() % 6); i > 0; --i) s += alphabet[rng() % alphabet.size()];
+      ASSERT_EQ(re2.search(s), std::regex_search(s, ref)) << "pattern /" << p << "/ (RE2: " << re2.translated()
+                                                          << ") on \"" << s << "\"";
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 8000);
+}
+
+// ECMA-262 meanings that RE2's syntax spells differently (see schemas/ecma_regex.hpp).
+TEST(Patterns, EcmaSemanticsRe2LacksAreTranslated) {
+  struct Case {
+    const char* pattern;
+    const char* text;
+    bool match;
+  };
+  const Case cases[] = {
+      {"^\\s$", "\u00a0", true},        {"^\\s$", "\u3000", true},      {"^\\s$", "\v", true},
+      {"^\\S$", "\u2028", false},       {"^[\\s]$", "\ufeff", true},    {"^[^\\S]$", "\u2003", true},
+      {"^.$", "\u2028", false},         {"^.$", "\r", false},           {"^.$", "\u00e9", true},
+      {"^.$", "\U0001F600", true},      {"[]", "a", false},             {"^[^]$", "\n", true},
+      {"^\\u0041$", "A", true},         {"^\\u{1F600}$", "\U0001F600", true},
+      {"^\\uD83D\\uDE00$", "\U0001F600", true},                         {"\\uD800", "a", false},
+      {"^\\cJ$", "\n", true},           {"^a{$", "a{", true},           {"^x}$", "x}", true},
+      {"^]$", "]", true},               {"^a{1,$", "a{1,", true},       {"(?<year>\\d{4})", "in 2024", true},
+      {"^\\p{L}+$", "\u00c1rv\u00edzt\u0171r\u0151", true},             {"^\\p{Lu}$", "a", false},
+      {"^\\p{Script=Greek}$", "\u03b1", true},                          {"^[\\b]$", "\b", true},
+      {"^\\/$", "/", true},             {"^\\a$", "a", true},           {"^\\d$", "\u0663", false},
+      {"^\\w$", "\u00e9", false},       {"^[[:alpha:]]$", ":]", true},  {"^[[:alpha:]]$", "a", false},
+      {"^\\x41\\x42$", "AB", true},     {"a$", "a\n", false},           {"^$", "", true},
+  };
+  for (const auto& c : cases) {
+    Pattern p(c.pattern);
+    EXPECT_EQ(p.search(c.text), c.match) << "/" << c.pattern << "/ (RE2: " << p.translated() << ") on \"" << c.text << "\"";
+  }
+  EXPECT_TRUE(Pattern("^\\0$").search(std::string(1, '\0')));
+}
+
+TEST(Patterns, NonLinearFeaturesAreRefusedAtLoad) {
+  struct Case {
+    const char* pattern;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"(a)\\1", "backreferences"}, Case{"(?<n>a)\\k<n>", "named backreferences"},
+                        Case{"a(?=b)", "lookahead"}, Case{"a(?!b)", "lookahead"}, Case{"(?<=a)b", "lookbehind"},
+                        Case{"(?<!a)b", "lookbehind"}, Case{"(?i)abc", "inline flags"}, Case{"a{1001}", "over 1000"},
+                        Case{"(a", "missing ')'"}, Case{"a)", "unmatched ')'"}, Case{"[a", "missing ']'"},
+                        Case{"[z-a]", "out of order"}, Case{"\\p{NoSuchProperty}", "RE2"}, Case{"a**", "RE2"}}) {
+    const json s = {{"type", "object"}, {"properties", {{"id", string_with_pattern(c.pattern)}}}};
+    const std::string e = refusal(s);
+    EXPECT_TRUE(contains(e, "hostile.schema.json: /properties/id/pattern: pattern /")) << c.pattern << ": " << e;
+    EXPECT_TRUE(contains(e, c.reason)) << c.pattern << ": " << e;
+  }
+  const std::string e = refusal({{"patternProperties", {{"^x(?=y)", true}}}});
+  EXPECT_TRUE(contains(e, "/patternProperties/^x(?=y): pattern")) << e;
+  EXPECT_TRUE(contains(refusal(string_with_pattern(std::string(20000, 'a'))), "longer than the limit"));
+  EXPECT_TRUE(contains(refusal({{"pattern", 5}}), "/pattern: a pattern must be a string"));
+}
+
+// The hardening issue's cases: a pattern with nested quantifiers over an ID of 40 letters and '!'
+// (minutes of backtracking on std::regex) and over an ID of 100,003 characters (std::regex recursed
+// once per character and overflowed the stack). On RE2 both are linear.
+TEST(Patterns, CatastrophicPatternsRunInLinearTime) {
+  json schema = quarry::schemas::load("invoice.schema.json");
+  schema["properties"]["invoice_number"]["pattern"] = "^([A-Z0-9]+-?)+$";
+  Validator v(schema, "invoice+pattern");
+  const auto t0 = Clock::now();
+  json doc = minimal_invoice();
+  doc["invoice_number"] = std::string(40, 'A') + "!";
+  auto vs = v.validate(doc);
+  EXPECT_TRUE(has(vs, "/invoice_number", "pattern")) << dump(vs);
+  EXPECT_EQ(vs.size(), 1u) << dump(vs);
+  doc["invoice_number"] = std::string(100003, 'A');
+  EXPECT_TRUE(v.validate(doc).empty()) << v.validate(doc).size() << " violations";
+  doc["invoice_number"] = std::string(50000, 'A') + "-" + std::string(50002, '7');
+  EXPECT_TRUE(v.validate(doc).empty());
+  doc["invoice_number"] = std::string(100002, 'A') + "!";
+  EXPECT_TRUE(has(v.validate(doc), "/invoice_number", "pattern"));
+
+  // ^(a+)+$ in patternProperties, on property names.
+  Validator pp({{"type", "object"}, {"patternProperties", {{"^(a+)+$", {{"type", "integer"}}}}}}, "pp");
+  EXPECT_TRUE(pp.validate({{std::string(40, 'a') + "!", "x"}}).empty());  // no pattern matches: allowed
+  vs = pp.validate({{std::string(100003, 'a'), "x"}});
+  ASSERT_EQ(vs.size(), 1u);  // the type failure (the pattern's summary is explained by it)
+  EXPECT_TRUE(has(vs, "/" + std::string(100003, 'a'), "type"));
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(60));  // a hang check, not a speed test
+}
+
+TEST(Patterns, PatternPropertiesKeepTheirSemantics) {
+  const json schema = json::parse(R"({
+    "definitions": {"n": {"type": "integer"}},
+    "type": "object",
+    "properties": {"x_fixed": {"type": "string"}, "plain": {"type": "string"}},
+    "patternProperties": {"^x_": {"$ref": "#/definitions/n"}, "_b$": {"minimum": 10}},
+    "additionalProperties": {"type": "string"}})");
+  Validator v(schema, "pp.schema.json");
+  EXPECT_TRUE(v.validate(json::parse(R"({"x_a": 1, "other": "s", "plain": "p"})")).empty());
+  auto vs = v.validate(json::parse(R"({"x_a": "1", "other": 2, "x_fixed": "q", "x_b": 3, "plain": "p"})"));
+  EXPECT_TRUE(has(vs, "/x_a", "type")) << dump(vs);      // pattern ^x_ -> integer
+  EXPECT_TRUE(has(vs, "/other", "type")) << dump(vs);    // additionalProperties -> string
+  EXPECT_TRUE(has(vs, "/x_fixed", "type")) << dump(vs);  // declared and matching ^x_: both apply
+  EXPECT_TRUE(has(vs, "/x_b", "minimum")) << dump(vs);   // two patterns match x_b
+  EXPECT_FALSE(has(vs, "/plain", "type")) << dump(vs);
+  // Inside anyOf (no error collection): the branch fails or passes as a whole.
+  Validator any({{"anyOf", {{{"type", "object"}, {"patternProperties", {{"^a", {{"type", "integer"}}}}},
+                             {"additionalProperties", false}},
+                            {{"type", "string"}}}}},
+                "any");
+  EXPECT_TRUE(any.validate(json::parse(R"({"ab": 1})")).empty());
+  EXPECT_FALSE(any.validate(json::parse(R"({"ab": "x"})")).empty());
+  EXPECT_FALSE(any.validate(json::parse(R"({"b": 1})")).empty());
+  // A schema that names our internal keywords gets no say in them.
+  Validator sneaky({{"x-quarry-internal-pattern", 0}, {"type", "string"}}, "sneaky");
+  EXPECT_TRUE(sneaky.validate("anything").empty());
+}
+
+TEST(Validator, FormatsApplyToStringsOnly) {
+  Validator v({{"type", "object"},
+               {"properties", {{"d", {{"format", "date"}}}, {"t", {{"format", "time"}}}, {"dt", {{"format", "date-time"}}},
+                               {"e", {{"format", "email"}}}}}},
+              "formats");
+  EXPECT_TRUE(v.validate({{"d", "2024-02-29"}, {"t", "23:59:60Z"}, {"dt", "2000-02-29T00:00:00+01:00"}}).empty());
+  EXPECT_TRUE(v.validate({{"d", 5}, {"t", nullptr}, {"dt", json::array()}, {"e", "not an email"}}).empty());
+  for (const char* bad : {"2023-02-29", "2024-13-01", "2024-04-31", "1900-02-29", "24-01-01", "2024-01-01x"})
+    EXPECT_TRUE(has(v.validate({{"d", bad}}), "/d", "format")) << bad;
+  EXPECT_TRUE(has(v.validate({{"t", "24:00:00Z"}}), "/t", "format"));
+  EXPECT_TRUE(has(v.validate({{"dt", "2024-02-30T00:00:00Z"}}), "/dt", "format"));
+  EXPECT_TRUE(has(v.validate({{"d", std::string(100003, '1') + "-01-01"}}), "/d", "format"));
+}
+
+TEST(Validator, RefCyclesAreRefusedNamingFileAndPointers) {
+  EXPECT_EQ(refusal(json::parse(R"({"$ref":"#"})"), "cycle.schema.json"),
+            "cycle.schema.json: (root): $ref cycle that makes no progress: (root) -> (root) (each step applies a "
+            "schema to the same value; none descends into a part of it)");
+  std::string e = refusal(json::parse(
+      R"({"definitions":{"a":{"$ref":"#/definitions/b"},"b":{"$ref":"#/definitions/a"}},"$ref":"#/definitions/a"})"));
+  EXPECT_TRUE(contains(e, "hostile.schema.json: /definitions/a: $ref cycle that makes no progress: /definitions/a -> "
+                          "/definitions/b -> /definitions/a"))
+      << e;
+  for (const char* s : {R"({"allOf":[{"$ref":"#"}]})", R"({"anyOf":[{"type":"null"},{"$ref":"#"}]})",
+                        R"({"oneOf":[{"$ref":"#"}]})", R"({"not":{"$ref":"#"}})", R"({"if":{"$ref":"#"}})",
+                        R"({"then":{"$ref":"#"}})", R"({"dependencies":{"a":{"$ref":"#"}}})",
+                        R"({"properties":{"a":{"$ref":"#/properties/a"}}})",
+                        R"({"$id":"http://x.test/s.json","allOf":[{"$ref":"http://x.test/s.json#"}]})"})
+    EXPECT_TRUE(contains(refusal(json::parse(s)), "makes no progress")) << s;
+  // Recursion through a part of the value is a tree, not a cycle.
+  Validator tree(json::parse(R"({"type":"object","properties":{"name":{"type":"string"},
+                                  "children":{"type":"array","items":{"$ref":"#"}}},"additionalProperties":false})"),
+                 "tree");
+  EXPECT_TRUE(tree.validate(json::parse(R"({"name":"a","children":[{"children":[{"name":"c"}]}]})")).empty());
+  EXPECT_TRUE(has(tree.validate(json::parse(R"({"children":[{"children":[{"name":1}]}]})")), "/children/0/children/0/name",
+                  "type"));
+}
+
+TEST(Validator, SchemaLimitsAreEnforcedWithPointers) {
+  // JSON depth.
+  json deep = json::object();
+  for (int i = 0; i < 600; ++i) deep = {{"items", deep}};
+  EXPECT_TRUE(contains(refusal(deep), "nested deeper than 512 levels of JSON")) << refusal(deep);
+  // Keys of one object.
+  json props = json::object();
+  for (int i = 0; i < 20001; ++i) props["p" + std::to_string(i)] = json::object();
+  EXPECT_TRUE(contains(refusal({{"properties", props}}), "hostile.schema.json: /properties: an object with more than 20000 keys"));
+  // The validator's parse nesting: a chain of 3000 definitions (two levels each: the schema and a
+  // $ref hop).
+  json defs = json::object();
+  for (int i = 0; i < 3000; ++i)
+    defs["d" + std::to_string(i)] = {{"properties", {{"a", {{"$ref", "#/definitions/d" + std::to_string(i + 1)}}}}}};
+  defs["d3000"] = true;
+  std::string e = refusal({{"definitions", defs}, {"$ref", "#/definitions/d0"}});
+  EXPECT_TRUE(contains(e, "nested schemas (subschemas and $refs) reaches here; the limit is 5000")) << e;
+  // In-place work: allOf naming the next definition twice, 30 times.
+  defs = json::object();
+  for (int i = 0; i < 30; ++i) {
+    const json next = {{"$ref", "#/definitions/d" + std::to_string(i + 1)}};
+    defs["d" + std::to_string(i)] = {{"allOf", {next, next}}};
+  }
+  defs["d30"] = {{"type", "string"}};
+  e = refusal({{"definitions", defs}, {"$ref", "#/definitions/d0"}});
+  EXPECT_TRUE(contains(e, "apply more than 100000 schemas to one value")) << e;
+  // References: unresolvable, remote, too long.
+  EXPECT_TRUE(contains(refusal({{"$ref", "#/definitions/none"}}), "/$ref: $ref '#/definitions/none' does not resolve"));
+  EXPECT_TRUE(contains(refusal({{"$ref", "https://example.com/s.json"}}), "remote documents are not fetched"));
+  EXPECT_TRUE(contains(refusal({{"$ref", "#/" + std::string(3000, 'a')}}), "bytes (the limit is 2048)"));
+  EXPECT_TRUE(contains(refusal({{"properties", {{"a", 5}}}}), "/properties/a: a schema must be an object or a boolean"));
+}
+
+TEST(Validator, LongChainsAndDeepDocumentsDoNotOverflowTheStack) {
+  // 4,800 levels of valijson's parse (near the limit; it recurses per level: parsed, and this
+  // document validated, on a large stack).
+  json defs = json::object();
+  const int n = 2400;
+  for (int i = 0; i < n; ++i)
+    defs["d" + std::to_string(i)] = {{"type", "object"},
+                                     {"properties", {{"a", {{"$ref", "#/definitions/d" + std::to_string(i + 1)}}}}}};
+  defs["d" + std::to_string(n)] = {{"type", "integer"}};
+  Validator chain({{"definitions", defs}, {"$ref", "#/definitions/d0"}}, "chain");
+  // Documents nested `levels` deep, built in place (assigning a nested value would copy it).
+  auto nested = [](int levels, const char* key, const json& leaf) {
+    json doc;
+    json* cur = &doc;
+    for (int i = 0; i < levels; ++i) {
+      if (key) cur = &(*cur)[key];
+      else cur = &(*cur = json::array({json()}))[0];
+    }
+    *cur = leaf;
+    return doc;
+  };
+  std::string pointer;
+  for (int i = 0; i < n; ++i) pointer += "/a";
+  EXPECT_TRUE(chain.validate(nested(n, "a", 1)).empty());
+  EXPECT_TRUE(has(chain.validate(nested(n, "a", "x")), pointer, "type"));
+  // A recursive schema and documents 3,000 and 30,000 levels deep.
+  Validator tree({{"type", "array"}, {"items", {{"$ref", "#"}}}}, "tree");
+  EXPECT_TRUE(tree.validate(nested(3000, nullptr, json::array())).empty());
+  auto vs = tree.validate(nested(30000, nullptr, json::array()));
+  ASSERT_EQ(vs.size(), 1u) << dump(vs);
+  EXPECT_EQ(vs[0].keyword, "depth");
+}
+
+TEST(Validator, LargeSchemasLoad) {
+  json props = json::object();
+  for (int i = 0; i < 14000; ++i) props["field_" + std::to_string(i)] = {{"type", "string"}, {"description", "field"}};
+  Validator v({{"type", "object"}, {"properties", props}}, "wide");
+  EXPECT_TRUE(v.validate({{"field_13999", "x"}, {"other", 1}}).empty());
+  EXPECT_TRUE(has(v.validate({{"field_13999", 1}}), "/field_13999", "type"));
+}
+
+TEST(Schemas, SchemaFilesAreCheckedWhileParsing) {
+  const auto dir = fs::temp_directory_path() / ("quarry_schema_files_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  };
+  auto refused = [](const fs::path& p) -> std::string {
+    try {
+      quarry::schemas::load_schema_file(p);
+    } catch (const InvalidSchema& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_TRUE(contains(refused(dir / "missing.json"), "missing.json: (root): cannot open the schema"));
+  EXPECT_TRUE(contains(refused(write("bad.json", "{\"type\":")), "bad.json: (root): malformed JSON"));
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  EXPECT_TRUE(contains(refused(write("deep.json", deep)), "deep.json: /0/0/0"));
+  std::string wide = "{\"properties\":{";
+  for (int i = 0; i < 20001; ++i) wide += (i ? ",\"p" : "\"p") + std::to_string(i) + "\":{}";
+  wide += "}}";
+  EXPECT_TRUE(contains(refused(write("wide.json", wide)), "wide.json: /properties: an object with more than 20000 keys"));
+  EXPECT_EQ(refused(write("ok.json", R"({"type":"string","pattern":"^a"})")), "");
+  fs::remove_all(dir);
 }

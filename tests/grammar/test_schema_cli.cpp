@@ -55,3 +55,19 @@ TEST(SchemaCli, CheckInstanceKeepsKeyOrder) {
   r = run("schema check-instance --schema " + s + " --instance " + wrong);
   EXPECT_EQ(r.code, 3);
 }
+
+TEST(SchemaCli, CompileRefusesRefCyclesAndOversizedSchemasNamingTheFile) {
+  std::string s = write("cycle.json", R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})");
+  auto r = run("schema compile " + s);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(s + ": /$defs/a: $ref cycle that makes no progress: /$defs/a -> /$defs/b -> /$defs/b/allOf/0 -> /$defs/a"),
+            std::string::npos)
+      << r.out;
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 20001; ++i) wide += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string"})";
+  wide += "}}";
+  s = write("wide.json", wide);
+  r = run("schema compile " + s);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(s + ": /properties: an object with more than 20000 keys"), std::string::npos) << r.out;
+}
