@@ -93,8 +93,8 @@ struct ExtractOptions {
   /// PDF: the same for the whole document, every page charged for what it interprets, so that pages
   /// sharing one large content stream are not decoded again without bound. Pages past it are skipped.
   std::uint64_t max_content_bytes = 256ull << 20;
-  /// PDF: words of poppler's text engine per page (each costs about 1 KB of memory); the page's text
-  /// is cut there.
+  /// PDF: words of poppler's text engine per page (each costs about 1.4 KB of memory); the page's text
+  /// is cut there (words are counted every eighth of the limit: up to an eighth more may be kept).
   int max_page_words = 100000;
   /// PDF: estimated cost of poppler's layout analysis (physical layout) for one page and for the whole
   /// document, in the units of extractors/pdf/page_text.hpp (W*F + W*W/16 for W words and F line

@@ -77,7 +77,9 @@ std::uint64_t fragments(TextWordList& words) {
         case 2: gap = ax0 - bx1; break;
         default: gap = ay0 - by1; break;
       }
-      continues = std::abs(w->getBaseline() - prev->getBaseline()) <= 0.5 * fs && gap >= -0.5 * fs && gap <= 3 * fs;
+      // Farther than poppler's minimum column spacing (0.7 em, TextOutputDev::minColSpacing1_default)
+      // may start a new block.
+      continues = std::abs(w->getBaseline() - prev->getBaseline()) <= 0.5 * fs && gap >= -0.5 * fs && gap <= 0.7 * fs;
     }
     if (!continues) ++f;
     prev = w;
@@ -88,10 +90,16 @@ std::uint64_t fragments(TextWordList& words) {
 }  // namespace
 
 // One interpretation of a page by poppler's TextOutputDev, guarded. Besides the TextOutputDev's own
-// TextPage (layout order), the characters also go to a second TextPage in raw (content-stream) order,
-// which costs no layout analysis: its words are counted to bound memory and to estimate the layout's
-// cost, and it gives the page's text when the layout is not run.
+// TextPage (layout order), the characters also go to a TextPage in raw (content-stream) order, which
+// costs no layout analysis: its words are counted to bound memory and to estimate the layout's cost,
+// and it gives the page's text when the layout is not run. poppler keeps ~80 bytes per character, so
+// the raw TextPage is taken in chunks of kRawChunk characters (each chunk's words counted and its text
+// kept, then the chunk freed), and the layout's TextPage is no longer fed once the page cannot be laid
+// out (over the layout limit in words, or kLayoutChars characters).
 struct Reader::Pass final : TextOutputDev {
+  static constexpr std::uint64_t kRawChunk = 1 << 18;
+  static constexpr std::uint64_t kLayoutChars = 200000;  // 4x what fits legibly on a large page
+
   Pass(Reader& reader, Sink* sink, bool layout_text, std::uint64_t text_cap, std::uint64_t content_left)
       : TextOutputDev(sink ? &append : nullptr, sink, layout_text, 0, false, false),
         reader_(reader),
@@ -103,6 +111,7 @@ struct Reader::Pass final : TextOutputDev {
     // W*W/16 <= work: more words than this cannot be laid out within the page's layout limit.
     layout_words_ = static_cast<std::uint64_t>(std::sqrt(16.0 * static_cast<double>(o.max_page_layout_work)));
     next_check_ = std::min(word_cap_, layout_words_);
+    raw_text_.cap = sink ? sink->cap : 0;
   }
 
   static bool abort_check(void* self) { return static_cast<Pass*>(self)->stopped_; }
@@ -134,7 +143,9 @@ struct Reader::Pass final : TextOutputDev {
     }
     text_bytes_ += bytes;
     if (++chars_ >= next_check_ && !count_words()) return;
+    if (layout_fed_ && chars_ > kLayoutChars) layout_fed_ = false;
     if (layout_fed_) TextOutputDev::drawChar(state, x, y, dx, dy, origin_x, origin_y, c, n_bytes, u, u_len);
+    if (++chunk_chars_ > kRawChunk) next_chunk(state);
     raw_->addChar(state, x, y, dx, dy, c, n_bytes, u, u_len);
   }
 
@@ -179,37 +190,40 @@ struct Reader::Pass final : TextOutputDev {
   void endPage() override {
     if (!raw_) return;
     raw_->endPage();
-    const std::unique_ptr<TextWordList> words = raw_->makeWordList(false);
-    const std::uint64_t w = static_cast<std::uint64_t>(words->getLength());
+    const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
+    const std::uint64_t w = done_words_ + static_cast<std::uint64_t>(list->getLength());
+    const std::uint64_t f = done_fragments_ + fragments(*list);
     words_ = w;
-    layout_work_ = w * fragments(*words) + w * w / 16;
+    layout_work_ = w * f + w * w / 16;
     const ExtractOptions& o = reader_.opts_;
     const bool fits = layout_fed_ && layout_work_ <= o.max_page_layout_work &&
                       reader_.layout_used_ + layout_work_ <= o.max_layout_work;
     if (fits) {
       reader_.layout_used_ += layout_work_;
       TextOutputDev::endPage();
+      if (!sink_ || !sink_->full) return;
+      // The layout pads columns with spaces: text spread thinly over a page can lay out to far more
+      // bytes than it has. Then the content-stream order keeps all of it.
+      sink_->out.clear();
+      sink_->full = false;
+      layout_overflow_ = true;
+    }
+    raw_order_ = true;
+    if (sink_) {
+      append(sink_, raw_text_.out.data(), static_cast<int>(raw_text_.out.size()));
+      raw_->dump(sink_, &append, false, eolUnix, true);
     } else {
-      raw_order_ = true;
-      if (sink_) raw_->dump(sink_, &append, false, eolUnix, true);
+      keep_words(*list);
     }
   }
 
   /// The page's words with their boxes, as poppler-cpp's page::text_list() gives them.
   std::vector<Word> words() {
-    std::unique_ptr<TextWordList> list = raw_order_ ? (raw_ ? raw_->makeWordList(false) : nullptr) : makeWordList();
+    if (raw_order_) return std::move(raw_words_);
     std::vector<Word> out;
+    std::unique_ptr<TextWordList> list = makeWordList();
     if (!list) return out;
-    out.reserve(static_cast<std::size_t>(list->getLength()));
-    for (int i = 0; i < list->getLength(); ++i) {
-      const TextWord* w = list->get(i);
-      const std::unique_ptr<GooString> text(w->getText());
-      double x0, y0, x1, y1;
-      w->getBBox(&x0, &y0, &x1, &y1);
-      // poppler::rectf keeps (x, y, width, height): right() and bottom() are sums, kept as such.
-      const double width = x1 - x0, height = y1 - y0;
-      out.push_back(Word{through_ustring(text->c_str()), BBox{x0, y0, x0 + width, y0 + height}});
-    }
+    keep_words(*list, &out);
     return out;
   }
 
@@ -221,9 +235,12 @@ struct Reader::Pass final : TextOutputDev {
   std::uint64_t content_left_;
   std::uint64_t word_cap_ = 0, layout_words_ = 0;
   std::unique_ptr<TextPage, TextPageUnref> raw_;
+  Sink raw_text_;                // text of the raw chunks already taken
+  std::vector<Word> raw_words_;  // words of the raw chunks (word pass, content order)
+  std::uint64_t done_words_ = 0, done_fragments_ = 0, chunk_chars_ = 0;
   std::uint64_t text_bytes_ = 0, chars_ = 0, next_check_ = 0, words_ = 0;
   std::uint64_t forms_bytes_ = 0, layout_work_ = 0;
-  bool stopped_ = false, layout_fed_ = true, actual_open_ = false, raw_order_ = false;
+  bool stopped_ = false, layout_fed_ = true, actual_open_ = false, raw_order_ = false, layout_overflow_ = false;
   Stop stop_ = Stop::none;
 
  private:
@@ -232,11 +249,42 @@ struct Reader::Pass final : TextOutputDev {
     stop_ = why;
   }
 
-  // Counts the raw page's words (O(words)); checks are spaced so that the words between two checks
-  // (at most one per character) cannot pass a limit by more than an eighth of it.
+  void keep_words(TextWordList& list, std::vector<Word>* out = nullptr) {
+    if (!out) out = &raw_words_;
+    out->reserve(out->size() + static_cast<std::size_t>(list.getLength()));
+    for (int i = 0; i < list.getLength(); ++i) {
+      const TextWord* w = list.get(i);
+      const std::unique_ptr<GooString> text(w->getText());
+      double x0, y0, x1, y1;
+      w->getBBox(&x0, &y0, &x1, &y1);
+      // poppler::rectf keeps (x, y, width, height): right() and bottom() are sums, kept as such.
+      const double width = x1 - x0, height = y1 - y0;
+      out->push_back(Word{through_ustring(text->c_str()), BBox{x0, y0, x0 + width, y0 + height}});
+    }
+  }
+
+  // Takes the raw chunk: counts its words and fragments, keeps its text (or words), starts another.
+  void next_chunk(GfxState* state) {
+    raw_->endPage();
+    const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
+    done_words_ += static_cast<std::uint64_t>(list->getLength());
+    done_fragments_ += fragments(*list);
+    if (sink_) {
+      raw_->dump(&raw_text_, &append, false, eolUnix, false);
+    } else {
+      keep_words(*list);
+    }
+    raw_.reset(new TextPage(true));
+    raw_->startPage(state);
+    raw_->updateFont(state);
+    chunk_chars_ = 1;
+  }
+
+  // Counts the raw page's words (O(words of the chunk)); checks are spaced so that the words between
+  // two checks (at most one per character) cannot pass a limit by more than an eighth of it.
   bool count_words() {
     const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
-    const std::uint64_t w = static_cast<std::uint64_t>(list->getLength());
+    const std::uint64_t w = done_words_ + static_cast<std::uint64_t>(list->getLength());
     if (w > word_cap_) {
       stop(Stop::words);
       return false;
@@ -427,10 +475,13 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
         out.warnings.push_back(label + ": text cut at the limit of " + std::to_string(sink.cap) + " bytes");
       break;
   }
-  if (text.raw_order_)
-    out.warnings.push_back(label + ": " + std::to_string(text.words_) +
-                           " words laid out too intricately for the layout analysis within its limits; "
-                           "its text is in content-stream order");
+  if (text.layout_overflow_)
+    out.warnings.push_back(label + ": its physical layout (columns padded with spaces) is larger than the limit of " +
+                           std::to_string(sink.cap) + " bytes; its text is in content-stream order");
+  else if (text.raw_order_ && text.stop_ != Pass::Stop::words)
+    out.warnings.push_back(label + ": too intricate for the layout analysis within its limits (" +
+                           std::to_string(text.words_) + " words, estimated cost " + std::to_string(text.layout_work_) +
+                           "); its text is in content-stream order");
   if (want_words && !out.text.empty()) {
     Pass boxes(*this, nullptr, false, text_cap, content_left);
     doc_->displayPageSlice(&boxes, index + 1, 72, 72, 0, false, false, false, -1, -1, -1, -1, &Pass::abort_check,

@@ -12,16 +12,21 @@
 //    limit), and skips a page whose content is larger than ExtractOptions::max_page_content_bytes or
 //    than what is left of ExtractOptions::max_content_bytes; a form XObject is charged again at every use;
 //  - counts the text (UTF-8 bytes) and poppler's words as they are drawn, and stops interpreting the
-//    page (poppler's abort callback) at ExtractOptions::max_page_text_bytes or max_page_words;
+//    page (poppler's abort callback) at ExtractOptions::max_page_text_bytes or max_page_words; poppler
+//    keeps ~80 bytes per character, so its content-order copy of the page is taken in chunks and the
+//    layout's copy stops growing once the page cannot be laid out (or passes 200,000 characters);
 //  - estimates the cost of the layout analysis before running it, from the words in content order
 //    (cost model below), and gives the page in content-stream order (poppler's raw order) instead when
 //    the cost is over ExtractOptions::max_page_layout_work or what is left of max_layout_work.
 //
 // Layout cost model (measured on poppler 22.12's TextPage::coalesce, not taken from a paper): with W
-// words and F "fragments" (words that do not continue the previous word on its baseline), column
-// assignment compares blocks pairwise (at most F blocks) and duplicate removal compares words on the
-// same baseline, so the work is taken as W*F + W*W/16. An ordinary page (W <= ~1,000, F <= ~300) costs
-// ~1e5; a staircase of 5,000 one-word lines 2.7e7 (about 1 s on a 2020s core).
+// words and F "fragments" (words, in content order, that do not continue the previous word on its
+// baseline within 0.7 em, poppler's minimum column spacing), column assignment compares blocks
+// pairwise (at most F blocks) and duplicate removal compares the words of a baseline pairwise, so the
+// work is taken as W*F + W*W/16. The densest pages of the corpora (1,100 words) cost 1.4e5, the average
+// 3e4; adversarial layouts (staircases, rows and grids of tiny words, repeated text) took at most
+// 5e-8 s per unit on one core, so the default page limit (2.5e7) is about 1 s and the document limit
+// (2.5e8) about 12 s of layout analysis.
 //
 // Uses poppler's core headers (Debian libpoppler-private-dev, poppler 22.12): these are not a stable
 // API across poppler releases. poppler's process-wide GlobalParams is owned by poppler-cpp (it exists

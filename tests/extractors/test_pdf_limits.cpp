@@ -1,0 +1,240 @@
+// PDFs built here to attack the PDF extractor's time and memory: content streams shared by pages and
+// inflating to a GiB, a page showing hundreds of MB of text through a form, words by the hundred
+// thousand, layouts that make poppler's layout analysis quadratic. Each must end in a Document or a
+// clear error, within a generous time and memory guard (a child process: wall time and getrusage),
+// and the limits must cut exactly where ExtractOptions says.
+#include <gtest/gtest.h>
+
+#include "extractors/extract.hpp"
+#include "tests/extractors/child.hpp"
+#include "tests/extractors/pdf_gen.hpp"
+
+namespace {
+
+using quarry::test::in_child;
+using namespace quarry::test::pdfgen;
+
+constexpr double kMaxSeconds = 60;
+constexpr long kMaxRssKb = 2L << 20;  // 2 GiB
+
+// Extracts in a child; returns "ok <pages> <text bytes>\n<warnings, one per line>" or "error <reason>".
+std::string summary(const std::string& pdf, const quarry::ExtractOptions& opts) {
+  auto r = quarry::extract_bytes(pdf, "hostile.pdf", opts);
+  if (!r) return "error " + r.error().reason;
+  std::string s = "ok " + std::to_string(r->pages.size()) + " " + std::to_string(r->text().size()) + "\n";
+  for (const auto& w : r->warnings) s += w + "\n";
+  return s;
+}
+
+quarry::test::ChildResult guarded(const std::string& pdf, const quarry::ExtractOptions& opts = {}) {
+  auto r = in_child([&] { return summary(pdf, opts); });
+  EXPECT_TRUE(r.finished) << "killed or timed out after " << r.seconds << " s";
+  EXPECT_LT(r.seconds, kMaxSeconds);
+  EXPECT_LT(r.max_rss_kb, kMaxRssKb);
+  return r;
+}
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// 1 GiB of content (some text, then spaces) in about 1 MB of file, used by 10 pages.
+TEST(PdfLimits, TenPagesSharingAOneGibContentStream) {
+  Doc d;
+  const std::string head = "BT /F1 12 Tf 72 720 Td (shared page) Tj ET\n";
+  std::string unit = head + std::string((1 << 20) - head.size(), ' ');
+  const int content = d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, 1024));
+  for (int i = 0; i < 10; ++i) d.page(content);
+  const std::string pdf = d.finish();
+  EXPECT_LT(pdf.size(), 2u << 20);
+  auto r = guarded(pdf);
+  // Every page is over the page limit: nothing is interpreted, and the error says why.
+  EXPECT_EQ(r.output.rfind("error ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("limit of 67108864 bytes"), std::string::npos) << r.output;
+}
+
+// A smaller shared stream (3 MiB) over 50 pages, with a document limit of 10 MiB: the first pages are
+// read, the rest skipped with a warning each.
+TEST(PdfLimits, DocumentContentBudgetSkipsTheRest) {
+  Doc d;
+  const std::string head = "BT /F1 12 Tf 72 720 Td (shared page) Tj ET\n";
+  const int content = d.b.add_stream("/Filter /FlateDecode", deflate(head + std::string((3 << 20) - head.size(), ' ')));
+  for (int i = 0; i < 50; ++i) d.page(content);
+  quarry::ExtractOptions opts;
+  opts.max_content_bytes = 10 << 20;
+  auto doc = quarry::extract_bytes(d.finish(), "shared.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  ASSERT_EQ(doc->pages.size(), 50u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(doc->pages[i].lines.size(), 1u) << i;
+    EXPECT_EQ(doc->pages[i].lines[0].text, "shared page");
+  }
+  for (int i = 3; i < 50; ++i) EXPECT_TRUE(doc->pages[i].lines.empty()) << i;
+  ASSERT_EQ(doc->warnings.size(), 47u);
+  EXPECT_EQ(doc->warnings[0], "page 4 skipped: the document's content streams decode to more than the limit of 10485760 bytes");
+}
+
+// A page that shows 400 MB of text: a 40 KB form XObject of text drawn 10,000 times by a small page.
+TEST(PdfLimits, PageShowingHundredsOfMegabytesOfText) {
+  Doc d;
+  std::string form = "BT /F1 8 Tf\n";
+  for (int i = 0; i < 400; ++i) form += "1 0 0 1 10 " + std::to_string(10 + i) + " Tm (" + std::string(95, 'x') + ") Tj\n";
+  form += "ET\n";
+  const int fm = d.b.add_stream("/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 " +
+                                    Builder::ref(d.font) + " >> >> /Filter /FlateDecode",
+                                deflate(form));
+  std::string page = "BT /F1 12 Tf 72 740 Td (title) Tj ET\n";
+  for (int i = 0; i < 10000; ++i) page += "/Fm Do\n";
+  d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)), "", "/XObject << /Fm " + Builder::ref(fm) + " >>");
+  const std::string pdf = d.finish();
+  EXPECT_LT(pdf.size(), 400u << 10);
+  auto r = guarded(pdf);
+  ASSERT_EQ(r.output.rfind("ok 1 ", 0), 0u) << r.output;
+  const std::size_t text_bytes = std::stoul(r.output.substr(5));
+  EXPECT_GT(text_bytes, 1u << 20);
+  EXPECT_LE(text_bytes, 4u << 20);
+  EXPECT_NE(r.output.find("page 1: text cut at the limit of 4194304 bytes"), std::string::npos) << r.output;
+}
+
+// The same 400 MB of text written out in one content stream (0.4 MB deflated): over the page's
+// content limit, so the page is not interpreted at all.
+TEST(PdfLimits, ContentStreamOfHundredsOfMegabytesOfText) {
+  Doc d;
+  std::string unit = "BT /F1 1 Tf\n";
+  while (unit.size() < (64 << 10)) unit += "1 0 0 1 10 20 Tm (" + std::string(100, 'y') + ") Tj\n";
+  unit += "ET\n";
+  d.page(d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, (400u << 20) / unit.size())));
+  auto r = guarded(d.finish());
+  EXPECT_EQ(r.output.rfind("error ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("page 1 skipped: its content streams decode to more than the limit"), std::string::npos) << r.output;
+}
+
+// Each use of a form is charged: 500 uses of a 50 KB form pass a 4 MiB page limit.
+TEST(PdfLimits, FormUsesAreChargedEachTime) {
+  Doc d;
+  std::string form = "BT /F1 10 Tf 10 10 Td (form) Tj ET\n" + std::string(50 << 10, ' ');
+  const int fm = d.b.add_stream("/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 " +
+                                    Builder::ref(d.font) + " >> >> /Filter /FlateDecode",
+                                deflate(form));
+  std::string page = "BT /F1 12 Tf 72 740 Td (title) Tj ET\n";
+  for (int i = 0; i < 500; ++i) page += "/Fm Do\n";
+  d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)), "", "/XObject << /Fm " + Builder::ref(fm) + " >>");
+  quarry::ExtractOptions opts;
+  opts.max_page_content_bytes = 4 << 20;
+  auto doc = quarry::extract_bytes(d.finish(), "forms.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  ASSERT_EQ(doc->warnings.size(), 1u);
+  EXPECT_NE(doc->warnings[0].find("page 1: text cut: its content (form XObjects included, at each use)"), std::string::npos)
+      << doc->warnings[0];
+  EXPECT_NE(doc->text().find("title"), std::string::npos);
+  EXPECT_NE(doc->text().find("form"), std::string::npos);
+  // Without the limit every use is read (and the text is the same: the form draws at one place).
+  auto whole = quarry::extract_bytes(d.finish(), "forms.pdf");
+  ASSERT_TRUE(whole) << whole.error().reason;
+  EXPECT_TRUE(whole->warnings.empty());
+}
+
+// One-letter words by the hundred thousand: cut at max_page_words.
+TEST(PdfLimits, WordsAreCappedPerPage) {
+  Doc d;
+  std::string page = "BT /F1 4 Tf 10 780 Td\n";
+  for (int row = 0; row < 300; ++row) {
+    page += "[";
+    for (int i = 0; i < 100; ++i) page += "(a) -900 ";
+    page += "] TJ 0 -2.5 Td\n";
+  }
+  page += "ET\n";
+  d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)));
+  quarry::ExtractOptions opts;
+  opts.max_page_words = 5000;
+  auto doc = quarry::extract_bytes(d.finish(), "words.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  ASSERT_EQ(doc->warnings.size(), 1u);
+  EXPECT_EQ(doc->warnings[0], "page 1: text cut at the limit of 5000 words");
+  const std::string text = doc->text();
+  const std::size_t letters = static_cast<std::size_t>(std::count(text.begin(), text.end(), 'a'));
+  EXPECT_GE(letters, 4000u);
+  EXPECT_LE(letters, 5000u + 5000u / 8 + 1);
+  // Within the limit, every word is there.
+  auto all = quarry::extract_bytes(d.finish(), "words.pdf");
+  ASSERT_TRUE(all) << all.error().reason;
+  const std::string t = all->text();
+  EXPECT_EQ(std::count(t.begin(), t.end(), 'a'), 30000);
+}
+
+// A staircase of tiny words, each its own text block: poppler's layout analysis is quadratic in
+// them. Over the layout limit the page comes in content-stream order, every word kept.
+TEST(PdfLimits, IntricateLayoutFallsBackToContentOrder) {
+  std::string page = "BT /F1 0.05 Tf\n";
+  for (int i = 0; i < 3000; ++i) {
+    char step[96];
+    std::snprintf(step, sizeof step, "1 0 0 1 %.2f %.2f Tm (w%d) Tj\n", 10 + i * 0.15, 780 - (i % 1500) * 0.51, i);
+    page += step;
+  }
+  page += "ET\n";
+  Doc d;
+  d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)));
+  const std::string pdf = d.finish();
+  // Within the layout limits, laid out: each word on its own line, indented further than the last,
+  // which is 13 MB of spaces.
+  quarry::ExtractOptions roomy;
+  roomy.max_page_text_bytes = 64 << 20;
+  roomy.pdf_line_bboxes = false;
+  auto laid_out = quarry::extract_bytes(pdf, "stairs.pdf", roomy);
+  ASSERT_TRUE(laid_out) << laid_out.error().reason;
+  EXPECT_TRUE(laid_out->warnings.empty());
+  EXPECT_EQ(count(laid_out->text(), "w"), 3000u);
+  EXPECT_GT(laid_out->text().size(), 10u << 20);
+  // Under the default 4 MiB per page, that layout does not fit: the page comes in content order, whole.
+  auto padded = quarry::extract_bytes(pdf, "stairs.pdf");
+  ASSERT_TRUE(padded) << padded.error().reason;
+  ASSERT_EQ(padded->warnings.size(), 1u);
+  EXPECT_EQ(padded->warnings[0], "page 1: its physical layout (columns padded with spaces) is larger than the limit of 4194304 bytes; its text is in content-stream order");
+  EXPECT_EQ(count(padded->text(), "w"), 3000u);
+  // Over the layout limit, the layout is not even tried.
+  quarry::ExtractOptions opts = roomy;
+  opts.max_page_layout_work = 1'000'000;
+  auto doc = quarry::extract_bytes(pdf, "stairs.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  ASSERT_EQ(doc->warnings.size(), 1u);
+  const std::string& w = doc->warnings[0];
+  const std::string head = "page 1: too intricate for the layout analysis within its limits (3000 words, estimated cost ";
+  ASSERT_EQ(w.rfind(head, 0), 0u) << w;
+  EXPECT_NE(w.find("); its text is in content-stream order"), std::string::npos) << w;
+  const std::uint64_t cost = std::stoull(w.substr(head.size()));
+  EXPECT_GE(cost, 3000u * 3000u);  // every word is a fragment of its own
+  const std::string text = doc->text();
+  EXPECT_EQ(count(text, "w"), 3000u);
+  EXPECT_EQ(text.find("w0\n"), 0u);  // content order: the first word drawn comes first
+
+  // The document's budget: of 4 such pages under a budget of 2.5 pages, the last 2 are in content order.
+  Doc four;
+  const int content = four.b.add_stream("/Filter /FlateDecode", deflate(page));
+  for (int i = 0; i < 4; ++i) four.page(content);
+  quarry::ExtractOptions doc_opts = roomy;  // (without the word pass, which is charged too)
+  doc_opts.max_layout_work = cost * 5 / 2;
+  auto many = quarry::extract_bytes(four.finish(), "stairs4.pdf", doc_opts);
+  ASSERT_TRUE(many) << many.error().reason;
+  ASSERT_EQ(many->warnings.size(), 2u);
+  EXPECT_EQ(many->warnings[0].rfind("page 3: too intricate", 0), 0u) << many->warnings[0];
+  EXPECT_EQ(many->warnings[1].rfind("page 4: too intricate", 0), 0u) << many->warnings[1];
+}
+
+// The document's text limit still ends in an error, and is reached without reading further.
+TEST(PdfLimits, DocumentTextLimitIsAnError) {
+  Doc d;
+  std::string page = "BT /F1 4 Tf\n";
+  for (int i = 0; i < 100; ++i) page += "1 0 0 1 10 " + std::to_string(20 + 7 * i) + " Tm (" + std::string(120, 'z') + ") Tj\n";
+  page += "ET\n";
+  const int content = d.b.add_stream("/Filter /FlateDecode", deflate(page));
+  for (int i = 0; i < 20; ++i) d.page(content);
+  quarry::ExtractOptions opts;
+  opts.max_text_bytes = 100 << 10;
+  auto doc = quarry::extract_bytes(d.finish(), "long.pdf", opts);
+  ASSERT_FALSE(doc);
+  EXPECT_EQ(doc.error().reason, "extracted text larger than the limit of 102400 bytes");
+}
+
+}  // namespace
