@@ -103,6 +103,10 @@ struct ExtractOptions {
   std::uint64_t max_page_layout_work = 25'000'000;
   std::uint64_t max_layout_work = 250'000'000;
   int max_xml_depth = 256;                       ///< XML / HTML element nesting limit
+  /// XML / HTML: attributes of one element (libxml2 2.9 compares each with every earlier one).
+  int max_xml_attributes = 256;
+  /// XML / HTML: elements and attributes in one document (libxml2's tree takes ~300 bytes for each).
+  std::uint64_t max_xml_nodes = 1000000;
   int max_pages = 5000;
   std::string pdf_password;                      ///< tried for encrypted PDFs (owner and user)
   bool map_einvoices = true;                     ///< run the e-invoice mappers on XML and PDF attachments
