@@ -40,7 +40,8 @@ struct Page {
   std::vector<Line> lines;
 };
 
-/// A file embedded in the document (PDF EmbeddedFiles / FileAttachment annotations).
+/// A file embedded in the document: for PDF, the EmbeddedFiles name tree, the catalog's and pages'
+/// /AF (associated files) and FileAttachment annotations (see extractors/pdf/attachments.hpp).
 struct Attachment {
   std::string name;          ///< file name as stored in the document
   std::string media_type;    ///< as declared (Subtype) or detected from the content

@@ -122,6 +122,10 @@ class LineBoxer {
   double last_y_ = -1e9;
 };
 
+// Page trees are a few levels deep (a balanced tree of 5,000 pages with 2 kids per node has 13);
+// poppler's walk is quadratic in the depth.
+constexpr int kMaxPageTreeDepth = 256;
+
 }  // namespace
 
 Expected<Document> extract_pdf(std::string_view bytes, Document doc, const ExtractOptions& opts) {
@@ -166,6 +170,10 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
   pdf::Reader reader(bytes, opts.pdf_password, opts);
   if (!reader.ok())
     return tl::unexpected(ExtractError{doc.source, "not a readable PDF (damaged, truncated or not a PDF)"});
+  // Before any page is looked up (poppler-cpp's pages included).
+  if (std::string why = reader.page_tree_problem(kMaxPageTreeDepth, 4 * static_cast<std::size_t>(opts.max_pages) + 1024);
+      !why.empty())
+    return tl::unexpected(ExtractError{doc.source, "PDF refused: " + why});
   std::size_t text_bytes = 0;
   bool any_text = false;
   for (int i = 0; i < n_pages; ++i) {
@@ -209,7 +217,7 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
         doc.source, "PDF has no extractable text (pages are images, or the file is damaged)"});
   }
 
-  pdf::Attachments files = pdf::read_attachments(bytes, opts.pdf_password, opts);
+  pdf::Attachments files = pdf::read_attachments(bytes, opts.pdf_password, opts, reader.page_refs());
   for (std::string& w : files.warnings) doc.warnings.push_back(std::move(w));
   doc.attachments = std::move(files.files);
   return doc;

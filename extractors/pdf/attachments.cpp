@@ -2,11 +2,8 @@
 
 #include <qpdf/Pipeline.hh>
 #include <qpdf/QPDF.hh>
-#include <qpdf/QPDFAnnotationObjectHelper.hh>
 #include <qpdf/QPDFNameTreeObjectHelper.hh>
 #include <qpdf/QPDFObjectHandle.hh>
-#include <qpdf/QPDFPageDocumentHelper.hh>
-#include <qpdf/QPDFPageObjectHelper.hh>
 
 #include <cctype>
 #include <set>
@@ -168,7 +165,8 @@ class Collector {
 
 }  // namespace
 
-Attachments read_attachments(std::string_view bytes, const std::string& password, const ExtractOptions& opts) {
+Attachments read_attachments(std::string_view bytes, const std::string& password, const ExtractOptions& opts,
+                             const std::vector<std::pair<int, int>>& pages) {
   Attachments out;
   QPDF pdf;
   try {
@@ -200,10 +198,17 @@ Attachments read_attachments(std::string_view bytes, const std::string& password
   });
   guarded("the catalog's associated files (/AF)", [&] { collect.add_all(root.getKey("/AF")); });
   guarded("the pages' associated files and file attachment annotations", [&] {
-    for (QPDFPageObjectHelper& page : QPDFPageDocumentHelper(pdf).getAllPages()) {
-      collect.add_all(page.getObjectHandle().getKey("/AF"));
-      for (QPDFAnnotationObjectHelper& annot : page.getAnnotations("/FileAttachment"))
-        collect.add(annot.getObjectHandle().getKey("/FS"));
+    for (const auto& [num, gen] : pages) {
+      QPDFObjectHandle page = pdf.getObject(num, gen);
+      if (!page.isDictionary()) continue;
+      collect.add_all(page.getKey("/AF"));
+      QPDFObjectHandle annots = page.getKey("/Annots");
+      if (!annots.isArray()) continue;
+      for (int i = 0; i < annots.getArrayNItems(); ++i) {
+        QPDFObjectHandle annot = annots.getArrayItem(i);
+        if (annot.isDictionary() && annot.getKey("/Subtype").isNameAndEquals("/FileAttachment"))
+          collect.add(annot.getKey("/FS"));
+      }
     }
   });
   return out;

@@ -13,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "extractors/document.hpp"
@@ -30,6 +31,9 @@ struct Attachments {
 /// Names: the file specification's /UF, /F, /DOS, /Mac or /Unix (the order poppler uses) as a PDF text
 /// string (UTF-16BE with its BOM, UTF-8 with its BOM, else PDFDocEncoding read as Latin-1).
 /// Never throws: a PDF qpdf cannot read gives no files and one warning.
-Attachments read_attachments(std::string_view bytes, const std::string& password, const ExtractOptions& opts);
+/// `pages`: the object number and generation of each page, in order, as poppler found them (qpdf's own
+/// page tree walk recurses once per level, which a deep tree turns into a stack overflow).
+Attachments read_attachments(std::string_view bytes, const std::string& password, const ExtractOptions& opts,
+                             const std::vector<std::pair<int, int>>& pages);
 
 }  // namespace quarry::detail::pdf

@@ -305,6 +305,46 @@ Reader::~Reader() = default;
 
 bool Reader::ok() const { return doc_ && doc_->isOk(); }
 
+std::string Reader::page_tree_problem(int max_depth, std::size_t max_nodes) {
+  XRef* xref = doc_->getXRef();
+  const Object catalog = xref->getCatalog();
+  if (!catalog.isDict()) return {};
+  const Object& root = catalog.dictLookupNF("Pages");
+  std::unordered_set<std::uint64_t> seen;
+  std::vector<std::pair<Object, int>> stack;
+  if (root.isRef()) seen.insert(key_of(root.getRef()));
+  stack.emplace_back(root.fetch(xref), 0);
+  std::size_t nodes = 0;
+  while (!stack.empty()) {
+    auto [node, depth] = std::move(stack.back());
+    stack.pop_back();
+    if (depth > max_depth) return "its page tree is nested deeper than " + std::to_string(max_depth) + " levels";
+    if (!node.isDict()) continue;
+    const Object kids = node.dictLookup("Kids");
+    if (!kids.isArray()) continue;
+    for (int i = 0; i < kids.arrayGetLength(); ++i) {
+      if (++nodes > max_nodes) return {};  // poppler's own page count limit takes over
+      const Object& kid = kids.arrayGetNF(i);
+      if (!kid.isRef() || !seen.insert(key_of(kid.getRef())).second) continue;
+      Object child = kid.fetch(xref);
+      if (child.isDict() && child.dictLookup("Kids").isArray()) stack.emplace_back(std::move(child), depth + 1);
+    }
+  }
+  return {};
+}
+
+std::vector<std::pair<int, int>> Reader::page_refs() {
+  std::vector<std::pair<int, int>> out;
+  if (!ok()) return out;
+  for (int i = 1; i <= doc_->getNumPages(); ++i) {
+    ::Page* page = doc_->getPage(i);
+    if (!page) continue;
+    const Ref r = page->getRef();
+    out.emplace_back(r.num, r.gen);
+  }
+  return out;
+}
+
 std::uint64_t Reader::stream_size(const Ref& ref, std::uint64_t cap) {
   const std::uint64_t key = key_of(ref);
   if (auto it = sizes_.find(key); it != sizes_.end()) return it->second;

@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "extractors/document.hpp"
@@ -74,6 +75,14 @@ class Reader {
 
   /// False when poppler cannot open the document (damaged, or locked for this password).
   bool ok() const;
+
+  /// Why the page tree must not be handed to poppler, or "": nested deeper than `max_depth` levels
+  /// (poppler walks it in time quadratic in its depth: 200,000 levels took 30 s; real trees are a
+  /// few levels deep). The walk is iterative, visits each node once and at most `max_nodes` of them.
+  std::string page_tree_problem(int max_depth, std::size_t max_nodes);
+
+  /// Object number and generation of each page, in order (for readers of other page entries).
+  std::vector<std::pair<int, int>> page_refs();
 
   /// Text of page `index` (0-based) in physical layout, at most `text_budget` bytes of characters
   /// (the caller's share of ExtractOptions::max_text_bytes; the page limit applies too). With `words`,

@@ -10,7 +10,7 @@
 #include "extractors/extract.hpp"
 #include "tests/extractors/child.hpp"
 #include "tests/extractors/corpus.hpp"
-#include "tests/extractors/pdf_gen.hpp"
+#include "tests/extractors/hostile_inputs.hpp"
 
 namespace {
 
@@ -106,14 +106,7 @@ TEST(PdfAttachments, Utf16NamesAndDescriptions) {
 
 // /Size says 100 bytes; the stream inflates to 1 GiB. Inflating stops at the limit; the other file stays.
 TEST(PdfAttachments, FileInflatingToAGibibyteIsSkipped) {
-  Fixture f;
-  const int big_ef = f.d.b.add_stream("/Type /EmbeddedFile /Subtype /text#2Fxml /Params << /Size 100 >> /Filter /FlateDecode",
-                                      deflate_repeated(std::string(1 << 20, '<'), 1024));
-  const int big = f.d.b.add("<< /Type /Filespec /F (bomb.xml) /EF << /F " + Builder::ref(big_ef) + " >> >>");
-  const int small = f.file("<ok/>", "/F (ok.xml)");
-  f.d.catalog_extra = "/AF [" + Builder::ref(big) + " " + Builder::ref(small) + "]";
-  f.d.page(f.content);
-  const std::string pdf = f.d.finish();
+  const std::string pdf = quarry::test::hostile::pdf_attachment_bomb(1024);
   EXPECT_LT(pdf.size(), 2u << 20);
   auto r = quarry::test::in_child([&] {
     auto doc = quarry::extract_bytes(pdf, "bomb.pdf");

@@ -7,7 +7,7 @@
 
 #include "extractors/extract.hpp"
 #include "tests/extractors/child.hpp"
-#include "tests/extractors/pdf_gen.hpp"
+#include "tests/extractors/hostile_inputs.hpp"
 
 namespace {
 
@@ -42,12 +42,7 @@ std::size_t count(const std::string& s, const std::string& what) {
 
 // 1 GiB of content (some text, then spaces) in about 1 MB of file, used by 10 pages.
 TEST(PdfLimits, TenPagesSharingAOneGibContentStream) {
-  Doc d;
-  const std::string head = "BT /F1 12 Tf 72 720 Td (shared page) Tj ET\n";
-  std::string unit = head + std::string((1 << 20) - head.size(), ' ');
-  const int content = d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, 1024));
-  for (int i = 0; i < 10; ++i) d.page(content);
-  const std::string pdf = d.finish();
+  const std::string pdf = quarry::test::hostile::pdf_shared_content(10, 1024);
   EXPECT_LT(pdf.size(), 2u << 20);
   auto r = guarded(pdf);
   // Every page is over the page limit: nothing is interpreted, and the error says why.
@@ -76,19 +71,9 @@ TEST(PdfLimits, DocumentContentBudgetSkipsTheRest) {
   EXPECT_EQ(doc->warnings[0], "page 4 skipped: the document's content streams decode to more than the limit of 10485760 bytes");
 }
 
-// A page that shows 400 MB of text: a 40 KB form XObject of text drawn 10,000 times by a small page.
+// A page that shows 400 MB of text: a 38 KB form XObject of text drawn 10,000 times by a small page.
 TEST(PdfLimits, PageShowingHundredsOfMegabytesOfText) {
-  Doc d;
-  std::string form = "BT /F1 8 Tf\n";
-  for (int i = 0; i < 400; ++i) form += "1 0 0 1 10 " + std::to_string(10 + i) + " Tm (" + std::string(95, 'x') + ") Tj\n";
-  form += "ET\n";
-  const int fm = d.b.add_stream("/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 " +
-                                    Builder::ref(d.font) + " >> >> /Filter /FlateDecode",
-                                deflate(form));
-  std::string page = "BT /F1 12 Tf 72 740 Td (title) Tj ET\n";
-  for (int i = 0; i < 10000; ++i) page += "/Fm Do\n";
-  d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)), "", "/XObject << /Fm " + Builder::ref(fm) + " >>");
-  const std::string pdf = d.finish();
+  const std::string pdf = quarry::test::hostile::pdf_text_through_form(10000);
   EXPECT_LT(pdf.size(), 400u << 10);
   auto r = guarded(pdf);
   ASSERT_EQ(r.output.rfind("ok 1 ", 0), 0u) << r.output;
@@ -101,12 +86,7 @@ TEST(PdfLimits, PageShowingHundredsOfMegabytesOfText) {
 // The same 400 MB of text written out in one content stream (0.4 MB deflated): over the page's
 // content limit, so the page is not interpreted at all.
 TEST(PdfLimits, ContentStreamOfHundredsOfMegabytesOfText) {
-  Doc d;
-  std::string unit = "BT /F1 1 Tf\n";
-  while (unit.size() < (64 << 10)) unit += "1 0 0 1 10 20 Tm (" + std::string(100, 'y') + ") Tj\n";
-  unit += "ET\n";
-  d.page(d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, (400u << 20) / unit.size())));
-  auto r = guarded(d.finish());
+  auto r = guarded(quarry::test::hostile::pdf_text_in_stream(400));
   EXPECT_EQ(r.output.rfind("error ", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("page 1 skipped: its content streams decode to more than the limit"), std::string::npos) << r.output;
 }
@@ -220,6 +200,36 @@ TEST(PdfLimits, IntricateLayoutFallsBackToContentOrder) {
   ASSERT_EQ(many->warnings.size(), 2u);
   EXPECT_EQ(many->warnings[0].rfind("page 3: too intricate", 0), 0u) << many->warnings[0];
   EXPECT_EQ(many->warnings[1].rfind("page 4: too intricate", 0), 0u) << many->warnings[1];
+}
+
+// A page tree nested 100,000 levels deep (poppler's walk of it is quadratic, and qpdf's recursive
+// one overflows the stack): refused before any page is looked up. 200 levels are fine.
+std::string chained_page_tree(int depth) {
+  Builder b;
+  const int font = b.add("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>");
+  const int content = b.add_stream("", "BT /F1 12 Tf 72 700 Td (deep page) Tj ET");
+  const int root = b.reserve();
+  int parent = root;
+  std::vector<int> nodes;
+  for (int i = 0; i < depth; ++i) nodes.push_back(b.reserve());
+  const int page = b.reserve();
+  for (int i = 0; i < depth; ++i) {
+    const int kid = i + 1 < depth ? nodes[i + 1] : page;
+    b.set(nodes[i], "<< /Type /Pages /Parent " + Builder::ref(parent) + " /Kids [" + Builder::ref(kid) + "] /Count 1 >>");
+    parent = nodes[i];
+  }
+  b.set(page, "<< /Type /Page /Parent " + Builder::ref(parent) + " /MediaBox [0 0 612 792] /Resources << /Font << /F1 " +
+                  Builder::ref(font) + " >> >> /Contents " + Builder::ref(content) + " >>");
+  b.set(root, "<< /Type /Pages /Kids [" + Builder::ref(nodes.front()) + "] /Count 1 >>");
+  return b.finish(b.add("<< /Type /Catalog /Pages " + Builder::ref(root) + " >>"));
+}
+
+TEST(PdfLimits, DeepPageTreeIsRefused) {
+  auto shallow = quarry::extract_bytes(chained_page_tree(200), "tree.pdf");
+  ASSERT_TRUE(shallow) << shallow.error().reason;
+  EXPECT_EQ(shallow->text(), "deep page");
+  auto r = guarded(chained_page_tree(100000));
+  EXPECT_EQ(r.output, "error PDF refused: its page tree is nested deeper than 256 levels");
 }
 
 // The document's text limit still ends in an error, and is reached without reading further.

@@ -4,43 +4,22 @@
 // attacks end in a clear error within a generous time and memory guard (a child process).
 #include <gtest/gtest.h>
 
-#include <iconv.h>
-
 #include <fstream>
 
 #include "extractors/extract.hpp"
 #include "tests/extractors/child.hpp"
 #include "tests/extractors/corpus.hpp"
+#include "tests/extractors/hostile_inputs.hpp"
 
 namespace {
 
-// UTF-8 to another encoding with glibc's iconv, independently of the code under test.
-std::string encode(const std::string& utf8, const char* to) {
-  iconv_t cd = iconv_open(to, "UTF-8");
-  EXPECT_NE(cd, reinterpret_cast<iconv_t>(-1)) << to;
-  std::string out(utf8.size() * 4 + 16, '\0');
-  char* in = const_cast<char*>(utf8.data());
-  std::size_t in_left = utf8.size(), out_left = out.size();
-  char* o = out.data();
-  EXPECT_NE(iconv(cd, &in, &in_left, &o, &out_left), static_cast<std::size_t>(-1)) << to;
-  iconv_close(cd);
-  out.resize(out.size() - out_left);
-  return out;
-}
+using quarry::test::hostile::billion_laughs;
+using quarry::test::hostile::encode;
+using quarry::test::hostile::many_attributes;
 
 std::string read_all(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
-}
-
-std::string billion_laughs(const std::string& declared) {
-  std::string x = "<?xml version=\"1.0\" encoding=\"" + declared + "\"?>\n<!DOCTYPE lolz [\n<!ENTITY lol \"lol\">\n";
-  for (int i = 1; i <= 9; ++i) {
-    x += "<!ENTITY lol" + std::to_string(i) + " \"";
-    for (int k = 0; k < 10; ++k) x += "&lol" + (i == 1 ? std::string() : std::to_string(i - 1)) + ";";
-    x += "\">\n";
-  }
-  return x + "]>\n<lolz>&lol9;</lolz>\n";
 }
 
 TEST(XmlHostile, BillionLaughsInUtf16IsRefused) {
@@ -107,12 +86,6 @@ TEST(XmlHostile, UnknownOrWrongEncodingIsAClearError) {
   EXPECT_EQ(odd.error().file, "odd.xml");
 }
 
-std::string many_attributes(int n, bool html) {
-  std::string x = html ? "<!DOCTYPE html><html><body><div" : "<?xml version=\"1.0\"?>\n<r";
-  for (int i = 0; i < n; ++i) x += " a" + std::to_string(i) + "=\"" + std::to_string(i) + "\"";
-  return x + (html ? ">text</div></body></html>" : ">text</r>");
-}
-
 TEST(XmlHostile, HundredThousandAttributes) {
   for (bool html : {false, true}) {
     SCOPED_TRACE(html ? "html" : "xml");
@@ -154,10 +127,7 @@ TEST(XmlHostile, AttributeLimitIsExact) {
 TEST(XmlHostile, MillionsOfElementsAreRefusedBeforeParsing) {
   for (bool html : {false, true}) {
     SCOPED_TRACE(html ? "html" : "xml");
-    std::string x = html ? "<html><body>" : "<r>";
-    x.reserve(40 << 20);
-    for (int i = 0; i < 5000000; ++i) x += "<p>x</p>";
-    x += html ? "</body></html>" : "</r>";
+    const std::string x = quarry::test::hostile::many_elements(5000000, html);
     auto r = quarry::test::in_child([&] {
       auto doc = quarry::extract_bytes(x, html ? "big.html" : "big.xml");
       return doc ? std::string("ok") : doc.error().reason;
