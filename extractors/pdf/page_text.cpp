@@ -10,9 +10,12 @@
 #include <goo/GooString.h>
 #include <poppler-global.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <unordered_set>
 
 namespace quarry::detail::pdf {
@@ -57,60 +60,143 @@ struct TextPageUnref {
   void operator()(TextPage* p) const { p->decRefCnt(); }
 };
 
-// Words that do not continue the previous word (content order) on its baseline: the most text blocks
-// the layout analysis can make of these words.
-std::uint64_t fragments(TextWordList& words) {
-  std::uint64_t f = 0;
-  const TextWord* prev = nullptr;
-  for (int i = 0; i < words.getLength(); ++i) {
-    const TextWord* w = words.get(i);
-    bool continues = false;
-    if (prev && prev->getRotation() == w->getRotation()) {
-      double ax0, ay0, ax1, ay1, bx0, by0, bx1, by1;
-      prev->getBBox(&ax0, &ay0, &ax1, &ay1);
-      w->getBBox(&bx0, &by0, &bx1, &by1);
-      const double fs = std::max(prev->getFontSize(), 1e-3);
-      double gap = 0;
-      switch (w->getRotation()) {
-        case 0: gap = bx0 - ax1; break;
-        case 1: gap = by0 - ay1; break;
-        case 2: gap = ax0 - bx1; break;
-        default: gap = ay0 - by1; break;
-      }
-      // Farther than poppler's minimum column spacing (0.7 em, TextOutputDev::minColSpacing1_default)
-      // may start a new block.
-      continues = std::abs(w->getBaseline() - prev->getBaseline()) <= 0.5 * fs && gap >= -0.5 * fs && gap <= 0.7 * fs;
-    }
-    if (!continues) ++f;
-    prev = w;
+// Counts the words poppler's TextPage::addChar makes of the characters drawn, and the fragments among
+// them (as fragments() does), without keeping the characters: the same page geometry, the same word
+// breaks (whitespace, a baseline moved by more than 0.5, a gap outside [-0.2, 0.1] em, a character
+// drawn over the previous one, a font size or writing mode change, text drawn backwards), the same
+// discarded characters (outside the page, tiny ones past 50,000). Where it simplifies (writing mode 1,
+// Type 3 font sizes, ActualText spans) it counts more words, never fewer: it only bounds work.
+class WordCounter {
+ public:
+  void start(const GfxState* state) {
+    *this = WordCounter{};
+    page_w_ = state->getPageWidth();
+    page_h_ = state->getPageHeight();
   }
-  return f;
-}
+
+  void add(GfxState* state, double x, double y, double dx, double dy, CharCode c, const Unicode* u, int u_len) {
+    double sp = state->getCharSpace();
+    if (c == static_cast<CharCode>(0x20)) sp += state->getWordSpace();
+    double dx2, dy2, w1, h1, x1, y1;
+    state->textTransformDelta(sp * state->getHorizScaling(), 0, &dx2, &dy2);
+    state->transformDelta(dx - dx2, dy - dy2, &w1, &h1);
+    state->transform(x, y, &x1, &y1);
+    if (x1 + w1 < 0 || x1 > page_w_ || y1 + h1 < 0 || y1 > page_h_ || std::isnan(x1) || std::isnan(y1) ||
+        std::isnan(w1) || std::isnan(h1))
+      return;
+    if (std::abs(w1) < 3 && std::abs(h1) < 3 && ++tiny_ > 50000) return;
+    if (u_len == 1 && whitespace(u[0])) {
+      in_word_ = false;
+      return;
+    }
+    if (u_len == 1 && u[0] == 0) return;
+    const double fs = state->getTransformedFontSize();
+    const bool vertical = state->getFont() && state->getFont()->getWMode();
+    if (in_word_) {
+      const bool horizontal = rot_ == 0 || rot_ == 2;
+      const double base = horizontal ? y1 : x1;
+      const double pos = horizontal ? x1 : y1;
+      const double gap = rot_ < 2 ? pos - end_ : end_ - pos;
+      const double delta = rot_ < 2 ? pos - last_edge_ : last_edge_ - pos;
+      const bool overlap = std::abs(delta) < 0.1 * fs_ && std::abs(base - base_) < 0.2 * fs_;
+      if (overlap || last_overlap_ || gap < -0.2 * fs_ || gap > 0.1 * fs_ || std::abs(base - base_) > 0.5 || fs != fs_ ||
+          vertical || vertical_)
+        in_word_ = false;
+      last_overlap_ = overlap;
+    } else {
+      last_overlap_ = false;
+    }
+    if (u_len == 0) return;
+    if (!in_word_) begin(state, x1, y1, fs, vertical);
+    if ((rot_ == 0 && w1 < 0) || (rot_ == 1 && h1 < 0) || (rot_ == 2 && w1 > 0) || (rot_ == 3 && h1 > 0)) {
+      begin(state, x1, y1, fs, vertical);  // drawn backwards: poppler makes each character a word
+      x1 += w1, y1 += h1, w1 = -w1, h1 = -h1;
+    }
+    const bool horizontal = rot_ == 0 || rot_ == 2;
+    const double pos = horizontal ? x1 : y1, advance = horizontal ? w1 : h1;
+    last_edge_ = pos + advance * (u_len - 1) / u_len;
+    end_ = pos + advance;
+  }
+
+  std::uint64_t words() const { return words_; }
+  std::uint64_t fragments() const { return fragments_; }
+
+ private:
+  static bool whitespace(Unicode u) {
+    return u == 0x20 || (u >= 0x09 && u <= 0x0D) || u == 0x85 || u == 0xA0 || u == 0x1680 || (u >= 0x2000 && u <= 0x200A) ||
+           u == 0x2028 || u == 0x2029 || u == 0x202F || u == 0x205F || u == 0x3000;
+  }
+
+  // A new word, with poppler's rotation (TextPage::beginWord: from the font matrix).
+  void begin(GfxState* state, double x1, double y1, double fs, bool vertical) {
+    double m[4];
+    state->getFontTransMat(&m[0], &m[1], &m[2], &m[3]);
+    const std::shared_ptr<GfxFont> font = state->getFont();
+    if (font && font->getType() == fontType3) {
+      const double* fm = font->getFontMatrix();
+      const double m2[4] = {fm[0] * m[0] + fm[1] * m[2], fm[0] * m[1] + fm[1] * m[3], fm[2] * m[0] + fm[3] * m[2],
+                            fm[2] * m[1] + fm[3] * m[3]};
+      std::copy(m2, m2 + 4, m);
+    }
+    int rot = std::abs(m[0] * m[3]) > std::abs(m[1] * m[2]) ? ((m[0] > 0 || m[3] < 0) ? 0 : 2) : (m[2] > 0 ? 1 : 3);
+    if (vertical) rot = (rot + 1) & 3;
+    const bool horizontal = rot == 0 || rot == 2;
+    const double base = horizontal ? y1 : x1, pos = horizontal ? x1 : y1;
+    // A fragment unless it continues the previous word on its baseline within 0.7 em (see fragments()).
+    bool continues = false;
+    if (words_ > 0 && rot == rot_) {
+      const double gap = rot < 2 ? pos - end_ : end_ - pos;
+      continues = std::abs(base - base_) <= 0.5 * fs_ && gap >= -0.5 * fs_ && gap <= 0.7 * fs_;
+    }
+    if (!continues) ++fragments_;
+    ++words_;
+    in_word_ = true;
+    rot_ = rot;
+    base_ = base;
+    fs_ = fs;
+    vertical_ = vertical;
+    end_ = last_edge_ = pos;
+  }
+
+  double page_w_ = 0, page_h_ = 0;
+  std::uint64_t tiny_ = 0, words_ = 0, fragments_ = 0;
+  bool in_word_ = false, last_overlap_ = false, vertical_ = false;
+  int rot_ = 0;
+  double base_ = 0, fs_ = 0, end_ = 0, last_edge_ = 0;
+};
 
 }  // namespace
 
-// One interpretation of a page by poppler's TextOutputDev, guarded. Besides the TextOutputDev's own
-// TextPage (layout order), the characters also go to a TextPage in raw (content-stream) order, which
-// costs no layout analysis: its words are counted to bound memory and to estimate the layout's cost,
-// and it gives the page's text when the layout is not run. poppler keeps ~80 bytes per character, so
-// the raw TextPage is taken in chunks of kRawChunk characters (each chunk's words counted and its text
-// kept, then the chunk freed), and the layout's TextPage is no longer fed once the page cannot be laid
-// out (over the layout limit in words, or kLayoutChars characters).
+// One interpretation of a page by poppler's TextOutputDev, guarded, in one of two modes.
+//  - layout: the TextOutputDev's own TextPage, laid out at the end of the page (physical layout for
+//    the text, reading order for the word boxes), as poppler-cpp does. Words and fragments are
+//    counted on the side (WordCounter) to estimate the layout's cost; as soon as the page cannot be
+//    laid out within the limits (too many words, or kLayoutChars characters) it stops, and at the end
+//    of the page the layout is run only if its estimated cost fits the page and document limits.
+//    Otherwise the page needs the raw mode.
+//  - raw: a TextPage in content-stream order (no layout analysis), taken in chunks of kRawChunk
+//    characters (poppler keeps ~80 bytes per character: each chunk's words are counted and its text or
+//    words kept, then the chunk is freed); the words are counted exactly, against max_page_words.
 struct Reader::Pass final : TextOutputDev {
+  enum class Mode { layout, raw };
+  enum class Stop { none, text, words, content, raw };
   static constexpr std::uint64_t kRawChunk = 1 << 18;
   static constexpr std::uint64_t kLayoutChars = 200000;  // 4x what fits legibly on a large page
 
-  Pass(Reader& reader, Sink* sink, bool layout_text, std::uint64_t text_cap, std::uint64_t content_left)
-      : TextOutputDev(sink ? &append : nullptr, sink, layout_text, 0, false, false),
+  Pass(Reader& reader, Mode mode, Sink* sink, bool physical, std::uint64_t text_cap, std::uint64_t content_left)
+      : TextOutputDev(sink && mode == Mode::layout ? &append : nullptr, mode == Mode::layout ? sink : nullptr, physical, 0,
+                      false, false),
         reader_(reader),
+        mode_(mode),
         sink_(sink),
         text_cap_(text_cap),
         content_left_(content_left) {
     const ExtractOptions& o = reader.opts_;
     word_cap_ = static_cast<std::uint64_t>(std::max(o.max_page_words, 1));
     // W*W/16 <= work: more words than this cannot be laid out within the page's layout limit.
-    layout_words_ = static_cast<std::uint64_t>(std::sqrt(16.0 * static_cast<double>(o.max_page_layout_work)));
-    next_check_ = std::min(word_cap_, layout_words_);
+    const auto layout_words = static_cast<std::uint64_t>(std::sqrt(16.0 * static_cast<double>(o.max_page_layout_work)));
+    layout_words_ = std::min(layout_words, word_cap_);
+    next_check_ = word_cap_;
     raw_text_.cap = sink ? sink->cap : 0;
   }
 
@@ -118,8 +204,13 @@ struct Reader::Pass final : TextOutputDev {
 
   void startPage(int page_num, GfxState* state, XRef* xref) override {
     TextOutputDev::startPage(page_num, state, xref);
-    raw_.reset(new TextPage(true));
-    raw_->startPage(state);
+    started_ = true;
+    if (mode_ == Mode::layout) {
+      counter_.start(state);
+    } else {
+      raw_.reset(new TextPage(true));
+      raw_->startPage(state);
+    }
   }
 
   void updateFont(GfxState* state) override {
@@ -134,7 +225,7 @@ struct Reader::Pass final : TextOutputDev {
 
   void drawChar(GfxState* state, double x, double y, double dx, double dy, double origin_x, double origin_y,
                 CharCode c, int n_bytes, const Unicode* u, int u_len) override {
-    if (stopped_ || !raw_) return;
+    if (stopped_ || !started_) return;
     std::uint64_t bytes = 0;
     for (int i = 0; i < u_len; ++i) bytes += utf8_len(u[i]);
     if (text_bytes_ + bytes > text_cap_) {
@@ -142,9 +233,17 @@ struct Reader::Pass final : TextOutputDev {
       return;
     }
     text_bytes_ += bytes;
-    if (++chars_ >= next_check_ && !count_words()) return;
-    if (layout_fed_ && chars_ > kLayoutChars) layout_fed_ = false;
-    if (layout_fed_) TextOutputDev::drawChar(state, x, y, dx, dy, origin_x, origin_y, c, n_bytes, u, u_len);
+    ++chars_;
+    if (mode_ == Mode::layout) {
+      counter_.add(state, x, y, dx, dy, c, u, u_len);
+      if (counter_.words() > layout_words_ || chars_ > kLayoutChars) {
+        stop(Stop::raw);  // cannot be laid out within the limits: the raw mode reads this page
+        return;
+      }
+      TextOutputDev::drawChar(state, x, y, dx, dy, origin_x, origin_y, c, n_bytes, u, u_len);
+      return;
+    }
+    if (chars_ >= next_check_ && !count_words()) return;
     if (++chunk_chars_ > kRawChunk) next_chunk(state);
     raw_->addChar(state, x, y, dx, dy, c, n_bytes, u, u_len);
   }
@@ -188,59 +287,66 @@ struct Reader::Pass final : TextOutputDev {
   bool useDrawForm() override { return stopped_; }
 
   void endPage() override {
-    if (!raw_) return;
-    raw_->endPage();
-    const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
-    const std::uint64_t w = done_words_ + static_cast<std::uint64_t>(list->getLength());
-    const std::uint64_t f = done_fragments_ + fragments(*list);
+    if (!started_) return;
+    if (mode_ == Mode::raw) {
+      raw_->endPage();
+      const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
+      words_ = done_words_ + static_cast<std::uint64_t>(list->getLength());
+      if (sink_) {
+        append(sink_, raw_text_.out.data(), static_cast<int>(raw_text_.out.size()));
+        raw_->dump(sink_, &append, false, eolUnix, true);
+      } else {
+        keep_words(*list);
+      }
+      return;
+    }
+    if (stop_ == Stop::raw) return;
+    const std::uint64_t w = counter_.words();
     words_ = w;
-    layout_work_ = w * f + w * w / 16;
+    layout_work_ = w * counter_.fragments() + w * w / 16;
     const ExtractOptions& o = reader_.opts_;
-    const bool fits = layout_fed_ && layout_work_ <= o.max_page_layout_work &&
-                      reader_.layout_used_ + layout_work_ <= o.max_layout_work;
-    if (fits) {
-      reader_.layout_used_ += layout_work_;
-      TextOutputDev::endPage();
-      if (!sink_ || !sink_->full) return;
-      // The layout pads columns with spaces: text spread thinly over a page can lay out to far more
-      // bytes than it has. Then the content-stream order keeps all of it.
+    if (layout_work_ > o.max_page_layout_work || reader_.layout_used_ + layout_work_ > o.max_layout_work) {
+      over_layout_ = true;
+      return;
+    }
+    reader_.layout_used_ += layout_work_;
+    TextOutputDev::endPage();
+    // The layout pads columns with spaces: text spread thinly over a page can lay out to far more
+    // bytes than it has. Then the content-stream order keeps all of it.
+    if (sink_ && sink_->full) {
       sink_->out.clear();
       sink_->full = false;
       layout_overflow_ = true;
     }
-    raw_order_ = true;
-    if (sink_) {
-      append(sink_, raw_text_.out.data(), static_cast<int>(raw_text_.out.size()));
-      raw_->dump(sink_, &append, false, eolUnix, true);
-    } else {
-      keep_words(*list);
-    }
   }
 
-  /// The page's words with their boxes, as poppler-cpp's page::text_list() gives them.
+  /// Whether this (layout) pass left the page to the raw mode.
+  bool needs_raw() const { return mode_ == Mode::layout && (stop_ == Stop::raw || over_layout_ || layout_overflow_); }
+
+  /// The page's words with their boxes, as poppler-cpp's page::text_list() gives them (raw mode:
+  /// in content-stream order).
   std::vector<Word> words() {
-    if (raw_order_) return std::move(raw_words_);
+    if (mode_ == Mode::raw) return std::move(raw_words_);
     std::vector<Word> out;
     std::unique_ptr<TextWordList> list = makeWordList();
-    if (!list) return out;
-    keep_words(*list, &out);
+    if (list) keep_words(*list, &out);
     return out;
   }
 
-  enum class Stop { none, text, words, content };
-
   Reader& reader_;
+  const Mode mode_;
   Sink* sink_;
   std::uint64_t text_cap_;
   std::uint64_t content_left_;
   std::uint64_t word_cap_ = 0, layout_words_ = 0;
+  WordCounter counter_;
   std::unique_ptr<TextPage, TextPageUnref> raw_;
   Sink raw_text_;                // text of the raw chunks already taken
-  std::vector<Word> raw_words_;  // words of the raw chunks (word pass, content order)
-  std::uint64_t done_words_ = 0, done_fragments_ = 0, chunk_chars_ = 0;
+  std::vector<Word> raw_words_;  // words of the raw chunks (word pass)
+  std::uint64_t done_words_ = 0, chunk_chars_ = 0;
   std::uint64_t text_bytes_ = 0, chars_ = 0, next_check_ = 0, words_ = 0;
   std::uint64_t forms_bytes_ = 0, layout_work_ = 0;
-  bool stopped_ = false, layout_fed_ = true, actual_open_ = false, raw_order_ = false, layout_overflow_ = false;
+  bool started_ = false, stopped_ = false, actual_open_ = false, over_layout_ = false, layout_overflow_ = false;
   Stop stop_ = Stop::none;
 
  private:
@@ -263,12 +369,11 @@ struct Reader::Pass final : TextOutputDev {
     }
   }
 
-  // Takes the raw chunk: counts its words and fragments, keeps its text (or words), starts another.
+  // Takes the raw chunk: counts its words, keeps its text (or words), starts another.
   void next_chunk(GfxState* state) {
     raw_->endPage();
     const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
     done_words_ += static_cast<std::uint64_t>(list->getLength());
-    done_fragments_ += fragments(*list);
     if (sink_) {
       raw_->dump(&raw_text_, &append, false, eolUnix, false);
     } else {
@@ -281,7 +386,7 @@ struct Reader::Pass final : TextOutputDev {
   }
 
   // Counts the raw page's words (O(words of the chunk)); checks are spaced so that the words between
-  // two checks (at most one per character) cannot pass a limit by more than an eighth of it.
+  // two checks (at most one per character) cannot pass the limit by more than an eighth of it.
   bool count_words() {
     const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
     const std::uint64_t w = done_words_ + static_cast<std::uint64_t>(list->getLength());
@@ -289,9 +394,7 @@ struct Reader::Pass final : TextOutputDev {
       stop(Stop::words);
       return false;
     }
-    if (layout_fed_ && w > layout_words_) layout_fed_ = false;  // too many words to be laid out: stop feeding it
-    const std::uint64_t limit = layout_fed_ ? std::min(word_cap_, layout_words_) : word_cap_;
-    next_check_ = chars_ + std::max<std::uint64_t>(limit > w ? limit - w : 0, std::max<std::uint64_t>(limit / 8, 1));
+    next_check_ = chars_ + std::max<std::uint64_t>(word_cap_ - w, std::max<std::uint64_t>(word_cap_ / 8, 1));
     return true;
   }
 };
@@ -345,12 +448,58 @@ std::vector<std::pair<int, int>> Reader::page_refs() {
   return out;
 }
 
+namespace {
+
+// Bytes that zlib inflates `raw` (a FlateDecode stream's data) to, counting only, stopping past `cap`;
+// nullopt when zlib fails (poppler's decoder, which recovers from some damage, measures it then).
+// zlib is several times faster than poppler's own inflate, and most content streams are plain Flate.
+std::optional<std::uint64_t> inflated_size(Stream* raw, std::uint64_t cap) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return std::nullopt;
+  std::array<unsigned char, 1 << 16> in, out;
+  std::uint64_t total = 0;
+  int rc = Z_OK;
+  raw->reset();
+  while (rc != Z_STREAM_END && total <= cap) {
+    const int n = raw->doGetChars(static_cast<int>(in.size()), in.data());
+    if (n <= 0) break;
+    z.next_in = in.data();
+    z.avail_in = static_cast<uInt>(n);
+    while (z.avail_in > 0 && total <= cap) {
+      z.next_out = out.data();
+      z.avail_out = static_cast<uInt>(out.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+      total += out.size() - z.avail_out;
+      if (rc == Z_STREAM_END) break;
+      if (rc != Z_OK) {
+        inflateEnd(&z);
+        raw->close();
+        return std::nullopt;
+      }
+    }
+  }
+  inflateEnd(&z);
+  raw->close();
+  return total;
+}
+
+}  // namespace
+
 std::uint64_t Reader::stream_size(const Ref& ref, std::uint64_t cap) {
   const std::uint64_t key = key_of(ref);
   if (auto it = sizes_.find(key); it != sizes_.end()) return it->second;
   std::uint64_t total = 0;
   Object obj = doc_->getXRef()->fetch(ref);
-  if (obj.isStream()) {
+  std::optional<std::uint64_t> fast;
+  if (obj.isStream() && !doc_->getXRef()->isEncrypted()) {
+    // Predictors (DecodeParms) only make the data smaller: the inflated size bounds it.
+    const Object filter = obj.streamGetDict()->lookup("Filter");
+    if (filter.isName("FlateDecode") || (filter.isArray() && filter.arrayGetLength() == 1 && filter.arrayGet(0).isName("FlateDecode")))
+      fast = inflated_size(obj.getStream()->getUndecodedStream(), cap);
+  }
+  if (fast) {
+    total = *fast;
+  } else if (obj.isStream()) {
     Stream* s = obj.getStream();
     s->reset();
     std::array<unsigned char, 1 << 16> buf;
@@ -486,9 +635,33 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
 
   Sink sink;
   sink.cap = static_cast<std::size_t>(std::min<std::uint64_t>(opts_.max_page_text_bytes, text_budget));
-  Pass text(*this, &sink, true, text_cap, content_left);
-  doc_->displayPage(&text, index + 1, 72, 72, 0, false, true, false, &Pass::abort_check, &text);
-  content_used_ += text.forms_bytes_;
+  // Every pass is charged for the forms it draws (work done, even by a pass whose result is not used).
+  std::uint64_t forms = 0;
+  auto run = [&](Pass& pass, bool words) {
+    if (words) {
+      // As poppler-cpp's page::text_list(): crop box ignored, a copy of the xref.
+      doc_->displayPageSlice(&pass, index + 1, 72, 72, 0, false, false, false, -1, -1, -1, -1, &Pass::abort_check, &pass,
+                             nullptr, nullptr, true);
+    } else {
+      doc_->displayPage(&pass, index + 1, 72, 72, 0, false, true, false, &Pass::abort_check, &pass);
+    }
+    forms += pass.forms_bytes_;
+    content_used_ += pass.forms_bytes_;
+  };
+  auto left = [&] {
+    return std::min(content_left - std::min(content_left, forms),
+                    opts_.max_content_bytes - std::min(opts_.max_content_bytes, content_used_));
+  };
+  Pass layout(*this, Pass::Mode::layout, &sink, true, text_cap, content_left);
+  run(layout, false);
+  std::unique_ptr<Pass> raw;
+  if (layout.needs_raw()) {
+    sink.out.clear();
+    sink.full = false;
+    raw = std::make_unique<Pass>(*this, Pass::Mode::raw, &sink, false, text_cap, left());
+    run(*raw, false);
+  }
+  const Pass& text = raw ? *raw : layout;
   out.text = through_ustring(sink.out.c_str());
   const bool cut = text.stop_ != Pass::Stop::none || sink.full;
   out.budget_spent = (text.stop_ == Pass::Stop::text || sink.full) && text_budget < opts_.max_page_text_bytes;
@@ -511,22 +684,31 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
                              std::to_string(opts_.max_content_bytes) + " per document");
       break;
     case Pass::Stop::none:
-      if (sink.full)
-        out.warnings.push_back(label + ": text cut at the limit of " + std::to_string(sink.cap) + " bytes");
+    case Pass::Stop::raw:
+      if (sink.full) out.warnings.push_back(label + ": text cut at the limit of " + std::to_string(sink.cap) + " bytes");
       break;
   }
-  if (text.layout_overflow_)
+  if (raw && layout.layout_overflow_) {
     out.warnings.push_back(label + ": its physical layout (columns padded with spaces) is larger than the limit of " +
                            std::to_string(sink.cap) + " bytes; its text is in content-stream order");
-  else if (text.raw_order_ && text.stop_ != Pass::Stop::words)
-    out.warnings.push_back(label + ": too intricate for the layout analysis within its limits (" +
-                           std::to_string(text.words_) + " words, estimated cost " + std::to_string(text.layout_work_) +
+  } else if (raw && text.stop_ != Pass::Stop::words) {
+    const std::string why = layout.over_layout_ ? std::to_string(layout.words_) + " words, estimated cost " + std::to_string(layout.layout_work_)
+                                                : "more than " + std::to_string(layout.chars_ > Pass::kLayoutChars ? Pass::kLayoutChars : layout.layout_words_) +
+                                                      (layout.chars_ > Pass::kLayoutChars ? " characters" : " words");
+    out.warnings.push_back(label + ": too intricate for the layout analysis within its limits (" + why +
                            "); its text is in content-stream order");
+  }
   if (want_words && !out.text.empty()) {
-    Pass boxes(*this, nullptr, false, text_cap, content_left);
-    doc_->displayPageSlice(&boxes, index + 1, 72, 72, 0, false, false, false, -1, -1, -1, -1, &Pass::abort_check,
-                           &boxes, nullptr, nullptr, true);
-    out.words = boxes.words();
+    std::unique_ptr<Pass> boxes;
+    if (!raw) {
+      boxes = std::make_unique<Pass>(*this, Pass::Mode::layout, nullptr, false, text_cap, left());
+      run(*boxes, true);
+    }
+    if (raw || boxes->needs_raw()) {
+      boxes = std::make_unique<Pass>(*this, Pass::Mode::raw, nullptr, false, text_cap, left());
+      run(*boxes, true);
+    }
+    out.words = boxes->words();
   }
   return out;
 }

@@ -41,17 +41,19 @@ inline std::string pdf_text_through_form(int uses = 10000) {
   return d.finish();
 }
 
-/// One page whose single content stream shows `mib` MiB of text (400 by default) in 64 KiB repeats.
+/// One page whose single content stream shows `mib` MiB of text (400 by default: 1.4 MB of file) in
+/// 1 MiB repeats.
 inline std::string pdf_text_in_stream(std::uint64_t mib = 400) {
   Doc d;
-  std::string unit = "BT /F1 1 Tf\n";
-  while (unit.size() < (64 << 10)) unit += "1 0 0 1 10 20 Tm (" + std::string(100, 'y') + ") Tj\n";
+  std::string unit = "BT /F1 8 Tf\n";
+  while (unit.size() < (1 << 20)) unit += "1 0 0 1 10 20 Tm (" + std::string(100, 'y') + ") Tj\n";
   unit += "ET\n";
   d.page(d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, (mib << 20) / unit.size())));
   return d.finish();
 }
 
-/// A one-page PDF embedding bomb.xml (/Params /Size 100, inflating to `mib` MiB) and ok.xml (5 bytes).
+/// A one-page PDF embedding (EmbeddedFiles name tree) bomb.xml (/Params /Size 100, inflating to `mib`
+/// MiB) and ok.xml (5 bytes).
 inline std::string pdf_attachment_bomb(std::uint64_t mib = 1024) {
   Doc d;
   const int content = d.text_content("Invoice 42");
@@ -60,7 +62,8 @@ inline std::string pdf_attachment_bomb(std::uint64_t mib = 1024) {
   const int big = d.b.add("<< /Type /Filespec /F (bomb.xml) /EF << /F " + Builder::ref(big_ef) + " >> >>");
   const int ok_ef = d.b.add_stream("/Type /EmbeddedFile /Subtype /text#2Fxml /Filter /FlateDecode", deflate("<ok/>"));
   const int ok = d.b.add("<< /Type /Filespec /F (ok.xml) /EF << /F " + Builder::ref(ok_ef) + " >> >>");
-  d.catalog_extra = "/AF [" + Builder::ref(big) + " " + Builder::ref(ok) + "]";
+  d.catalog_extra = "/Names << /EmbeddedFiles << /Names [(bomb.xml) " + Builder::ref(big) + " (ok.xml) " + Builder::ref(ok) +
+                    "] >> >>";
   d.page(content);
   return d.finish();
 }

@@ -83,7 +83,7 @@ TEST(PdfLimits, PageShowingHundredsOfMegabytesOfText) {
   EXPECT_NE(r.output.find("page 1: text cut at the limit of 4194304 bytes"), std::string::npos) << r.output;
 }
 
-// The same 400 MB of text written out in one content stream (0.4 MB deflated): over the page's
+// The same 400 MB of text written out in one content stream (1.4 MB deflated): over the page's
 // content limit, so the page is not interpreted at all.
 TEST(PdfLimits, ContentStreamOfHundredsOfMegabytesOfText) {
   auto r = guarded(quarry::test::hostile::pdf_text_in_stream(400));
