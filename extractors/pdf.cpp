@@ -217,9 +217,11 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
         doc.source, "PDF has no extractable text (pages are images, or the file is damaged)"});
   }
 
-  pdf::Attachments files = pdf::read_attachments(bytes, opts.pdf_password, opts, reader.page_refs());
-  for (std::string& w : files.warnings) doc.warnings.push_back(std::move(w));
-  doc.attachments = std::move(files.files);
+  if (reader.may_embed_files()) {
+    pdf::Attachments files = pdf::read_attachments(bytes, opts.pdf_password, opts, reader.page_refs());
+    for (std::string& w : files.warnings) doc.warnings.push_back(std::move(w));
+    doc.attachments = std::move(files.files);
+  }
   return doc;
 }
 

@@ -436,6 +436,29 @@ std::string Reader::page_tree_problem(int max_depth, std::size_t max_nodes) {
   return {};
 }
 
+bool Reader::may_embed_files() {
+  if (!ok()) return false;
+  XRef* xref = doc_->getXRef();
+  const Object catalog = xref->getCatalog();
+  if (!catalog.isDict()) return true;  // let the attachment reader say what it finds
+  if (!catalog.dictLookupNF("AF").isNull()) return true;
+  const Object names = catalog.dictLookup("Names");
+  if (names.isDict() && !names.dictLookupNF("EmbeddedFiles").isNull()) return true;
+  for (int i = 1; i <= doc_->getNumPages(); ++i) {
+    ::Page* page = doc_->getPage(i);
+    if (!page) continue;
+    const Object dict = xref->fetch(page->getRef());
+    if (dict.isDict() && !dict.dictLookupNF("AF").isNull()) return true;
+    const Object annots = page->getAnnotsObject();
+    if (!annots.isArray()) continue;
+    for (int k = 0; k < annots.arrayGetLength(); ++k) {
+      const Object annot = annots.arrayGet(k);
+      if (annot.isDict() && annot.dictLookup("Subtype").isName("FileAttachment")) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<std::pair<int, int>> Reader::page_refs() {
   std::vector<std::pair<int, int>> out;
   if (!ok()) return out;

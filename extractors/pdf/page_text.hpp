@@ -84,6 +84,11 @@ class Reader {
   /// Object number and generation of each page, in order (for readers of other page entries).
   std::vector<std::pair<int, int>> page_refs();
 
+  /// Whether the document has any of the places embedded files are listed in (the catalog's
+  /// EmbeddedFiles name tree or /AF, a page's /AF or FileAttachment annotation): when not, there is no
+  /// need to read it again for them.
+  bool may_embed_files();
+
   /// Text of page `index` (0-based) in physical layout, at most `text_budget` bytes of characters
   /// (the caller's share of ExtractOptions::max_text_bytes; the page limit applies too). With `words`,
   /// also the page's words and their boxes (a second interpretation of the page, as poppler-cpp's
