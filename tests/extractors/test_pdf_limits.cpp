@@ -26,7 +26,14 @@ std::string summary(const std::string& pdf, const quarry::ExtractOptions& opts) 
   return s;
 }
 
-quarry::test::ChildResult guarded(const std::string& pdf, const quarry::ExtractOptions& opts = {}) {
+// As `quarry ingest` and `quarry run` extract: no line boxes (they cost a second pass per page).
+quarry::ExtractOptions ingest() {
+  quarry::ExtractOptions o;
+  o.pdf_line_bboxes = false;
+  return o;
+}
+
+quarry::test::ChildResult guarded(const std::string& pdf, const quarry::ExtractOptions& opts = ingest()) {
   auto r = in_child([&] { return summary(pdf, opts); });
   EXPECT_TRUE(r.finished) << "killed or timed out after " << r.seconds << " s";
   EXPECT_LT(r.seconds, kMaxSeconds);
@@ -57,7 +64,7 @@ TEST(PdfLimits, DocumentContentBudgetSkipsTheRest) {
   const std::string head = "BT /F1 12 Tf 72 720 Td (shared page) Tj ET\n";
   const int content = d.b.add_stream("/Filter /FlateDecode", deflate(head + std::string((3 << 20) - head.size(), ' ')));
   for (int i = 0; i < 50; ++i) d.page(content);
-  quarry::ExtractOptions opts;
+  quarry::ExtractOptions opts = ingest();
   opts.max_content_bytes = 10 << 20;
   auto doc = quarry::extract_bytes(d.finish(), "shared.pdf", opts);
   ASSERT_TRUE(doc) << doc.error().reason;
@@ -101,7 +108,7 @@ TEST(PdfLimits, FormUsesAreChargedEachTime) {
   std::string page = "BT /F1 12 Tf 72 740 Td (title) Tj ET\n";
   for (int i = 0; i < 500; ++i) page += "/Fm Do\n";
   d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)), "", "/XObject << /Fm " + Builder::ref(fm) + " >>");
-  quarry::ExtractOptions opts;
+  quarry::ExtractOptions opts = ingest();
   opts.max_page_content_bytes = 4 << 20;
   auto doc = quarry::extract_bytes(d.finish(), "forms.pdf", opts);
   ASSERT_TRUE(doc) << doc.error().reason;
@@ -111,7 +118,7 @@ TEST(PdfLimits, FormUsesAreChargedEachTime) {
   EXPECT_NE(doc->text().find("title"), std::string::npos);
   EXPECT_NE(doc->text().find("form"), std::string::npos);
   // Without the limit every use is read (and the text is the same: the form draws at one place).
-  auto whole = quarry::extract_bytes(d.finish(), "forms.pdf");
+  auto whole = quarry::extract_bytes(d.finish(), "forms.pdf", ingest());
   ASSERT_TRUE(whole) << whole.error().reason;
   EXPECT_TRUE(whole->warnings.empty());
 }
@@ -127,7 +134,7 @@ TEST(PdfLimits, WordsAreCappedPerPage) {
   }
   page += "ET\n";
   d.page(d.b.add_stream("/Filter /FlateDecode", deflate(page)));
-  quarry::ExtractOptions opts;
+  quarry::ExtractOptions opts = ingest();
   opts.max_page_words = 5000;
   auto doc = quarry::extract_bytes(d.finish(), "words.pdf", opts);
   ASSERT_TRUE(doc) << doc.error().reason;
@@ -138,7 +145,7 @@ TEST(PdfLimits, WordsAreCappedPerPage) {
   EXPECT_GE(letters, 4000u);
   EXPECT_LE(letters, 5000u + 5000u / 8 + 1);
   // Within the limit, every word is there.
-  auto all = quarry::extract_bytes(d.finish(), "words.pdf");
+  auto all = quarry::extract_bytes(d.finish(), "words.pdf", ingest());
   ASSERT_TRUE(all) << all.error().reason;
   const std::string t = all->text();
   EXPECT_EQ(std::count(t.begin(), t.end(), 'a'), 30000);
@@ -168,7 +175,7 @@ TEST(PdfLimits, IntricateLayoutFallsBackToContentOrder) {
   EXPECT_EQ(count(laid_out->text(), "w"), 3000u);
   EXPECT_GT(laid_out->text().size(), 10u << 20);
   // Under the default 4 MiB per page, that layout does not fit: the page comes in content order, whole.
-  auto padded = quarry::extract_bytes(pdf, "stairs.pdf");
+  auto padded = quarry::extract_bytes(pdf, "stairs.pdf", ingest());
   ASSERT_TRUE(padded) << padded.error().reason;
   ASSERT_EQ(padded->warnings.size(), 1u);
   EXPECT_EQ(padded->warnings[0], "page 1: its physical layout (columns padded with spaces) is larger than the limit of 4194304 bytes; its text is in content-stream order");
@@ -188,6 +195,16 @@ TEST(PdfLimits, IntricateLayoutFallsBackToContentOrder) {
   const std::string text = doc->text();
   EXPECT_EQ(count(text, "w"), 3000u);
   EXPECT_EQ(text.find("w0\n"), 0u);  // content order: the first word drawn comes first
+  // Line boxes come from the words in content order then.
+  opts.pdf_line_bboxes = true;
+  auto boxed = quarry::extract_bytes(pdf, "stairs.pdf", opts);
+  ASSERT_TRUE(boxed) << boxed.error().reason;
+  ASSERT_EQ(boxed->pages[0].lines.size(), 3000u);
+  for (const auto& line : boxed->pages[0].lines) {
+    ASSERT_TRUE(line.bbox.has_value()) << line.text;
+    EXPECT_LT(line.bbox->x0, line.bbox->x1);
+  }
+  EXPECT_LT(boxed->pages[0].lines[0].bbox->y0, boxed->pages[0].lines[1].bbox->y0);  // w0 above w1
 
   // The document's budget: of 4 such pages under a budget of 2.5 pages, the last 2 are in content order.
   Doc four;
@@ -225,7 +242,7 @@ std::string chained_page_tree(int depth) {
 }
 
 TEST(PdfLimits, DeepPageTreeIsRefused) {
-  auto shallow = quarry::extract_bytes(chained_page_tree(200), "tree.pdf");
+  auto shallow = quarry::extract_bytes(chained_page_tree(200), "tree.pdf", ingest());
   ASSERT_TRUE(shallow) << shallow.error().reason;
   EXPECT_EQ(shallow->text(), "deep page");
   auto r = guarded(chained_page_tree(100000));
@@ -240,7 +257,7 @@ TEST(PdfLimits, DocumentTextLimitIsAnError) {
   page += "ET\n";
   const int content = d.b.add_stream("/Filter /FlateDecode", deflate(page));
   for (int i = 0; i < 20; ++i) d.page(content);
-  quarry::ExtractOptions opts;
+  quarry::ExtractOptions opts = ingest();
   opts.max_text_bytes = 100 << 10;
   auto doc = quarry::extract_bytes(d.finish(), "long.pdf", opts);
   ASSERT_FALSE(doc);
