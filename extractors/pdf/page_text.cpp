@@ -511,6 +511,15 @@ std::optional<std::uint64_t> inflated_size(Stream* raw, std::uint64_t cap) {
 std::uint64_t Reader::stream_size(const Ref& ref, std::uint64_t cap) {
   const std::uint64_t key = key_of(ref);
   if (auto it = sizes_.find(key); it != sizes_.end()) return it->second;
+  // Measuring is work too: all of it together stays within max_content_bytes. Past that, a stream
+  // not measured yet counts as over every limit.
+  if (measured_ >= opts_.max_content_bytes) {
+    measure_spent_ = true;
+    return cap + 1;
+  }
+  const std::uint64_t room = opts_.max_content_bytes - measured_;
+  const bool short_of_room = room < cap;
+  cap = std::min(cap, room);
   std::uint64_t total = 0;
   Object obj = doc_->getXRef()->fetch(ref);
   std::optional<std::uint64_t> fast;
@@ -534,6 +543,11 @@ std::uint64_t Reader::stream_size(const Ref& ref, std::uint64_t cap) {
     s->close();
   }
   total = std::min(total, cap + 1);
+  measured_ += total;
+  if (total > cap && short_of_room) {
+    measure_spent_ = true;
+    return opts_.max_page_content_bytes + 1;  // not known, and not remembered
+  }
   sizes_.emplace(key, total);
   return total;
 }
@@ -644,10 +658,16 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
     return out;
   }
   std::uint64_t charged = 0;
-  std::string why = precharge(index, &charged);
-  if (why.empty() && content_used_ + charged > opts_.max_content_bytes)
-    why = "the document's content streams decode to more than the limit of " +
-          std::to_string(opts_.max_content_bytes) + " bytes";
+  const std::string over_document = "the document's content streams decode to more than the limit of " +
+                                    std::to_string(opts_.max_content_bytes) + " bytes";
+  std::string why;
+  if (content_used_ >= opts_.max_content_bytes) {
+    why = over_document;
+  } else {
+    measure_spent_ = false;
+    why = precharge(index, &charged);
+    if (measure_spent_ || (why.empty() && content_used_ + charged > opts_.max_content_bytes)) why = over_document;
+  }
   if (!why.empty()) {
     out.warnings.push_back(label + " skipped: " + why);
     return out;

@@ -9,8 +9,9 @@
 // through a TextOutputDev subclass that:
 //  - measures the decoded size of the page's content streams, annotation appearance streams and form
 //    XObjects before the page is interpreted (each stream decoded once per document, only up to the
-//    limit), and skips a page whose content is larger than ExtractOptions::max_page_content_bytes or
-//    than what is left of ExtractOptions::max_content_bytes; a form XObject is charged again at every use;
+//    limit, and all the measuring of a document within max_content_bytes too), and skips a page whose
+//    content is larger than ExtractOptions::max_page_content_bytes or than what is left of
+//    ExtractOptions::max_content_bytes; a form XObject is charged again at every use;
 //  - counts the text (UTF-8 bytes) and poppler's words as they are drawn, and stops interpreting the
 //    page (poppler's abort callback) at ExtractOptions::max_page_text_bytes or max_page_words; poppler
 //    keeps ~80 bytes per character, so its content-order copy of the page is taken in chunks and the
@@ -102,7 +103,8 @@ class Reader {
   struct Pass;
   friend struct Pass;
 
-  /// Decoded size of the stream `ref` points to, at most `cap` + 1 (memoised per object).
+  /// Decoded size of the stream `ref` points to, at most `cap` + 1 (memoised per object; `cap` is
+  /// always max_page_content_bytes). cap + 1 too when the document's measuring is spent.
   std::uint64_t stream_size(const Ref& ref, std::uint64_t cap);
   /// Charges the page's streams before it is interpreted; "" or the reason the page is skipped.
   std::string precharge(int index, std::uint64_t* charged);
@@ -110,6 +112,8 @@ class Reader {
   const ExtractOptions& opts_;
   std::unique_ptr<PDFDoc> doc_;
   std::unordered_map<std::uint64_t, std::uint64_t> sizes_;  ///< (num << 32 | gen) -> decoded bytes
+  std::uint64_t measured_ = 0;      ///< bytes decoded to measure streams (bounded by max_content_bytes)
+  bool measure_spent_ = false;      ///< a stream could not be measured within that bound
   std::uint64_t content_used_ = 0;
   std::uint64_t layout_used_ = 0;
 };

@@ -78,6 +78,24 @@ TEST(PdfLimits, DocumentContentBudgetSkipsTheRest) {
   EXPECT_EQ(doc->warnings[0], "page 4 skipped: the document's content streams decode to more than the limit of 10485760 bytes");
 }
 
+// Pages with streams of their own, each 10 MiB: past the document's budget nothing more is decoded,
+// not even to be measured.
+TEST(PdfLimits, DocumentContentBudgetWithUniqueStreams) {
+  Doc d;
+  const std::string head = "BT /F1 12 Tf 72 720 Td (own page) Tj ET\n";
+  const std::string unit = head + std::string((1 << 20) - head.size(), ' ');
+  for (int i = 0; i < 20; ++i) d.page(d.b.add_stream("/Filter /FlateDecode", deflate_repeated(unit, 10)));
+  quarry::ExtractOptions opts = ingest();
+  opts.max_content_bytes = 64 << 20;
+  auto r = in_child([&] { return summary(d.finish(), opts); });
+  ASSERT_TRUE(r.finished);
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_EQ(r.output.rfind("ok 20 ", 0), 0u) << r.output;
+  EXPECT_EQ(count(r.output, "skipped: the document's content streams decode to more than the limit of 67108864 bytes"), 14u)
+      << r.output;
+  EXPECT_NE(r.output.find("\npage 7 skipped"), std::string::npos) << r.output;
+}
+
 // A page that shows 400 MB of text: a 38 KB form XObject of text drawn 10,000 times by a small page.
 TEST(PdfLimits, PageShowingHundredsOfMegabytesOfText) {
   const std::string pdf = quarry::test::hostile::pdf_text_through_form(10000);
