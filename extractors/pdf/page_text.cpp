@@ -289,7 +289,7 @@ struct Reader::Pass final : TextOutputDev {
   void endPage() override {
     if (!started_) return;
     if (mode_ == Mode::raw) {
-      raw_->endPage();
+      end_raw_page();
       const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
       words_ = done_words_ + static_cast<std::uint64_t>(list->getLength());
       if (sink_) {
@@ -369,9 +369,16 @@ struct Reader::Pass final : TextOutputDev {
     }
   }
 
+  // Ends the raw TextPage as TextOutputDev::endPage does. coalesce() does no layout analysis in raw
+  // order, but sets the reading direction that dump() uses (left to right), otherwise uninitialised.
+  void end_raw_page() {
+    raw_->endPage();
+    raw_->coalesce(false, 0, false);
+  }
+
   // Takes the raw chunk: counts its words, keeps its text (or words), starts another.
   void next_chunk(GfxState* state) {
-    raw_->endPage();
+    end_raw_page();
     const std::unique_ptr<TextWordList> list = raw_->makeWordList(false);
     done_words_ += static_cast<std::uint64_t>(list->getLength());
     if (sink_) {
