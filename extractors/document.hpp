@@ -94,6 +94,11 @@ struct ExtractOptions {
   /// PDF: the same for the whole document, every page charged for what it interprets, so that pages
   /// sharing one large content stream are not decoded again without bound. Pages past it are skipped.
   std::uint64_t max_content_bytes = 256ull << 20;
+  /// PDF: font data poppler reads whole each time it makes a font (Type 1 programs, ToUnicode and
+  /// encoding CMaps, CIDToGIDMap), every page charged for the fonts its resources list (a long LaTeX
+  /// document reads ~300 KB per page); pages past it are skipped. Each such stream must also fit
+  /// max_page_content_bytes.
+  std::uint64_t max_font_bytes = 1ull << 30;
   /// PDF: words of poppler's text engine per page (each costs about 1.4 KB of memory); the page's text
   /// is cut there (words are counted every eighth of the limit: up to an eighth more may be kept).
   int max_page_words = 100000;

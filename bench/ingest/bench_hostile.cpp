@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       {"pdf_shared_1gib_stream", "10 PDF pages sharing one 1 GiB content stream", "shared.pdf", [] { return h::pdf_shared_content(10, 1024); }},
       {"pdf_400mb_text_form", "PDF page showing 400 MB of text through a form XObject", "text-form.pdf", [] { return h::pdf_text_through_form(10000); }},
       {"pdf_400mb_text_stream", "PDF page whose content stream shows 400 MB of text", "text-stream.pdf", [] { return h::pdf_text_in_stream(400); }},
+      {"pdf_font_1gib", "5 PDF pages listing a Type 1 font whose program inflates to 1 GiB", "font.pdf", [] { return h::pdf_font_bomb(5, 1024); }},
       {"pdf_attachment_1gib", "PDF embedding a file of /Size 100 that inflates to 1 GiB", "attachment.pdf", [] { return h::pdf_attachment_bomb(1024); }},
       {"xml_utf16_billion_laughs", "billion laughs in UTF-16LE", "laughs-utf16.xml", [] { return h::billion_laughs_utf16(); }},
       {"xml_nav_utf16", "NAV invoice XML re-encoded as UTF-16LE", "nav-utf16.xml", nav_utf16},

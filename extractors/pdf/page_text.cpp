@@ -559,7 +559,7 @@ std::uint64_t Reader::stream_size(const Ref& ref, std::uint64_t cap) {
   return total;
 }
 
-std::string Reader::precharge(int index, std::uint64_t* charged) {
+std::string Reader::precharge(int index, std::uint64_t* charged, std::uint64_t* fonts) {
   const std::uint64_t cap = opts_.max_page_content_bytes;
   const std::string limit = std::to_string(cap);
   ::Page* page = doc_->getPage(index + 1);
@@ -590,15 +590,47 @@ std::string Reader::precharge(int index, std::uint64_t* charged) {
   if (sum > cap) return "its content streams decode to more than the limit of " + limit + " bytes";
 
   // Form XObjects reachable from a resource dictionary: each must fit the limit (they are charged when
-  // used, but one that is too large must not be decoded even once).
+  // used, but one that is too large must not be decoded even once). Fonts: poppler reads some of a
+  // font's streams whole whenever it makes the font, i.e. for every page (and form) whose resources
+  // list it: Type 1 programs (FontFile, FontFile3 of Type1C), ToUnicode and embedded encoding CMaps,
+  // CIDToGIDMap. Each must fit the limit too, and the page is charged for them (max_font_bytes).
   std::string why;
-  auto walk_resources = [&](Dict* resources) {
-    std::vector<Object> stack;
-    if (resources) stack.emplace_back(resources->lookup("XObject"));
-    while (!stack.empty() && why.empty()) {
-      Object xobjects = std::move(stack.back());
-      stack.pop_back();
-      if (!xobjects.isDict()) continue;
+  std::vector<Object> stack;  // resource dictionaries still to visit
+  auto font_stream = [&](const Object& nf) {
+    if (!why.empty() || !nf.isRef() || !seen.insert(key_of(nf.getRef())).second) return;
+    if (++nodes > kMaxNodes) {
+      why = "its resources hold more than " + std::to_string(kMaxNodes) + " objects";
+      return;
+    }
+    const std::uint64_t size = stream_size(nf.getRef(), cap);
+    if (size > cap) why = "a font in its resources decodes to more than the limit of " + limit + " bytes";
+    *fonts += size;
+  };
+  auto visit_font = [&](const Object& font) {
+    if (!font.isDict()) return;
+    font_stream(font.dictLookupNF("ToUnicode"));
+    font_stream(font.dictLookupNF("Encoding"));
+    const Object subtype = font.dictLookup("Subtype");
+    if (subtype.isName("Type1") || subtype.isName("MMType1")) {
+      const Object descriptor = font.dictLookup("FontDescriptor");
+      if (descriptor.isDict()) {
+        font_stream(descriptor.dictLookupNF("FontFile"));
+        font_stream(descriptor.dictLookupNF("FontFile3"));
+      }
+    } else if (subtype.isName("Type0")) {
+      const Object descendants = font.dictLookup("DescendantFonts");
+      if (descendants.isArray() && descendants.arrayGetLength() > 0) {
+        const Object cid = descendants.arrayGet(0);
+        if (cid.isDict()) font_stream(cid.dictLookupNF("CIDToGIDMap"));
+      }
+    } else if (subtype.isName("Type3")) {
+      Object res = font.dictLookup("Resources");
+      if (res.isDict()) stack.push_back(std::move(res));
+    }
+  };
+  auto visit = [&](Dict* resources) {
+    const Object xobjects = resources->lookup("XObject");
+    if (xobjects.isDict()) {
       for (int i = 0; i < xobjects.dictGetLength() && why.empty(); ++i) {
         const Object& nf = xobjects.dictGetValNF(i);
         if (!nf.isRef() || !seen.insert(key_of(nf.getRef())).second) continue;
@@ -611,8 +643,28 @@ std::string Reader::precharge(int index, std::uint64_t* charged) {
         if (stream_size(nf.getRef(), cap) > cap)
           why = "a form XObject in its resources decodes to more than the limit of " + limit + " bytes";
         Object res = x.streamGetDict()->lookup("Resources");
-        if (res.isDict()) stack.emplace_back(res.dictLookup("XObject"));
+        if (res.isDict()) stack.push_back(std::move(res));
       }
+    }
+    const Object font_dict = resources->lookup("Font");
+    if (font_dict.isDict()) {
+      for (int i = 0; i < font_dict.dictGetLength() && why.empty(); ++i) {
+        const Object& nf = font_dict.dictGetValNF(i);
+        if (nf.isRef() && !seen.insert(key_of(nf.getRef())).second) continue;
+        if (++nodes > kMaxNodes) {
+          why = "its resources hold more than " + std::to_string(kMaxNodes) + " objects";
+          break;
+        }
+        visit_font(nf.fetch(xref));
+      }
+    }
+  };
+  auto walk_resources = [&](Dict* resources) {
+    if (resources) visit(resources);
+    while (!stack.empty() && why.empty()) {
+      Object res = std::move(stack.back());
+      stack.pop_back();
+      if (res.isDict()) visit(res.getDict());
     }
   };
   walk_resources(page->getResourceDict());
@@ -664,7 +716,7 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
     out.warnings.push_back(label + " could not be read");
     return out;
   }
-  std::uint64_t charged = 0;
+  std::uint64_t charged = 0, fonts = 0;
   const std::string over_document = "the document's content streams decode to more than the limit of " +
                                     std::to_string(opts_.max_content_bytes) + " bytes";
   std::string why;
@@ -672,14 +724,18 @@ PageText Reader::page(int index, std::uint64_t text_budget, bool want_words) {
     why = over_document;
   } else {
     measure_spent_ = false;
-    why = precharge(index, &charged);
+    why = precharge(index, &charged, &fonts);
     if (measure_spent_ || (why.empty() && content_used_ + charged > opts_.max_content_bytes)) why = over_document;
+    if (why.empty() && fonts_used_ + fonts > opts_.max_font_bytes)
+      why = "the document's fonts (read again for every page that lists them) decode to more than the limit of " +
+            std::to_string(opts_.max_font_bytes) + " bytes";
   }
   if (!why.empty()) {
     out.warnings.push_back(label + " skipped: " + why);
     return out;
   }
   content_used_ += charged;
+  fonts_used_ += fonts;
   const std::uint64_t content_left = std::min(opts_.max_page_content_bytes - charged, opts_.max_content_bytes - content_used_);
   const std::uint64_t text_cap = std::min<std::uint64_t>(opts_.max_page_text_bytes, text_budget);
 

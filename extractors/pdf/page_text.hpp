@@ -12,6 +12,8 @@
 //    limit, and all the measuring of a document within max_content_bytes too), and skips a page whose
 //    content is larger than ExtractOptions::max_page_content_bytes or than what is left of
 //    ExtractOptions::max_content_bytes; a form XObject is charged again at every use;
+//  - does the same for the font streams poppler reads whole each time it makes a font (Type 1
+//    programs, ToUnicode and encoding CMaps, CIDToGIDMap), against ExtractOptions::max_font_bytes;
 //  - counts the text (UTF-8 bytes) and poppler's words as they are drawn, and stops interpreting the
 //    page (poppler's abort callback) at ExtractOptions::max_page_text_bytes or max_page_words; poppler
 //    keeps ~80 bytes per character, so its content-order copy of the page is taken in chunks and the
@@ -106,8 +108,9 @@ class Reader {
   /// Decoded size of the stream `ref` points to, at most `cap` + 1 (memoised per object; `cap` is
   /// always max_page_content_bytes). cap + 1 too when the document's measuring is spent.
   std::uint64_t stream_size(const Ref& ref, std::uint64_t cap);
-  /// Charges the page's streams before it is interpreted; "" or the reason the page is skipped.
-  std::string precharge(int index, std::uint64_t* charged);
+  /// Measures the page's streams before it is interpreted: `charged` (content and annotation
+  /// appearances) and `fonts` (font streams poppler reads whole); "" or the reason the page is skipped.
+  std::string precharge(int index, std::uint64_t* charged, std::uint64_t* fonts);
 
   const ExtractOptions& opts_;
   std::unique_ptr<PDFDoc> doc_;
@@ -115,6 +118,7 @@ class Reader {
   std::uint64_t measured_ = 0;      ///< bytes decoded to measure streams (bounded by max_content_bytes)
   bool measure_spent_ = false;      ///< a stream could not be measured within that bound
   std::uint64_t content_used_ = 0;
+  std::uint64_t fonts_used_ = 0;
   std::uint64_t layout_used_ = 0;
 };
 

@@ -68,6 +68,28 @@ inline std::string pdf_attachment_bomb(std::uint64_t mib = 1024) {
   return d.finish();
 }
 
+/// `pages` pages whose resources list one embedded Type 1 font whose program inflates to `mib` MiB
+/// (poppler reads a Type 1 program whole each time it makes the font: for every page).
+inline std::string pdf_font_bomb(int pages = 5, std::uint64_t mib = 1024) {
+  Builder b;
+  const int program = b.add_stream("/Length1 100 /Length2 0 /Length3 0 /Filter /FlateDecode",
+                                   deflate_repeated(std::string(1 << 20, ' '), mib));
+  const int descriptor = b.add("<< /Type /FontDescriptor /FontName /Bomb /Flags 32 /FontBBox [0 0 1000 1000] /ItalicAngle 0 "
+                               "/Ascent 800 /Descent -200 /CapHeight 700 /StemV 80 /FontFile " + Builder::ref(program) + " >>");
+  std::string widths;
+  for (int c = 32; c <= 126; ++c) widths += "500 ";
+  const int font = b.add("<< /Type /Font /Subtype /Type1 /BaseFont /Bomb /FirstChar 32 /LastChar 126 /Widths [" + widths +
+                         "] /FontDescriptor " + Builder::ref(descriptor) + " >>");
+  const int content = b.add_stream("", "BT /F1 12 Tf 72 700 Td (font page) Tj ET");
+  const int root = b.reserve();
+  std::string kids;
+  for (int i = 0; i < pages; ++i)
+    kids += Builder::ref(b.add("<< /Type /Page /Parent " + Builder::ref(root) + " /MediaBox [0 0 612 792] /Resources << /Font << /F1 " +
+                               Builder::ref(font) + " >> >> /Contents " + Builder::ref(content) + " >>")) + " ";
+  b.set(root, "<< /Type /Pages /Kids [" + kids + "] /Count " + std::to_string(pages) + " >>");
+  return b.finish(b.add("<< /Type /Catalog /Pages " + Builder::ref(root) + " >>"));
+}
+
 /// An XML or HTML element with `n` attributes.
 inline std::string many_attributes(int n, bool html) {
   std::string x = html ? "<!DOCTYPE html><html><body><div" : "<?xml version=\"1.0\"?>\n<r";

@@ -237,6 +237,21 @@ TEST(PdfLimits, IntricateLayoutFallsBackToContentOrder) {
   EXPECT_EQ(many->warnings[1].rfind("page 4: too intricate", 0), 0u) << many->warnings[1];
 }
 
+// A Type 1 font whose program inflates to 1 GiB, listed by 5 pages (it took 28 s and 1.1 GB): every
+// page is skipped before poppler makes the font. A 1 MiB one under a 3 MiB font budget: 3 pages read.
+TEST(PdfLimits, FontProgramsAreMeasuredAndCharged) {
+  auto r = guarded(quarry::test::hostile::pdf_font_bomb(5, 1024));
+  EXPECT_EQ(r.output, "error PDF has no extractable text within the limits (page 1 skipped: a font in its resources decodes "
+                      "to more than the limit of 67108864 bytes)");
+  quarry::ExtractOptions opts = ingest();
+  opts.max_font_bytes = 3 << 20;
+  auto doc = quarry::extract_bytes(quarry::test::hostile::pdf_font_bomb(5, 1), "fonts.pdf", opts);
+  ASSERT_TRUE(doc) << doc.error().reason;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(doc->pages[i].lines.size(), 1u) << i;
+  ASSERT_EQ(doc->warnings.size(), 2u);
+  EXPECT_EQ(doc->warnings[0], "page 4 skipped: the document's fonts (read again for every page that lists them) decode to more than the limit of 3145728 bytes");
+}
+
 // A page tree nested 100,000 levels deep (poppler's walk of it is quadratic, and qpdf's recursive
 // one overflows the stack): refused before any page is looked up. 200 levels are fine.
 std::string chained_page_tree(int depth) {
