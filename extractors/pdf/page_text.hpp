@@ -14,13 +14,14 @@
 //    ExtractOptions::max_content_bytes; a form XObject is charged again at every use;
 //  - does the same for the font streams poppler reads whole each time it makes a font (Type 1
 //    programs, ToUnicode and encoding CMaps, CIDToGIDMap), against ExtractOptions::max_font_bytes;
-//  - counts the text (UTF-8 bytes) and poppler's words as they are drawn, and stops interpreting the
-//    page (poppler's abort callback) at ExtractOptions::max_page_text_bytes or max_page_words; poppler
-//    keeps ~80 bytes per character, so its content-order copy of the page is taken in chunks and the
-//    layout's copy stops growing once the page cannot be laid out (or passes 200,000 characters);
-//  - estimates the cost of the layout analysis before running it, from the words in content order
-//    (cost model below), and gives the page in content-stream order (poppler's raw order) instead when
-//    the cost is over ExtractOptions::max_page_layout_work or what is left of max_layout_work.
+//  - counts the text (UTF-8 bytes) and poppler's words as they are drawn (TextPage::addChar's word
+//    breaks, reproduced), stops interpreting the page (poppler's abort callback) at
+//    ExtractOptions::max_page_text_bytes, and estimates the cost of the layout analysis before running
+//    it (cost model below);
+//  - gives the page in content-stream order (poppler's raw order, a second interpretation of that page
+//    only) when the cost is over ExtractOptions::max_page_layout_work or what is left of
+//    max_layout_work, or the page has more than 200,000 characters: poppler keeps ~80 bytes per
+//    character, so that pass takes its TextPage in chunks, and cuts the page at max_page_words.
 //
 // Layout cost model (measured on poppler 22.12's TextPage::coalesce, not taken from a paper): with W
 // words and F "fragments" (words, in content order, that do not continue the previous word on its
