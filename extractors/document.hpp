@@ -40,7 +40,8 @@ struct Page {
   std::vector<Line> lines;
 };
 
-/// A file embedded in the document (PDF EmbeddedFiles / FileAttachment annotations).
+/// A file embedded in the document: for PDF, the EmbeddedFiles name tree, the catalog's and pages'
+/// /AF (associated files) and FileAttachment annotations (see extractors/pdf/attachments.hpp).
 struct Attachment {
   std::string name;          ///< file name as stored in the document
   std::string media_type;    ///< as declared (Subtype) or detected from the content
@@ -78,10 +79,40 @@ using Expected = tl::expected<T, ExtractError>;
 struct ExtractOptions {
   std::uint64_t max_file_bytes = 256ull << 20;   ///< larger inputs are refused
   std::uint64_t max_text_bytes = 64ull << 20;    ///< extracted text cap per document
-  std::uint64_t max_page_text_bytes = 4ull << 20;  ///< extracted text cap per page
-  /// Cap on one embedded file's bytes as really inflated (a declared /Size is never trusted).
+  /// Extracted text cap per page (UTF-8 bytes). A PDF page is cut there while it is interpreted (the
+  /// rest of the page is not read; a warning says so).
+  std::uint64_t max_page_text_bytes = 4ull << 20;
+  /// Cap on one embedded file's bytes as really inflated (a declared /Size is never trusted): a larger
+  /// file is skipped with a warning, and inflating it stops at the cap.
   std::uint64_t max_attachment_bytes = 32ull << 20;
+  /// Cap on all embedded files of one document together (bytes, inflated); files past it are skipped.
+  std::uint64_t max_attachments_total_bytes = 128ull << 20;
+  /// PDF: decoded content a page may have interpreted (bytes): its content streams, annotation
+  /// appearance streams and every use of a form XObject. A page over it is skipped with a warning
+  /// before anything of it is interpreted (or cut, when the excess comes from repeated form uses).
+  std::uint64_t max_page_content_bytes = 64ull << 20;
+  /// PDF: the same for the whole document, every page charged for what it interprets, so that pages
+  /// sharing one large content stream are not decoded again without bound. Pages past it are skipped.
+  std::uint64_t max_content_bytes = 256ull << 20;
+  /// PDF: font data poppler reads whole each time it makes a font (Type 1 programs, ToUnicode and
+  /// encoding CMaps, CIDToGIDMap), every page charged for the fonts its resources list (a long LaTeX
+  /// document reads ~300 KB per page); pages past it are skipped. Each such stream must also fit
+  /// max_page_content_bytes.
+  std::uint64_t max_font_bytes = 1ull << 30;
+  /// PDF: words of poppler's text engine per page (each costs about 1.4 KB of memory); the page's text
+  /// is cut there (words are counted every eighth of the limit: up to an eighth more may be kept).
+  int max_page_words = 100000;
+  /// PDF: estimated cost of poppler's layout analysis (physical layout) for one page and for the whole
+  /// document, in the units of extractors/pdf/page_text.hpp (W*F + W*W/16 for W words and F line
+  /// fragments; an ordinary page costs about 1e5). A page over either gets its text in content-stream
+  /// order instead, with a warning.
+  std::uint64_t max_page_layout_work = 25'000'000;
+  std::uint64_t max_layout_work = 250'000'000;
   int max_xml_depth = 256;                       ///< XML / HTML element nesting limit
+  /// XML / HTML: attributes of one element (libxml2 2.9 compares each with every earlier one).
+  int max_xml_attributes = 256;
+  /// XML / HTML: elements and attributes in one document (libxml2's tree takes ~300 bytes for each).
+  std::uint64_t max_xml_nodes = 1000000;
   int max_pages = 5000;
   std::string pdf_password;                      ///< tried for encrypted PDFs (owner and user)
   bool map_einvoices = true;                     ///< run the e-invoice mappers on XML and PDF attachments

@@ -22,9 +22,16 @@ std::string detect_media_type(std::string_view bytes, const std::filesystem::pat
 /// text with table rows joined by " | "; XML is one line per element with text; text/Markdown is
 /// decoded to UTF-8. Blank lines are not stored: they end a block (Line::block).
 /// Errors (besides unreadable files and limits): empty file, unsupported binary content, malformed
-/// XML, entity declarations, nesting deeper than opts.max_xml_depth, an unreadable or encrypted PDF
+/// XML, an XML encoding that is unknown or does not decode, entity declarations, nesting deeper than
+/// opts.max_xml_depth, an XML or HTML element with more than opts.max_xml_attributes attributes or a
+/// document with more than opts.max_xml_nodes elements and attributes, an unreadable or encrypted PDF
 /// without the right opts.pdf_password, and a document with no text at all (image-only PDF, HTML
-/// with nothing visible), which nothing downstream could use.
+/// with nothing visible, a PDF whose every page is over its content limit), which nothing downstream
+/// could use.
+/// Limits that cut a document rather than refuse it are warnings (Document::warnings): a PDF page
+/// skipped or cut (content, text or word limits), given in content-stream order (layout limits), an
+/// embedded file skipped (opts.max_attachment_bytes, opts.max_attachments_total_bytes). Every limit
+/// is enforced while the input is read, so time and memory stay bounded by `opts` whatever the input.
 /// When opts.map_einvoices, an XML file, or an XML file embedded in a PDF, that is a structured
 /// e-invoice is mapped into Document::einvoice; a mapping failure is a warning, not an error.
 Expected<Document> extract_file(const std::filesystem::path& path, const ExtractOptions& opts = {});

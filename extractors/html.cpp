@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "extractors/formats.hpp"
+#include "extractors/xml/markup_scan.hpp"
 
 namespace quarry::detail {
 namespace {
@@ -295,6 +296,20 @@ void head_metadata(const xmlNode* root, Document& doc) {
 Expected<Document> extract_html(std::string_view bytes, Document doc, const ExtractOptions& opts) {
   if (bytes.size() > static_cast<std::size_t>(INT32_MAX))
     return tl::unexpected(ExtractError{doc.source, "HTML larger than 2 GiB"});
+  // Attributes per element and elements in all, before libxml2 sees them (see xml/markup_scan.hpp);
+  // UTF-16 is scanned as UTF-8.
+  {
+    const xml::ScanLimits limits{opts.max_xml_depth, opts.max_xml_attributes, opts.max_xml_nodes, true};
+    xml::ScanResult scan;
+    if (bytes.starts_with("\xFF\xFE") || bytes.starts_with("\xFE\xFF")) {
+      auto utf8 = iconv_to_utf8(bytes.substr(2, (bytes.size() - 2) & ~std::size_t{1}), bytes[0] == '\xFF' ? "UTF-16LE" : "UTF-16BE", doc.source);
+      if (!utf8) return tl::unexpected(ExtractError{doc.source, "HTML declares UTF-16 by its byte order mark but is not: " + utf8.error().reason});
+      scan = xml::scan_markup(*utf8, limits);
+    } else {
+      scan = xml::scan_markup(bytes, limits);
+    }
+    if (scan.kind != xml::ScanResult::ok) return tl::unexpected(ExtractError{doc.source, scan.message("HTML", limits)});
+  }
   const int options = HTML_PARSE_RECOVER | HTML_PARSE_NONET | HTML_PARSE_NOERROR |
                       HTML_PARSE_NOWARNING | HTML_PARSE_COMPACT;
   std::unique_ptr<htmlParserCtxt, void (*)(htmlParserCtxtPtr)> ctxt(htmlNewParserCtxt(), htmlFreeParserCtxt);

@@ -1,9 +1,9 @@
 // Media type detection from content; the file extension only breaks ties.
 //
 // Order of checks: PDF header (within the first 1024 bytes, as PDF readers accept), known binary
-// signatures, text encoding (BOM, NUL bytes), then the structure of the text: markup whose first
-// element is <html> (or an HTML doctype, or a well-known HTML element) is HTML, other markup is XML,
-// and plain text is Markdown when it shows Markdown syntax.
+// signatures, text encoding (UTF-32 or UTF-16 BOM, NUL bytes), then the structure of the text:
+// markup whose first element is <html> (or an HTML doctype, or a well-known HTML element) is HTML,
+// other markup is XML, and plain text is Markdown when it shows Markdown syntax.
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -135,7 +135,12 @@ std::string detect_media_type(std::string_view bytes, const std::filesystem::pat
   // Text to sniff, in UTF-8: a UTF-16 head is converted (a truncated last unit is dropped).
   std::string sniff;
   const std::string_view probe = bytes.substr(0, 64 * 1024);
-  if (probe.substr(0, 2) == "\xFF\xFE" || probe.substr(0, 2) == "\xFE\xFF") {
+  if (probe.starts_with(std::string_view("\xFF\xFE\0\0", 4)) || probe.starts_with(std::string_view("\0\0\xFE\xFF", 4))) {
+    const char* enc = probe[0] == '\xFF' ? "UTF-32LE" : "UTF-32BE";
+    auto r = detail::iconv_to_utf8(probe.substr(4, (probe.size() - 4) & ~std::size_t{3}), enc, "");
+    if (!r) return kBinary;
+    sniff = std::move(*r);
+  } else if (probe.substr(0, 2) == "\xFF\xFE" || probe.substr(0, 2) == "\xFE\xFF") {
     const char* enc = probe[0] == '\xFF' ? "UTF-16LE" : "UTF-16BE";
     auto r = detail::iconv_to_utf8(probe.substr(2, (probe.size() - 2) & ~std::size_t{1}), enc, "");
     if (!r) return kBinary;

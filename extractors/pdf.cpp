@@ -1,9 +1,10 @@
-// PDF through poppler-cpp: page text in physical layout (the layout `pdftotext -layout` prints, from
-// poppler's TextOutputDev, so a table row stays on one line), a bounding box per line from the word
-// boxes of page::text_list(), document metadata, and embedded files (EmbeddedFiles name tree) as
-// attachments, which is where ZUGFeRD / Factur-X / XRechnung PDFs carry their invoice XML.
+// PDF: document metadata and page geometry through poppler-cpp; page text through poppler's core text
+// engine with the limits enforced while each page is interpreted (pdf/page_text.hpp), in physical
+// layout (the layout `pdftotext -layout` prints, from poppler's TextOutputDev, so a table row stays on
+// one line) with a bounding box per line from the page's words; embedded files through qpdf
+// (pdf/attachments.hpp: the EmbeddedFiles name tree, /AF associated files and file attachment
+// annotations), which is where ZUGFeRD / Factur-X / XRechnung PDFs carry their invoice XML.
 #include <poppler-document.h>
-#include <poppler-embedded-file.h>
 #include <poppler-global.h>
 #include <poppler-page.h>
 
@@ -18,6 +19,8 @@
 
 #include "extractors/extract.hpp"
 #include "extractors/formats.hpp"
+#include "extractors/pdf/attachments.hpp"
+#include "extractors/pdf/page_text.hpp"
 
 namespace quarry::detail {
 namespace {
@@ -59,11 +62,10 @@ struct Word {
 // vertical position (first the position of the line above, then that of the line's first match).
 class LineBoxer {
  public:
-  explicit LineBoxer(const poppler::page& page) {
-    for (const poppler::text_box& tb : page.text_list()) {
-      const poppler::rectf r = tb.bbox();
-      words_.push_back(Word{BBox{r.left(), r.top(), r.right(), r.bottom()}});
-      index_[utf8(tb.text())].push_back(words_.size() - 1);
+  explicit LineBoxer(std::vector<pdf::Word> words) {
+    for (pdf::Word& w : words) {
+      words_.push_back(Word{w.box});
+      index_[std::move(w.text)].push_back(words_.size() - 1);
     }
   }
 
@@ -120,25 +122,9 @@ class LineBoxer {
   double last_y_ = -1e9;
 };
 
-// A PDF text string (file names in file specifications) to UTF-8: UTF-16BE with a BOM, UTF-8 with a
-// BOM (PDF 2.0), else PDFDocEncoding, read as Latin-1 (they agree on the printable characters).
-std::string pdf_text_string(const std::string& raw) {
-  if (raw.size() >= 2 && raw[0] == '\xFE' && raw[1] == '\xFF') {
-    auto r = iconv_to_utf8(std::string_view(raw).substr(2, (raw.size() - 2) & ~std::size_t{1}), "UTF-16BE", "");
-    return r ? *r : std::string{};
-  }
-  if (raw.compare(0, 3, "\xEF\xBB\xBF") == 0) return valid_utf8(raw.substr(3)) ? raw.substr(3) : std::string{};
-  if (valid_utf8(raw)) return raw;
-  auto r = iconv_to_utf8(raw, "ISO-8859-1", "");
-  return r ? *r : std::string{};
-}
-
-bool ends_with_ci(const std::string& s, std::string_view suffix) {
-  if (s.size() < suffix.size()) return false;
-  for (std::size_t i = 0; i < suffix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
-  return true;
-}
+// Page trees are a few levels deep (a balanced tree of 5,000 pages with 2 kids per node has 13);
+// poppler's walk is quadratic in the depth.
+constexpr int kMaxPageTreeDepth = 256;
 
 }  // namespace
 
@@ -180,6 +166,14 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
   put("pdf_version", std::to_string(major) + "." + std::to_string(minor));
   if (pdf->is_encrypted()) put("encrypted", "true");
 
+  // poppler's core objects below need poppler's global state, which lives as long as `pdf` does.
+  pdf::Reader reader(bytes, opts.pdf_password, opts);
+  if (!reader.ok())
+    return tl::unexpected(ExtractError{doc.source, "not a readable PDF (damaged, truncated or not a PDF)"});
+  // Before any page is looked up (poppler-cpp's pages included).
+  if (std::string why = reader.page_tree_problem(kMaxPageTreeDepth, 4 * static_cast<std::size_t>(opts.max_pages) + 1024);
+      !why.empty())
+    return tl::unexpected(ExtractError{doc.source, "PDF refused: " + why});
   std::size_t text_bytes = 0;
   bool any_text = false;
   for (int i = 0; i < n_pages; ++i) {
@@ -196,60 +190,37 @@ Expected<Document> extract_pdf(std::string_view bytes, Document doc, const Extra
                           p->orientation() == poppler::page::seascape;
     page.width = sideways ? r.height() : r.width();
     page.height = sideways ? r.width() : r.height();
-    const std::string text = utf8(p->text(poppler::rectf(), poppler::page::physical_layout));
+    // Characters beyond the document's limit stop the page early; the limit is then an error below.
+    const std::uint64_t budget = opts.max_text_bytes - std::min<std::uint64_t>(text_bytes, opts.max_text_bytes) + 1;
+    pdf::PageText text = reader.page(i, budget, opts.pdf_line_bboxes);
+    for (std::string& w : text.warnings) doc.warnings.push_back(std::move(w));
     int block = 0;
-    text_bytes += append_lines(page, text, &block);
-    if (text_bytes > opts.max_text_bytes)
+    text_bytes += append_lines(page, text.text, &block);
+    if (text_bytes > opts.max_text_bytes || text.budget_spent)
       return tl::unexpected(ExtractError{doc.source, "extracted text larger than the limit of " +
                                                          std::to_string(opts.max_text_bytes) + " bytes"});
     if (opts.pdf_line_bboxes && !page.lines.empty()) {
-      LineBoxer boxer(*p);
+      LineBoxer boxer(std::move(text.words));
       for (Line& line : page.lines) line.bbox = boxer.box(line.text);
     }
     any_text = any_text || !page.lines.empty();
     doc.pages.push_back(std::move(page));
   }
   // A PDF without a single character of text cannot be used downstream: either its pages are images
-  // (OCR is not done here) or it is damaged beyond what poppler can reconstruct.
-  if (!any_text)
+  // (OCR is not done here) or it is damaged beyond what poppler can reconstruct, or its pages were
+  // all over the limits (then the first warning says which).
+  if (!any_text) {
+    for (const std::string& w : doc.warnings)
+      if (w.find(" skipped: ") != std::string::npos || w.find(" cut") != std::string::npos)
+        return tl::unexpected(ExtractError{doc.source, "PDF has no extractable text within the limits (" + w + ")"});
     return tl::unexpected(ExtractError{
         doc.source, "PDF has no extractable text (pages are images, or the file is damaged)"});
+  }
 
-  if (pdf->has_embedded_files()) {
-    for (poppler::embedded_file* ef : pdf->embedded_files()) {
-      if (!ef || !ef->is_valid()) {
-        doc.warnings.push_back("an embedded file could not be read");
-        continue;
-      }
-      std::string name = pdf_text_string(ef->name());
-      if (ef->size() < 0 || static_cast<std::uint64_t>(ef->size()) > opts.max_file_bytes) {
-        doc.warnings.push_back("embedded file " + name + " larger than the limit; skipped");
-        continue;
-      }
-      const poppler::byte_array data = ef->data();
-      Attachment a;
-      a.bytes.assign(data.begin(), data.end());
-      if (name.empty()) {
-        // poppler-cpp 22.12 returns the name through a C string, so a UTF-16 name (every ASCII
-        // character has a 0 high byte) arrives as its BOM alone. Name it by position and content.
-        const std::string mt = detect_media_type(a.bytes);
-        const char* ext = mt == "application/xml" ? ".xml" : mt == "application/pdf" ? ".pdf"
-                          : mt == "text/html" ? ".html" : mt == "text/plain" ? ".txt" : ".bin";
-        name = "attachment-" + std::to_string(doc.attachments.size() + 1) + ext;
-        doc.warnings.push_back("the name of an embedded file could not be read; called it " + name);
-      }
-      a.name = name;
-      a.description = utf8(ef->description());
-      a.media_type = ef->mime_type();
-      if (a.media_type.empty() || a.media_type == "application/octet-stream") {
-        const std::string detected = detect_media_type(a.bytes, name);
-        if (detected != "application/octet-stream" || a.media_type.empty()) a.media_type = detected;
-      }
-      // PDF names encode '/' as "#2F" in Subtype; poppler returns e.g. "text#2Fxml".
-      if (auto k = a.media_type.find("#2F"); k != std::string::npos) a.media_type.replace(k, 3, "/");
-      if (a.media_type.empty() && ends_with_ci(name, ".xml")) a.media_type = "application/xml";
-      doc.attachments.push_back(std::move(a));
-    }
+  if (reader.may_embed_files()) {
+    pdf::Attachments files = pdf::read_attachments(bytes, opts.pdf_password, opts, reader.page_refs());
+    for (std::string& w : files.warnings) doc.warnings.push_back(std::move(w));
+    doc.attachments = std::move(files.files);
   }
   return doc;
 }

@@ -29,9 +29,11 @@ constexpr Format kFormats[] = {
 
 // Bytes that cannot be XML at all (a PNG attachment, plain text) are "not an e-invoice", not an
 // error: after an optional UTF-8 byte order mark and white space, XML starts with '<'; UTF-16 XML
-// starts with its byte order mark.
+// starts with its byte order mark, or without one has a NUL byte in its first character.
 bool looks_like_xml(std::string_view b) {
   if (b.size() >= 2 && ((b[0] == '\xFE' && b[1] == '\xFF') || (b[0] == '\xFF' && b[1] == '\xFE'))) return true;
+  if (b.size() >= 4 && b.substr(0, 4).find('\0') != std::string_view::npos && b.substr(0, 8).find('<') != std::string_view::npos)
+    return true;
   if (b.starts_with("\xEF\xBB\xBF")) b.remove_prefix(3);
   const auto i = b.find_first_not_of(" \t\r\n");
   return i != std::string_view::npos && b[i] == '<';

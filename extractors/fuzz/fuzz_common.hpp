@@ -15,6 +15,15 @@ inline ExtractOptions options() {
   o.max_file_bytes = 4 << 20;
   o.max_text_bytes = 4 << 20;
   o.max_pages = 50;
+  o.max_page_text_bytes = 1 << 20;
+  o.max_page_content_bytes = 8 << 20;
+  o.max_content_bytes = 16 << 20;
+  o.max_attachment_bytes = 4 << 20;
+  o.max_attachments_total_bytes = 8 << 20;
+  o.max_page_words = 20000;
+  o.max_page_layout_work = 2'000'000;
+  o.max_layout_work = 20'000'000;
+  o.max_xml_nodes = 100000;
   return o;
 }
 

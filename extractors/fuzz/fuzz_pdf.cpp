@@ -1,4 +1,5 @@
-// libFuzzer target: the PDF extractor (poppler-cpp text, line boxes, metadata, attachments).
+// libFuzzer target: the PDF extractor (text through poppler's text engine under the limits, line boxes,
+// metadata, attachments through qpdf).
 #include "extractors/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

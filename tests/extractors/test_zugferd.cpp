@@ -3,9 +3,13 @@
 // appear in the visible text of the PDF. The "blanko" sample has no embedded file.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cctype>
+#include <fstream>
 
 #include "extractors/extract.hpp"
+#include "tests/common/run_command.hpp"
 #include "tests/extractors/corpus.hpp"
 
 namespace {
@@ -26,18 +30,13 @@ TEST(Zugferd, EmbeddedInvoiceXmlIsFound) {
       EXPECT_TRUE(doc->attachments.empty());
       continue;
     }
-    // The standard names; poppler-cpp cannot read UTF-16 names, for which the extractor makes up
-    // "attachment-N.xml" and says so in a warning.
+    // The standard names (UTF-16 ones included) and no warning.
     const quarry::Attachment* xml = nullptr;
     for (const auto& a : doc->attachments) {
       const std::string n = lower(a.name);
       if (n == "factur-x.xml" || n == "zugferd-invoice.xml" || n == "xrechnung.xml") xml = &a;
-      if (n.rfind("attachment-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".xml") {
-        ASSERT_EQ(doc->warnings.size(), 1u);
-        EXPECT_NE(doc->warnings[0].find(a.name), std::string::npos);
-        xml = &a;
-      }
     }
+    EXPECT_TRUE(doc->warnings.empty());
     ASSERT_NE(xml, nullptr) << "no invoice XML among " << doc->attachments.size() << " attachments";
     EXPECT_TRUE(xml->media_type == "text/xml" || xml->media_type == "application/xml") << xml->media_type;
     auto parsed = quarry::test::read_xml(xml->bytes);
@@ -97,6 +96,55 @@ TEST(Zugferd, InvoiceNumberOfTheXmlIsInTheText) {
       EXPECT_NE(doc->text().find(id), std::string::npos) << "invoice number " << id;
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// What poppler's own pdfdetach lists and saves is the reference: every file it finds in every ZUGFeRD
+// PDF of the corpora (both folders) must be among the attachments, with the same bytes, and the
+// invoice XML among them must be mapped.
+TEST(Zugferd, EveryFilePdfdetachListsIsFound) {
+  if (std::system("command -v pdfdetach >/dev/null 2>&1") != 0) GTEST_SKIP() << "pdfdetach (poppler-utils) not installed";
+  std::vector<std::filesystem::path> pdfs = quarry::test::files_in(quarry::test::corpora() / "zugferd");
+  for (const auto& f : quarry::test::files_in(quarry::test::corpora() / "zugferd-corpus")) pdfs.push_back(f);
+  ASSERT_EQ(pdfs.size(), 15u);
+  const auto tmp = std::filesystem::temp_directory_path() / ("quarry-detach-" + std::to_string(::getpid()));
+  std::size_t files = 0;
+  for (const auto& pdf : pdfs) {
+    SCOPED_TRACE(pdf.string());
+    std::filesystem::remove_all(tmp);
+    std::filesystem::create_directories(tmp);
+    const auto listed = quarry::test_support::run_command("pdfdetach -list '" + pdf.string() + "' 2>/dev/null");
+    ASSERT_EQ(listed.code, 0);
+    ASSERT_EQ(quarry::test_support::run_command("pdfdetach -saveall -o '" + tmp.string() + "' '" + pdf.string() + "' 2>/dev/null").code, 0);
+    auto doc = quarry::extract_file(pdf);
+    ASSERT_TRUE(doc) << doc.error().reason;
+    std::size_t n = 0;
+    bool xml = false;
+    for (const auto& saved : quarry::test::files_in(tmp)) {
+      const std::string name = saved.filename().string();
+      EXPECT_NE(listed.out.find(name), std::string::npos) << name;
+      std::ifstream in(saved, std::ios::binary);
+      const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+      const quarry::Attachment* found = nullptr;
+      for (const auto& a : doc->attachments)
+        if (a.name == name) found = &a;
+      ASSERT_NE(found, nullptr) << name << " is not among " << doc->attachments.size() << " attachments";
+      EXPECT_EQ(found->bytes, bytes) << name;
+      xml = xml || lower(name).ends_with(".xml");
+      ++n;
+    }
+    EXPECT_EQ(doc->attachments.size(), n);
+    if (xml) {
+      EXPECT_TRUE(doc->einvoice.has_value());
+      EXPECT_EQ(doc->einvoice_format, "cii");
+    }
+    files += n;
+  }
+  std::filesystem::remove_all(tmp);
+  EXPECT_EQ(files, 15u);  // 13 PDFs with one file, one with two, the "blanko" sample with none
 }
 
 }  // namespace
