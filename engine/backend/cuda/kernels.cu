@@ -206,47 +206,19 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 /// x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate, seg[1] up, output seg[0].y).
 template <int M, int TYPE, int MODE, int UNROLL>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
-  // Each warp streams two weight rows at once (MODE 2: row j of the gate and of the up matrix; else
-  // rows 2 w and 2 w + 1 of the segments laid end to end): 16 KB per warp at k = 4096, which measured
-  // 93% of the copy bandwidth where one 8 KB row per warp gave under 50%.
-  constexpr int NW = 2;
-  const std::size_t warp_id = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const std::size_t j_all = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  const std::size_t k = a.k, ldx = a.ldx;
-  const void* w[NW];
-  std::size_t row[NW], jj[NW], ldy[NW];
-  float* y[NW];
-  bool active[NW];
-  if constexpr (MODE == 2) {
-    if (warp_id >= a.seg[0].n) return;
-#pragma unroll
-    for (int q = 0; q < NW; ++q) {
-      w[q] = a.seg[q].w;
-      row[q] = warp_id * k;
-      jj[q] = warp_id;
-      y[q] = a.seg[0].y;
-      ldy[q] = a.seg[0].ldy;
-      active[q] = true;
-    }
-  } else {
-#pragma unroll
-    for (int q = 0; q < NW; ++q) {
-      std::size_t j = warp_id * NW + q;
-      int s = 0;
-      while (s + 1 < a.n_seg && j >= a.seg[s].n) j -= a.seg[s++].n;
-      active[q] = j < a.seg[s].n;
-      if (!active[q]) {  // past the last row: read a valid one, store nothing
-        j = 0;
-        s = 0;
-      }
-      w[q] = a.seg[s].w;
-      row[q] = j * k;
-      jj[q] = j;
-      y[q] = a.seg[s].y;
-      ldy[q] = a.seg[s].ldy;
-    }
-    if (!active[0]) return;
+  std::size_t j = j_all;
+  int s = 0;
+  if constexpr (MODE != 2) {
+    while (s + 1 < a.n_seg && j >= a.seg[s].n) j -= a.seg[s++].n;
   }
+  if (j >= a.seg[s].n) return;
+  const std::size_t k = a.k, ldx = a.ldx;
+  const void* w = a.seg[s].w;
+  const void* w2 = MODE == 2 ? a.seg[1].w : nullptr;
+  const std::size_t row = j * k;
+  constexpr int NW = MODE == 2 ? 2 : 1;
   float acc[NW][M];
 #pragma unroll
   for (int q = 0; q < NW; ++q)
@@ -272,33 +244,31 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
     float wv[UNROLL][NW][8];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-      for (int q = 0; q < NW; ++q) load8<TYPE>(w[q], row[q] + k0 + u * kStep, wv[u][q]);
+    for (int u = 0; u < UNROLL; ++u) {
+      load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
+      if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
+    }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) chunk(k0 + u * kStep, wv[u]);
   }
   for (; k0 < k; k0 += kStep) {
     float wv[NW][8];
-#pragma unroll
-    for (int q = 0; q < NW; ++q) load8<TYPE>(w[q], row[q] + k0, wv[q]);
+    load8<TYPE>(w, row + k0, wv[0]);
+    if constexpr (MODE == 2) load8<TYPE>(w2, row + k0, wv[NW - 1]);
     chunk(k0, wv);
   }
+  float* y = a.seg[s].y;
+  const std::size_t ldy = a.seg[s].ldy;
 #pragma unroll
   for (int r = 0; r < M; ++r) {
+    const float v = warp_sum(acc[0][r]);
     if constexpr (MODE == 2) {
-      const float v = warp_sum(acc[0][r]), u = warp_sum(acc[1][r]);
-      if (lane == 0) y[0][r * ldy[0] + jj[0]] = v / (1.f + expf(-v)) * u;
+      const float u = warp_sum(acc[NW - 1][r]);
+      if (lane == 0) y[r * ldy + j] = v / (1.f + expf(-v)) * u;
+    } else if constexpr (MODE == 1) {
+      if (lane == 0) y[r * ldy + j] += v;
     } else {
-#pragma unroll
-      for (int q = 0; q < NW; ++q) {
-        const float v = warp_sum(acc[q][r]);
-        if (lane == 0 && active[q]) {
-          float* out = y[q] + r * ldy[q] + jj[q];
-          if constexpr (MODE == 1) *out += v;
-          else *out = v;
-        }
-      }
+      if (lane == 0) y[r * ldy + j] = v;
     }
   }
 }
@@ -309,10 +279,10 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   if (mode == 2) rows = a.seg[0].n;
   else
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
-  const unsigned grid = ceil_div(mode == 2 ? rows : (rows + 1) / 2, 8);  // 8 warps per block
+  const unsigned grid = ceil_div(rows, 8);
   switch (mode) {
-    case 0: gemv_kernel<M, TYPE, 0, 2><<<grid, 256, 0, s>>>(a); break;
-    case 1: gemv_kernel<M, TYPE, 1, 2><<<grid, 256, 0, s>>>(a); break;
+    case 0: gemv_kernel<M, TYPE, 0, 4><<<grid, 256, 0, s>>>(a); break;
+    case 1: gemv_kernel<M, TYPE, 1, 4><<<grid, 256, 0, s>>>(a); break;
     default: gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a); break;
   }
 }
