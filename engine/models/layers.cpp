@@ -6,47 +6,9 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/core/dtype.hpp"
+
 namespace quarry::engine::layers {
-
-namespace {
-
-float widen(const void* data, DType type, std::size_t i) {
-  switch (type) {
-    case DType::f32: return static_cast<const float*>(data)[i];
-    case DType::bf16: {
-      const std::uint32_t u = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(data)[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-    case DType::f16: {
-      const std::uint16_t h = static_cast<const std::uint16_t*>(data)[i];
-      std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-      if (exp == 0) {
-        if (mant == 0) {
-          u = sign;
-        } else {
-          exp = 127 - 15 + 1;
-          while ((mant & 0x400u) == 0) {
-            mant <<= 1;
-            --exp;
-          }
-          u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-        }
-      } else if (exp == 31) {
-        u = sign | 0x7f800000u | (mant << 13);
-      } else {
-        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-      }
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-  }
-  return 0.f;
-}
-
-}  // namespace
 
 std::unique_ptr<Weight> WeightLoader::matrix(const std::string& name, std::size_t rows, std::size_t cols,
                                              WeightUse use) const {
@@ -57,7 +19,7 @@ std::unique_ptr<Weight> WeightLoader::matrix(const std::string& name, std::size_
 DeviceBuffer WeightLoader::vector(const std::string& name, std::size_t n) const {
   const TensorView& t = store_.get(name, {n});
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = widen(t.data, t.dtype, i);
+  for (std::size_t i = 0; i < n; ++i) v[i] = element_as_f32(t.data, t.dtype, i);
   return backend_.load_vector(v);
 }
 

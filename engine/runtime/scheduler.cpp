@@ -170,18 +170,13 @@ SchedulerOutput Scheduler::schedule() {
            "KV cache full (" + std::to_string(kv_.allocator().max_blocks() * kv_.spec().block_size) +
                " tokens; raise max_kv_tokens / kv_cache_mb)");
   };
-  // Decode first: each sequence past its prompt feeds its uncached output tokens (the last sampled
-  // one, plus any forced by jump-forward).
-  for (auto& sp : running_) {
-    Sequence& s = *sp;
-    if (s.done || s.prefilling() || budget == 0) continue;
-    const std::size_t total = s.tokens.size();
-    const std::size_t n = std::min(total - s.n_computed, budget);
-    if (n == 0) continue;
-    const std::size_t k = s.n_drafts();  // KV for them reserved when drafting
+  // The committed tokens n_computed .. n_computed + n - 1 of a sequence (its last one, the end of the
+  // tokens known so far, wants logits), then its drafts. Returns false when its KV blocks ran out.
+  auto add_rows = [&](Sequence& s, std::size_t n, std::size_t k, bool prefill) {
+    const std::size_t end = prefill ? s.n_prompt() : s.tokens.size();
     if (!kv_.reserve(s.kv, s.n_computed + n)) {
       kv_full(s);
-      continue;
+      return false;
     }
     ScheduledSequence& e = out.scheduled.emplace_back();
     e.seq = &s;
@@ -189,25 +184,37 @@ SchedulerOutput Scheduler::schedule() {
     e.first_position = s.pos_first = s.n_computed;
     e.n_tokens = n;
     e.n_drafts = k;
+    e.prefill = prefill;
     s.n_rows = n + k;
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t p = s.n_computed + i;
-      const bool last = p + 1 == total;
+      const bool last = p + 1 == end;
       if (last) {
         s.has_logits = e.wants_logits = true;
         s.logit_first = batch.n_logits();
       }
       batch.add(s.tokens[p], static_cast<std::int32_t>(p), s.kv, last);
       if (last) out.logit_owners.push_back(&s);
-      out.kv_read_bytes += (p + 1) * bytes_per_token;
+      if (!prefill) out.kv_read_bytes += (p + 1) * bytes_per_token;
     }
     // The drafts (speculative: not counted in n_computed, never committed to the prefix cache).
     for (std::size_t i = 0; i < k; ++i) {
-      batch.add(s.job.drafts[i], static_cast<std::int32_t>(total + i), s.kv, true);
-      out.kv_read_bytes += (total + i + 1) * bytes_per_token;
+      batch.add(s.job.drafts[i], static_cast<std::int32_t>(end + i), s.kv, true);
+      out.kv_read_bytes += (end + i + 1) * bytes_per_token;
     }
-    out.draft_rows += k;
     s.n_computed += n;
+    return true;
+  };
+  // Decode first: each sequence past its prompt feeds its uncached output tokens (the last sampled
+  // one, plus any forced by jump-forward).
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.done || s.prefilling() || budget == 0) continue;
+    const std::size_t n = std::min(s.tokens.size() - s.n_computed, budget);
+    if (n == 0) continue;
+    const std::size_t k = s.n_drafts();  // KV for them reserved when drafting
+    if (!add_rows(s, n, k, /*prefill=*/false)) continue;
+    out.draft_rows += k;
     budget -= std::min(budget, n + k);
   }
   // Then prefill chunks, in admission order, with what budget is left.
@@ -215,28 +222,7 @@ SchedulerOutput Scheduler::schedule() {
     Sequence& s = *sp;
     if (s.done || !s.prefilling() || budget == 0) continue;
     const std::size_t n = std::min(s.n_prompt() - s.n_computed, budget);
-    if (!kv_.reserve(s.kv, s.n_computed + n)) {
-      kv_full(s);
-      continue;
-    }
-    ScheduledSequence& e = out.scheduled.emplace_back();
-    e.seq = &s;
-    e.first_row = s.row_first = batch.size();
-    e.first_position = s.pos_first = s.n_computed;
-    e.n_tokens = n;
-    e.prefill = true;
-    s.n_rows = n;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t p = s.n_computed + i;
-      const bool last = p + 1 == s.n_prompt();
-      if (last) {
-        s.has_logits = e.wants_logits = true;
-        s.logit_first = batch.n_logits();
-      }
-      batch.add(s.tokens[p], static_cast<std::int32_t>(p), s.kv, last);
-      if (last) out.logit_owners.push_back(&s);
-    }
-    s.n_computed += n;
+    if (!add_rows(s, n, 0, /*prefill=*/true)) continue;
     budget -= n;
     out.prefill_tokens += n;
   }

@@ -9,47 +9,15 @@
 #include "engine/backend/cpu/attention_kernels.hpp"
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
+#include "engine/core/dtype.hpp"
 
 namespace quarry::engine::cpu {
 
 namespace {
 
-inline float bf16_to_f32(std::uint16_t v) {
-  std::uint32_t u = static_cast<std::uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline float f16_to_f32(std::uint16_t h) {
-  std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-/// Round to nearest even (finite values), as VCVTNEPS2BF16.
-inline std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+using engine::bf16_to_f32;
+using engine::f16_to_f32;
+using engine::f32_to_bf16;
 
 template <typename F>
 void split(ThreadPool* pool, std::size_t n, F&& fn) {
@@ -59,14 +27,7 @@ void split(ThreadPool* pool, std::size_t n, F&& fn) {
 
 }  // namespace
 
-float weight_value(const void* data, WeightType type, std::size_t i) {
-  switch (type) {
-    case WeightType::f32: return static_cast<const float*>(data)[i];
-    case WeightType::bf16: return bf16_to_f32(static_cast<const std::uint16_t*>(data)[i]);
-    case WeightType::f16: return f16_to_f32(static_cast<const std::uint16_t*>(data)[i]);
-  }
-  return 0.f;
-}
+float weight_value(const void* data, WeightType type, std::size_t i) { return element_as_f32(data, type, i); }
 
 void embedding(const std::int32_t* tokens, std::size_t n, const Weight& table, float* out, ThreadPool* pool,
                std::size_t ldo) {
