@@ -7,8 +7,8 @@
 // Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C once finishes the
 // documents in flight and stops; twice cancels them. Either way everything reported done is in
 // OUTDIR, and rerunning the same command resumes.
-// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors; 1 setup failure;
-// 130 interrupted (rerun to resume).
+// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors, or OUTDIR is in
+// use by another run; 1 setup failure; 130 interrupted (rerun to resume).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -144,6 +144,9 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
     printer.end_line();
     spdlog::info("{}", m);
   };
+  // OUTDIR is this run's alone until the report is written.
+  qr::OutdirLock lock(job.output);
+  opts.lock = &lock;
   qr::RunMetrics m;
   {
     SignalWatcher watcher(control);
@@ -254,6 +257,9 @@ void add_run_command(CLI::App& app, Context& ctx) {
       else job.inputs = a->inputs;
       apply_overrides(job, *a, sub);
       ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const qr::OutdirBusy& e) {
+      spdlog::error("run: {}", e.what());
+      ctx.exit_code = 2;
     } catch (const std::exception& e) {
       spdlog::error("run: {}", e.what());
       ctx.exit_code = 1;
@@ -278,6 +284,9 @@ void add_ask_command(CLI::App& app, Context& ctx) {
       apply_overrides(job, *a, sub);
       if (job.output.empty()) job.output = "quarry-ask-out";
       ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const qr::OutdirBusy& e) {
+      spdlog::error("ask: {}", e.what());
+      ctx.exit_code = 2;
     } catch (const std::exception& e) {
       spdlog::error("ask: {}", e.what());
       ctx.exit_code = 1;

@@ -1,5 +1,7 @@
 #include "pipeline/run/ledger.hpp"
 
+#include "pipeline/run/outdir.hpp"
+
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -7,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -62,6 +63,41 @@ bool query_done(sqlite3* db, const std::filesystem::path& file, sqlite3_stmt* st
   return found;
 }
 
+/// Reads complete lines ('\n'-terminated) from `fd` starting at `offset`, through the descriptor
+/// (never by path again: the file was opened without following links).
+class FdLineReader {
+ public:
+  FdLineReader(int fd, std::uint64_t offset, const std::filesystem::path& file) : fd_(fd), off_(offset), file_(file) {}
+  bool next(std::string& line) {
+    for (;;) {
+      const auto nl = buf_.find('\n', pos_);
+      if (nl != std::string::npos) {
+        line.assign(buf_, pos_, nl - pos_);
+        pos_ = nl + 1;
+        return true;
+      }
+      buf_.erase(0, pos_);
+      pos_ = 0;
+      char chunk[1 << 16];
+      const ssize_t n = ::pread(fd_, chunk, sizeof chunk, static_cast<off_t>(off_));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(file_.string() + ": cannot read back: " + std::strerror(errno));
+      }
+      if (n == 0) return false;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+      off_ += static_cast<std::uint64_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  std::uint64_t off_;
+  std::filesystem::path file_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+};
+
 constexpr const char* k_done_sql = "SELECT 1 FROM documents WHERE source = ?1 AND sha256 = ?2";
 
 }  // namespace
@@ -71,7 +107,11 @@ Ledger::Ledger(const std::filesystem::path& outdir) : dir_(outdir) {
   std::filesystem::create_directories(outdir, ec);
   if (ec) throw std::runtime_error(outdir.string() + ": cannot create the output folder: " + ec.message());
   const auto db_path = outdir / ledger_name;
-  if (sqlite3_open_v2(db_path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+  // No file of the folder is reached through a symbolic link (SQLITE_OPEN_NOFOLLOW covers the
+  // database file; its journal files are checked here, before SQLite opens them).
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) refuse_symlink(db_path.string() + suffix);
+  if (sqlite3_open_v2(db_path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
                       nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
@@ -89,8 +129,7 @@ Ledger::Ledger(const std::filesystem::path& outdir) : dir_(outdir) {
          " finished_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
          " PRIMARY KEY (source, sha256))");
     const auto res_path = outdir / results_name;
-    fd_ = ::open(res_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error(res_path.string() + ": cannot open: " + std::strerror(errno));
+    fd_ = open_nofollow(res_path, O_RDWR | O_CREAT);
     repair();
   } catch (...) {
     if (fd_ >= 0) ::close(fd_);
@@ -128,16 +167,13 @@ void Ledger::repair() {
     // Read back the lines after the ledger's end.
     std::uint64_t good_end = ledger_end;
     if (size > ledger_end) {
-      std::ifstream in(res_path, std::ios::binary);
-      if (!in) throw std::runtime_error(res_path.string() + ": cannot read back");
-      in.seekg(static_cast<std::streamoff>(ledger_end));
+      FdLineReader in(fd_, ledger_end, res_path);
       Statement ins(db_, db_path,
                     "INSERT OR IGNORE INTO documents (source, sha256, status, method, attempts, offset, length)"
                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
       std::string line;
       std::uint64_t off = ledger_end;
-      while (std::getline(in, line)) {
-        if (in.eof()) break;  // no newline: a torn last line
+      while (in.next(line)) {  // false at the end, or at a last line without its newline (torn)
         const auto j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j["source"].is_string() ||
             !j.contains("status") || !j["status"].is_string())
@@ -245,7 +281,8 @@ struct LedgerReader::Stmt {
 
 LedgerReader::LedgerReader(const std::filesystem::path& outdir) : stmt_(std::make_unique<Stmt>()) {
   stmt_->file = outdir / Ledger::ledger_name;
-  if (sqlite3_open_v2(stmt_->file.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(stmt_->file.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     throw std::runtime_error(stmt_->file.string() + ": cannot open the ledger: " + msg);

@@ -7,25 +7,13 @@
 #include <stdexcept>
 
 #include "pipeline/run/ledger.hpp"
+#include "pipeline/run/outdir.hpp"
 
 namespace quarry::run {
 
 using nlohmann::json;
 
 namespace {
-
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
-    out << text;
-    if (!out.flush()) throw std::runtime_error(tmp + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path.string() + ": cannot replace: " + ec.message());
-}
 
 std::string fmt(double v, int decimals) {
   char buf[64];
@@ -107,7 +95,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
 
 json write_report(const JobSpec& job, const RunMetrics& m) {
   const json r = build_report(job, m);
-  write_atomically(job.output / "report.json", r.dump(2) + "\n");
+  write_file_atomically(job.output / "report.json", r.dump(2) + "\n");
   const auto& t = r["this_run"];
   std::ostringstream md;
   md << "# quarry run report\n\n";
@@ -144,7 +132,7 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   md << "\n### Busy time per stage (seconds, summed over the stage's threads)\n\n| stage | s |\n| --- | ---: |\n";
   for (const char* s : {"discover", "extract", "build", "engine", "validate", "write"})
     md << "| " << s << " | " << fmt(t["stage_busy_s"][s].get<double>(), 3) << " |\n";
-  write_atomically(job.output / "report.md", md.str());
+  write_file_atomically(job.output / "report.md", md.str());
   return r;
 }
 

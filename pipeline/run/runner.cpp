@@ -799,7 +799,10 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   Shared sh(job, control, options);
   const auto log = [&](const std::string& s) { sh.log(s); };
 
-  // Setup (errors here are the run's errors, not a document's).
+  // Setup (errors here are the run's errors, not a document's). OUTDIR is locked before anything in
+  // it is opened: the ledger's repair must never cut another run's lines.
+  std::optional<OutdirLock> own_lock;
+  if (!options.lock) own_lock.emplace(job.output);
   Ledger ledger(job.output);
   metrics.recovery = ledger.recovery();
   if (metrics.recovery.recovered_lines || metrics.recovery.truncated_bytes || metrics.recovery.dropped_rows)

@@ -26,6 +26,7 @@
 
 #include "pipeline/run/job.hpp"
 #include "pipeline/run/ledger.hpp"
+#include "pipeline/run/outdir.hpp"
 
 namespace quarry::run {
 
@@ -67,10 +68,14 @@ struct RunOptions {
   std::function<void(const Progress&)> on_progress;
   /// One-line log messages (model loaded, recovery, warnings); may be empty.
   std::function<void(const std::string&)> log;
+  /// The caller's lock on job.output (held beyond the run, e.g. while the report is written); null:
+  /// run_job takes the lock itself for the run.
+  const OutdirLock* lock = nullptr;
 };
 
 /// Runs the job to completion (or until `control` stops it). Throws std::runtime_error for setup
-/// failures (model, schema, output folder); every per-document problem becomes a record instead.
+/// failures (model, schema, output folder) and OutdirBusy when another process holds job.output;
+/// every per-document problem becomes a record instead.
 RunMetrics run_job(const JobSpec& job, RunControl& control, const RunOptions& options = {});
 
 }  // namespace quarry::run
