@@ -6,16 +6,13 @@
 //                                                     \__ e-invoice mapper records ______/      |  ^
 //                                                                                                 retry (another seed /
 //                                                                                                 temperature)
-// Every discovered input ends in exactly one message to the writer per record key (a record, a
-// "skipped: already in the ledger" notice or, after a cancel, a "cancelled" notice); the writer ends
-// the run when discovery is over and every expected key was accounted for.
+// One file per stage (stage_*.cpp, declared in stages.hpp) behind a small coordinator (runner.cpp);
+// the stages exchange the typed messages of messages.hpp. Every discovered input ends in exactly one
+// message to the writer per record key (a record, a "skipped: already in the ledger" notice or,
+// after a cancel, a "cancelled" notice); the writer ends the run when discovery is over and every
+// expected key was accounted for.
 //
-// Records (one JSON line each in OUTDIR/results.jsonl):
-//   {"source", "sha256", "status": "ok"|"invalid"|"error", "method", "data", "errors", "stats"}
-// method: "einvoice-ubl" / "einvoice-cii" / "einvoice-nav" (deterministic mapper), "model", or null
-// when the document could not be read. errors: [{"pointer", "rule", "message"}]. stats: see
-// record_stats() in runner.cpp (token counts and times from the engine's RequestStats).
-// rag records add "question" and "question_id".
+// Records: one JSON line each in OUTDIR/results.jsonl (records.hpp gives the format).
 #pragma once
 
 #include <atomic>
