@@ -185,8 +185,12 @@ void Ledger::repair() {
         if (j.contains("stats") && j["stats"].is_object() && j["stats"].contains("attempts") &&
             j["stats"]["attempts"].is_number_integer())
           attempts = j["stats"]["attempts"].get<std::int64_t>();
+        // The ledger key: the record's source (already the display form of a name that is not
+        // UTF-8), with "#question_id" for a rag record, as the writer keys it.
+        std::string key = str("source");
+        if (j.contains("question_id") && j["question_id"].is_string()) key += "#" + j["question_id"].get<std::string>();
         ins.reset();
-        ins.bind(1, str("source"));
+        ins.bind(1, key);
         ins.bind(2, str("sha256"));
         ins.bind(3, str("status"));
         ins.bind(4, str("method"));

@@ -1,10 +1,18 @@
 // discover: inputs (files, folders walked recursively, glob patterns) -> one InputMsg per file.
+// Everything in a folder that is not a folder gets a record: regular files are extracted, special
+// files (FIFO, device, socket) and broken links become error records without being opened. Symbolic
+// links to folders are not followed (no loops), hidden entries and OUTDIR are skipped.
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <set>
 
+#include "pipeline/extract/input_file.hpp"
+#include "pipeline/run/source_name.hpp"
 #include "pipeline/run/stages.hpp"
 
 namespace quarry::run::stages {
@@ -51,13 +59,13 @@ class Discoverer {
   bool stopped() const { return sh_.stop() > 0; }
 
   void visit(const fs::path& p) {
-    std::error_code ec;
-    const auto st = fs::status(p, ec);
-    if (!ec && fs::is_directory(st)) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       walk(p);
-    } else {
-      emit(p);
+      return;
     }
+    // A missing file is left to the extract stage ("no such file"); a special file is never opened.
+    emit(p, ::stat(p.c_str(), &st) == 0 ? extract::special_file_reason(st.st_mode) : std::string());
   }
 
   bool excluded(const fs::path& p) const {
@@ -83,14 +91,22 @@ class Discoverer {
     std::sort(entries.begin(), entries.end());
     for (const auto& e : entries) {
       if (stopped()) return;
-      std::error_code ec2;
-      const auto lst = fs::symlink_status(e, ec2);
-      if (fs::is_directory(lst)) walk(e);  // real folders only: no symlink loops
-      else if (fs::is_regular_file(fs::status(e, ec2))) emit(e);
+      struct stat lst {}, st {};
+      if (::lstat(e.c_str(), &lst) != 0) continue;  // gone since it was listed
+      if (S_ISDIR(lst.st_mode)) {
+        walk(e);  // real folders only: no symlink loops
+      } else if (::stat(e.c_str(), &st) != 0) {
+        emit(e, std::string("broken symbolic link: ") + std::strerror(errno));
+      } else if (S_ISDIR(st.st_mode)) {
+        sh_.log("discover: " + e.string() + ": a symbolic link to a folder, not followed");
+      } else {
+        // FIFOs, devices and sockets get an error record without being opened.
+        emit(e, extract::special_file_reason(st.st_mode));
+      }
     }
   }
 
-  void emit(const fs::path& p) {
+  void emit(const fs::path& p, std::string problem) {
     if (excluded(p)) return;
     std::error_code ec;
     auto canon = fs::weakly_canonical(p, ec).string();
@@ -98,8 +114,11 @@ class Discoverer {
     if (!seen_.insert(canon).second) return;
     const auto t0 = std::chrono::steady_clock::now();
     InputMsg msg;
-    msg.path = p.string();
-    msg.source = p.string();
+    msg.path = p.native();
+    auto name = source_name(msg.path);
+    msg.source = std::move(name.display);
+    msg.source_b64 = std::move(name.base64);
+    msg.problem = std::move(problem);
     sh_.discover_clock.add(seconds_since(t0));
     send(out_, msg);
     sh_.discovered.fetch_add(1);

@@ -48,6 +48,12 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
     doc.key = doc.source;
     const auto t0 = std::chrono::steady_clock::now();
     try {
+      if (!input->problem.empty()) {  // a special file or a broken link: never opened
+        std::vector<bool> done(sh.units_per_doc, false);
+        for (std::size_t q = 0; q < sh.units_per_doc; ++q) done[q] = ledger.is_done(sh.unit(doc, q).key, "");
+        send_errors(sh, to_writer, doc, done, "read", input->problem);
+        continue;
+      }
       auto bytes = read_file_bytes(input->path, opts);
       if (!bytes) {
         sh.extract_clock.add(seconds_since(t0));
@@ -69,7 +75,7 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
         send(to_writer, NoticeMsg{NoticeMsg::Kind::skipped, n_done, std::nullopt});
         continue;
       }
-      auto extracted = extract_bytes(*bytes, input->path, opts);
+      auto extracted = extract_bytes(*bytes, input->source, opts);
       bytes->clear();
       bytes->shrink_to_fit();
       doc.extract_ms = seconds_since(t0) * 1e3;
