@@ -4,15 +4,18 @@
 //       quarry run JOBFILE.toml [overrides]
 // ask:  quarry ask DOC... --questions FILE [--schema FILE] [-o OUTDIR]      (task rag)
 //
-// Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C once finishes the
-// documents in flight and stops; twice cancels them. Either way everything reported done is in
-// OUTDIR, and rerunning the same command resumes.
+// Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C (or SIGTERM) once stops
+// within 5 s: nothing new starts, the documents in flight get 2 s to finish, then they are cancelled
+// and the report is written; twice exits at once. Either way everything reported done is in OUTDIR,
+// and rerunning the same command resumes.
 // Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors, or OUTDIR is in
 // use by another run; 1 setup failure; 130 interrupted (rerun to resume).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -100,24 +103,40 @@ class ProgressPrinter {
 };
 
 /// SIGINT/SIGTERM are blocked in every thread of the run and taken by one thread with sigtimedwait:
-/// no handler, no global state. First signal: stop_level 1 (finish in flight); second: 2 (cancel).
+/// no handler, no global state. The first signal stops the run (stop_level 1: nothing new starts, the
+/// model requests in flight get RunOptions::stop_grace_s, then are cancelled; then the report). A
+/// second signal, or a run still going k_hard_stop_s after the first, exits at once with 130:
+/// everything reported done is already durable (the ledger's commit protocol), the next run repairs
+/// a torn last line, and the extraction workers die with quarry (PR_SET_PDEATHSIG).
 class SignalWatcher {
  public:
-  explicit SignalWatcher(qr::RunControl& control) : control_(control) {
+  static constexpr double k_hard_stop_s = 4.5;
+
+  SignalWatcher(qr::RunControl& control, std::string resume_cmd) : control_(control), resume_(std::move(resume_cmd)) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, &old_);
     thread_ = std::thread([this] {
-      const timespec timeout{0, 200 * 1000 * 1000};
+      const timespec timeout{0, 100 * 1000 * 1000};
+      int signals = 0;
+      std::chrono::steady_clock::time_point first;
       while (!done_) {
         const int sig = sigtimedwait(&set_, nullptr, &timeout);
-        if (sig < 0) continue;
-        const int level = ++control_.stop_level;
-        if (level == 1)
-          std::fprintf(stderr, "\nquarry: stopping: finishing the documents in flight (press Ctrl-C again to cancel them)\n");
-        else if (level == 2)
-          std::fprintf(stderr, "\nquarry: cancelling the documents in flight\n");
+        if (sig > 0 && ++signals == 1) {
+          first = std::chrono::steady_clock::now();
+          int zero = 0;
+          control_.stop_level.compare_exchange_strong(zero, 1);
+          std::fprintf(stderr,
+                       "\nquarry: stopping (%s): nothing new starts; the documents in flight get %.0f s to finish"
+                       " (press Ctrl-C again to exit at once)\n",
+                       sig == SIGTERM ? "SIGTERM" : "SIGINT", qr::RunOptions{}.stop_grace_s);
+        } else if (sig > 0) {
+          exit_now("a second signal");
+        } else if (signals > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count() >
+                                      k_hard_stop_s) {
+          exit_now("still running 4.5 s after the stop");
+        }
       }
     });
   }
@@ -128,7 +147,15 @@ class SignalWatcher {
   }
 
  private:
+  [[noreturn]] void exit_now(const char* why) const {
+    std::fprintf(stderr, "\nquarry: exiting at once (%s); everything reported done is saved.\nResume with: %s\n", why,
+                 resume_.c_str());
+    std::fflush(stderr);
+    std::_Exit(130);
+  }
+
   qr::RunControl& control_;
+  std::string resume_;
   sigset_t set_{}, old_{};
   std::atomic<bool> done_{false};
   std::thread thread_;
@@ -149,7 +176,7 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   opts.lock = &lock;
   qr::RunMetrics m;
   {
-    SignalWatcher watcher(control);
+    SignalWatcher watcher(control, resume_cmd);
     m = qr::run_job(job, control, opts);
   }
   printer.end_line();

@@ -27,8 +27,10 @@
 
 namespace quarry::run {
 
-/// Set from outside (the CLI's signal thread): 1 = finish what is in flight, start nothing new;
-/// 2 = also cancel in-flight work. Documents not finished are simply not in the ledger: a rerun does them.
+/// Set from outside (the CLI's signal thread). 1 = stop: nothing new starts (documents not yet in the
+/// engine, extractions in progress and retries are cancelled); the model requests in flight get
+/// RunOptions::stop_grace_s to finish, then the run moves to 2 by itself. 2 = cancel everything in
+/// flight. Documents not finished are simply not in the ledger: a rerun does them.
 struct RunControl {
   std::atomic<int> stop_level{0};
 };
@@ -68,6 +70,8 @@ struct RunOptions {
   /// The caller's lock on job.output (held beyond the run, e.g. while the report is written); null:
   /// run_job takes the lock itself for the run.
   const OutdirLock* lock = nullptr;
+  /// After a stop (stop_level 1), seconds the model requests in flight get before they are cancelled.
+  double stop_grace_s = 2.0;
 };
 
 /// Runs the job to completion (or until `control` stops it). Throws std::runtime_error for setup

@@ -29,7 +29,7 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
     if (!m) continue;
     auto* doc = std::get_if<ExtractedMsg>(&*m);
     if (!doc) throw std::runtime_error("build: unexpected message");
-    if (sh.stop() >= 2) {
+    if (sh.stop() >= 1) {  // stopping: nothing new starts
       send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, sh.units_per_doc, std::nullopt});
       continue;
     }

@@ -31,7 +31,7 @@ void engine_stage(Shared& sh, zmq::socket_t tasks_in, zmq::socket_t retry_in, zm
       }
       auto* task = std::get_if<ModelTaskMsg>(&*m);
       if (!task) throw std::runtime_error("engine: unexpected message");
-      if (sh.stop() >= 2) {
+      if (sh.stop() >= 1) {  // stopping: no new request starts (those in flight get the grace period)
         send(to_writer, cancelled);
         continue;
       }

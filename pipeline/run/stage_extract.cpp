@@ -38,7 +38,7 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
     if (!m) continue;
     auto* input = std::get_if<InputMsg>(&*m);
     if (!input) throw std::runtime_error("extract: unexpected message");
-    if (sh.stop() >= 2) {
+    if (sh.stop() >= 1) {  // stopping: nothing new starts
       send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, sh.units_per_doc, std::nullopt});
       continue;
     }

@@ -79,7 +79,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         }
         // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
         // a length problem, which resampling does not solve.
-        if (!errors.empty() && attempt < retries && sh.stop() < 2 && g->finish != "length") retry = true;
+        if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
         else out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
       }
     } catch (const std::exception& e) {
@@ -88,7 +88,12 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
       retry = false;
     }
     sh.validate_clock.add(seconds_since(t0));
-    if (retry) {
+    if (retry && sh.stop() >= 1) {
+      // Stopping: the retry would be new work. Not recorded (a record after fewer attempts would
+      // differ from a full run's): the rerun does the document again.
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, 1, std::nullopt});
+    } else if (retry) {
       send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
       ModelTaskMsg t = std::move(g->task);
       t.attempt = attempt + 1;

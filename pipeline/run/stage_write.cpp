@@ -1,5 +1,6 @@
 // write: group commit (results.jsonl + fdatasync, then the ledger), counts, progress.
 #include <algorithm>
+#include <optional>
 
 #include "pipeline/run/stages.hpp"
 
@@ -46,8 +47,15 @@ void write_stage(Shared& sh, zmq::socket_t& in, Ledger& ledger, RunMetrics& m,
     sh.options.on_progress(p);
   };
   std::vector<PendingRecord> group;
+  std::optional<std::chrono::steady_clock::time_point> stopped_at;
   for (;;) {
     if (sh.failed) return;
+    // A stop gives the requests in flight stop_grace_s, then cancels them.
+    if (sh.stop() >= 1 && !stopped_at) stopped_at = std::chrono::steady_clock::now();
+    if (stopped_at && seconds_since(*stopped_at) >= sh.options.stop_grace_s) {
+      int one = 1;
+      sh.control.stop_level.compare_exchange_strong(one, 2);
+    }
     const bool done_discovering = sh.discover_done.load();
     if (done_discovering && handled >= sh.discovered.load() * sh.units_per_doc) break;
     auto msg = recv(in);
