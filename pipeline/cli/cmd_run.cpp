@@ -36,7 +36,7 @@ namespace qr = quarry::run;
 
 struct RunArgs {
   std::vector<std::string> inputs;
-  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto";
+  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password;
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
@@ -163,6 +163,7 @@ class SignalWatcher {
 
 int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   qr::resolve_defaults(job);
+  qr::raise_open_file_limit();
   qr::RunControl control;
   ProgressPrinter printer(a.progress);
   qr::RunOptions opts;
@@ -209,10 +210,12 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--prefer", a.prefer, "auto: structured e-invoices take the deterministic mapper; model: everything goes to the model")
       ->check(CLI::IsMember({"auto", "model"}));
   sub->add_option("--retries", a.retries, "Extra model attempts (another seed and temperature) before a record is invalid [2]");
-  sub->add_option("--threads", a.threads, "Engine threads (0: all cores) [0]");
+  sub->add_option("--threads", a.threads, "Engine threads (0: all cores; more than the machine has are clamped, with a warning) [0]");
   sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
   sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
-  sub->add_option("--extract-threads", a.extract_threads, "Extraction threads [2]");
+  sub->add_option("--extract-threads", a.extract_threads,
+                  "Extraction threads (clamped, with a warning, to 4 per hardware thread and to what the open-file limit allows) [2]");
+  sub->add_option("--pdf-password", a.pdf_password, "Password for encrypted PDFs (tried as owner and user password)");
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
   sub->add_option("--compute", a.compute,
@@ -243,6 +246,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
   if (given("--extract-threads")) job.extract_threads = a.extract_threads;
+  if (given("--pdf-password")) job.extract.pdf_password = a.pdf_password;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--compute")) job.engine.compute = a.compute;
@@ -267,9 +271,11 @@ void add_run_command(CLI::App& app, Context& ctx) {
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, [engine] threads,\n"
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads).\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads,\n"
+      "pdf_password).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
-      "Exit codes: 0 all ok; 2 some records invalid or errors; 1 setup error; 130 interrupted.");
+      "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
+      "130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
   sub->add_option("--task", a->task, "kie (one record per document) or rag (needs --questions)")
       ->check(CLI::IsMember({"kie", "rag"}));

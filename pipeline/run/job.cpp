@@ -1,6 +1,10 @@
 #include "pipeline/run/job.hpp"
 
+#include <sys/resource.h>
 #include <toml++/toml.h>
+
+#include <algorithm>
+#include <thread>
 
 #include <set>
 #include <sstream>
@@ -130,10 +134,55 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   if (const auto* e = root.get("extract")) {
     const auto* t = e->as_table();
     if (!t) fail(path, "extract", "expected a table");
-    check_keys(*t, {"threads"}, path, "extract.");
+    check_keys(*t, {"threads", "pdf_password"}, path, "extract.");
     get_uint(*t, "threads", job.extract_threads, path, "extract.");
+    job.extract.pdf_password = get_string(*t, "pdf_password", path, "extract.");
   }
   return job;
+}
+
+std::vector<std::string> fit_to_machine(JobSpec& job, std::size_t hardware_threads, std::uint64_t open_files) {
+  std::vector<std::string> warnings;
+  const std::size_t hw = std::max<std::size_t>(1, hardware_threads);
+  const std::size_t by_cpu = k_extract_threads_per_core * hw;
+  const std::size_t by_files =
+      open_files > k_open_files_reserved + k_open_files_per_extract_thread
+          ? static_cast<std::size_t>((open_files - k_open_files_reserved) / k_open_files_per_extract_thread)
+          : 1;
+  const std::size_t max_extract = std::max<std::size_t>(1, std::min(by_cpu, by_files));
+  if (job.extract_threads > max_extract) {
+    warnings.push_back("extract threads: " + std::to_string(job.extract_threads) + " is more than this machine can use: clamped to " +
+                       std::to_string(max_extract) + " (at most " + std::to_string(k_extract_threads_per_core) +
+                       " per hardware thread, " + std::to_string(hw) + " here; and " +
+                       std::to_string(k_open_files_per_extract_thread) + " open files each within the limit of " +
+                       std::to_string(open_files) + ")");
+    job.extract_threads = max_extract;
+  }
+  if (job.engine.threads > hw) {
+    warnings.push_back("engine threads: " + std::to_string(job.engine.threads) + " is more than the " + std::to_string(hw) +
+                       " hardware threads of this machine: clamped to " + std::to_string(hw));
+    job.engine.threads = hw;
+  }
+  return warnings;
+}
+
+std::uint64_t raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? (1ull << 20) : static_cast<std::uint64_t>(lim.rlim_cur);
+}
+
+std::vector<std::string> fit_to_this_machine(JobSpec& job) {
+  rlimit lim{};
+  std::uint64_t files = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+    files = lim.rlim_cur == RLIM_INFINITY ? (1ull << 20) : static_cast<std::uint64_t>(lim.rlim_cur);
+  return fit_to_machine(job, std::thread::hardware_concurrency(), files);
 }
 
 void resolve_defaults(JobSpec& job) {

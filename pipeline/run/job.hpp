@@ -14,7 +14,7 @@
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
 //             compute
-//   [extract] threads
+//   [extract] threads, pdf_password
 #pragma once
 
 #include <cstddef>
@@ -42,6 +42,11 @@ struct EngineSettings {
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
 };
 
+/// How documents are read (ExtractOptions of extractors/document.hpp).
+struct ExtractSettings {
+  std::string pdf_password;  ///< tried as owner and user password of encrypted PDFs
+};
+
 struct JobSpec {
   std::vector<std::string> inputs;  ///< paths, folders, glob patterns (as the user wrote them)
   Task task = Task::kie;
@@ -53,12 +58,33 @@ struct JobSpec {
   Prefer prefer = Prefer::automatic;
   std::size_t retries = 2;
   std::size_t extract_threads = 2;
+  ExtractSettings extract;
   EngineSettings engine;
 };
 
 /// Reads a TOML job file (format above). Throws std::runtime_error naming the file and the key on a
 /// parse error, an unknown key, or a value of the wrong type or range.
 JobSpec load_job_file(const std::filesystem::path& path);
+
+/// Open files one extract thread may hold at once (SQLite ledger reader and its journals 3, ZeroMQ
+/// sockets 3, extraction worker channel 1, the input 1, /proc reads 1, margin 3).
+inline constexpr std::size_t k_open_files_per_extract_thread = 12;
+/// Open files kept for everything else (engine, ledger, ZeroMQ context, standard streams).
+inline constexpr std::size_t k_open_files_reserved = 256;
+/// Extract threads per hardware thread at most (extraction is CPU-bound: more only add memory and files).
+inline constexpr std::size_t k_extract_threads_per_core = 4;
+
+/// Clamps the settings this machine cannot honour, each with a warning (returned, to be logged):
+/// extract threads to min(4 x `hardware_threads`, (`open_files` - 256) / 12) and at least 1, so that
+/// no thread fails with "Too many open files"; engine threads to `hardware_threads` (more only
+/// oversubscribes the cores). `open_files`: the soft RLIMIT_NOFILE.
+std::vector<std::string> fit_to_machine(JobSpec& job, std::size_t hardware_threads, std::uint64_t open_files);
+
+/// fit_to_machine() with this machine's hardware threads and soft open-file limit.
+std::vector<std::string> fit_to_this_machine(JobSpec& job);
+
+/// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard one; returns the soft limit now.
+std::uint64_t raise_open_file_limit();
 
 /// Fills the defaults that need the file system (model folder, schema, prompts) and checks the job:
 /// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a

@@ -34,6 +34,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   RunMetrics metrics;
   Shared sh(job, control, options);
   const auto log = [&](const std::string& s) { sh.log(s); };
+  for (const auto& w : fit_to_this_machine(job)) log("warning: " + w);
 
   // Setup (errors here are the run's errors, not a document's). OUTDIR is locked before anything in
   // it is opened: the ledger's repair must never cut another run's lines.

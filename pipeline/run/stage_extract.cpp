@@ -33,6 +33,7 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
   LedgerReader ledger(sh.job.output);
   ExtractOptions opts;
   opts.pdf_line_bboxes = false;
+  opts.pdf_password = sh.job.extract.pdf_password;
   for (;;) {
     auto m = recv(in);
     if (!m) continue;

@@ -87,3 +87,42 @@ TEST(JobFile, ResolveDefaultsRefusesAJobWithoutOutput) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(JobFit, ThreadsBeyondTheMachineAreClampedWithAWarning) {
+  quarry::run::JobSpec job;
+  job.extract_threads = 500;
+  job.engine.threads = 64;
+  const auto w = quarry::run::fit_to_machine(job, 2, 1024);
+  EXPECT_EQ(job.extract_threads, 8u);  // 4 per hardware thread
+  EXPECT_EQ(job.engine.threads, 2u);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("500"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("clamped to 8"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("64"), std::string::npos) << w[1];
+
+  // The open-file limit bounds them too: (400 - 256) / 12 = 12 threads on a 64-thread machine.
+  job.extract_threads = 500;
+  quarry::run::fit_to_machine(job, 64, 400);
+  EXPECT_EQ(job.extract_threads, 12u);
+  job.extract_threads = 500;
+  quarry::run::fit_to_machine(job, 64, 100);  // below the reserve: still one
+  EXPECT_EQ(job.extract_threads, 1u);
+
+  // What the machine can do is left alone, without a word.
+  job.extract_threads = 2;
+  job.engine.threads = 0;
+  EXPECT_TRUE(quarry::run::fit_to_machine(job, 2, 1024).empty());
+  EXPECT_EQ(job.extract_threads, 2u);
+  EXPECT_EQ(job.engine.threads, 0u);
+}
+
+TEST(JobFile, ExtractPdfPasswordIsRead) {
+  Scratch s("jobpw");
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\n[extract]\nthreads = 1\npdf_password = \"s3cret\"\n";
+  const auto job = quarry::run::load_job_file(s.dir / "job.toml");
+  EXPECT_EQ(job.extract.pdf_password, "s3cret");
+}
+
+}  // namespace
