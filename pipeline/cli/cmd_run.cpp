@@ -41,6 +41,7 @@ struct RunArgs {
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
+  bool retry_errors = false;
 };
 
 std::string shell_quote(const std::string& s) {
@@ -210,6 +211,9 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--prefer", a.prefer, "auto: structured e-invoices take the deterministic mapper; model: everything goes to the model")
       ->check(CLI::IsMember({"auto", "model"}));
   sub->add_option("--retries", a.retries, "Extra model attempts (another seed and temperature) before a record is invalid [2]");
+  sub->add_flag("--retry-errors", a.retry_errors,
+                "Redo every `error` record of OUTDIR (errors caused by the run's settings, such as a KV cache or context too "
+                "small, are always redone)");
   sub->add_option("--threads", a.threads, "Engine threads (0: all cores; more than the machine has are clamped, with a warning) [0]");
   sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
   sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
@@ -242,6 +246,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--output")) job.output = a.output;
   if (given("--prefer")) job.prefer = a.prefer == "model" ? qr::Prefer::model : qr::Prefer::automatic;
   if (given("--retries")) job.retries = a.retries;
+  if (a.retry_errors) job.retry_errors = true;
   if (given("--threads")) job.engine.threads = a.threads;
   if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
@@ -270,7 +275,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("run", "Extract one schema-valid JSON record per document: resumable, with a report");
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
-      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, [engine] threads,\n"
+      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
       "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads,\n"
       "pdf_password).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"

@@ -77,8 +77,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     throw std::runtime_error(os.str());
   }
   check_keys(root,
-             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "engine",
-              "extract"},
+             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "retry_errors",
+              "engine", "extract"},
              path, "");
   const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   JobSpec job;
@@ -110,6 +110,10 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     else fail(path, "prefer", "\"" + prefer + "\" is not one of \"auto\", \"model\"");
   }
   get_uint(root, "retries", job.retries, path);
+  if (const auto* n = root.get("retry_errors")) {
+    if (!n->is_boolean()) fail(path, "retry_errors", "expected true or false");
+    job.retry_errors = *n->value<bool>();
+  }
   if (const auto* e = root.get("engine")) {
     const auto* t = e->as_table();
     if (!t) fail(path, "engine", "expected a table");

@@ -12,6 +12,7 @@
 //   output  = "out"                        # the output folder (results.jsonl, report.json, report.md, ledger)
 //   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
+//   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
 //             compute
 //   [extract] threads, pdf_password
@@ -57,6 +58,7 @@ struct JobSpec {
   std::filesystem::path output;     ///< required
   Prefer prefer = Prefer::automatic;
   std::size_t retries = 2;
+  bool retry_errors = false;        ///< redo every `error` record (errors caused by settings are always redone)
   std::size_t extract_threads = 2;
   ExtractSettings extract;
   EngineSettings engine;

@@ -8,6 +8,12 @@ json error_entry(const std::string& pointer, const std::string& rule, const std:
   return json{{"pointer", pointer}, {"rule", rule}, {"message", message}};
 }
 
+json settings_error_entry(const std::string& rule, const std::string& message) {
+  json e = error_entry("", rule, message);
+  e["retryable"] = true;
+  return e;
+}
+
 RecordMsg make_record(const Subject& s, const std::string& status, const json& method, const json& data,
                       const json& errors, const json& stats) {
   json rec = json::object();

@@ -22,6 +22,10 @@ namespace quarry::run {
 /// {"pointer", "rule", "message"}.
 nlohmann::ordered_json error_entry(const std::string& pointer, const std::string& rule, const std::string& message);
 
+/// An error entry caused by the run's settings (the KV cache or the context too small): it carries
+/// "retryable": true, so the record is not done in the ledger and the next run redoes it.
+nlohmann::ordered_json settings_error_entry(const std::string& rule, const std::string& message);
+
 /// A finished record for the writer.
 RecordMsg make_record(const Subject& s, const std::string& status, const nlohmann::ordered_json& method,
                       const nlohmann::ordered_json& data, const nlohmann::ordered_json& errors,

@@ -43,6 +43,7 @@ struct RunMetrics {
   std::size_t expected = 0;       ///< record keys expected (files x questions for rag)
   std::size_t written = 0;        ///< records committed by this run
   std::size_t ok = 0, invalid = 0, error = 0;
+  std::size_t retryable = 0;      ///< of `error`: caused by the run's settings (not done: the next run redoes them)
   std::size_t skipped = 0;        ///< already in the ledger
   std::size_t cancelled = 0;
   std::size_t retries = 0;        ///< extra model attempts

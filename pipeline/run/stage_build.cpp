@@ -78,9 +78,10 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
           st["prompt_tokens"] = n;
           records.push_back(make_record(
               t.subject, "error", "model", nullptr,
-              json::array({error_entry("", "context",
-                                       "the prompt is " + std::to_string(n) + " tokens; the model's context is " +
-                                           std::to_string(bc.context_tokens) + " tokens, too little room for the output")}),
+              json::array({settings_error_entry(
+                  "context", "the prompt is " + std::to_string(n) + " tokens; the model's context is " +
+                                 std::to_string(bc.context_tokens) +
+                                 " tokens, too little room for the output (--max-tokens, or a model with a longer context)")}),
               st));
           continue;
         }

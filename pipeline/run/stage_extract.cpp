@@ -30,7 +30,7 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
   to_build.connect(ep_build);
   auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
   to_writer.connect(ep_write);
-  LedgerReader ledger(sh.job.output);
+  LedgerReader ledger(sh.job.output, sh.job.retry_errors);
   ExtractOptions opts;
   opts.pdf_line_bboxes = false;
   opts.pdf_password = sh.job.extract.pdf_password;

@@ -18,6 +18,15 @@ TokenCounts tokens_of(const json& stats) {
   return t;
 }
 
+/// The engine's message names its own settings ("raise max_kv_tokens / kv_cache_mb"): say which
+/// option of `quarry run` sets them.
+std::string with_run_option_names(std::string message) {
+  static const std::string engine_hint = "max_kv_tokens / kv_cache_mb";
+  if (const auto at = message.find(engine_hint); at != std::string::npos)
+    message.replace(at, engine_hint.size(), "--kv-cache-mb (engine.kv_cache_mb in a job file)");
+  return message;
+}
+
 }  // namespace
 
 void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
@@ -60,7 +69,9 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
     try {
       json errors = json::array();
       if (!g->error.empty()) {
-        out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "engine", g->error)}), stats);
+        // The engine refuses or fails a request for the run's settings (KV cache, context): retryable.
+        out = make_record(subject, "error", "model", nullptr,
+                          json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
       } else {
         json data = json::parse(g->text, nullptr, false);
         if (data.is_discarded()) {

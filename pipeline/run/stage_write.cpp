@@ -104,6 +104,7 @@ void write_stage(Shared& sh, zmq::socket_t& in, Ledger& ledger, RunMetrics& m,
       p.status = rec.value("status", "");
       p.method = rec["method"].is_string() ? rec["method"].get<std::string>() : "";
       p.attempts = rec["stats"].value("attempts", std::size_t{0});
+      p.retryable = is_retryable_record(rec);
       p.line = rec.dump(-1, ' ', false, json::error_handler_t::replace);
       group.push_back(std::move(p));
     }
@@ -114,6 +115,7 @@ void write_stage(Shared& sh, zmq::socket_t& in, Ledger& ledger, RunMetrics& m,
       if (status == "ok") ++m.ok;
       else if (status == "invalid") ++m.invalid;
       else ++m.error;
+      if (status == "error" && is_retryable_record(r.record)) ++m.retryable;
       ++m.written;
       ++handled;
       add_tokens(m, r.tokens);

@@ -118,11 +118,14 @@ TEST(JobFit, ThreadsBeyondTheMachineAreClampedWithAWarning) {
   EXPECT_EQ(job.engine.threads, 0u);
 }
 
-TEST(JobFile, ExtractPdfPasswordIsRead) {
+TEST(JobFile, RetryErrorsAndExtractPdfPasswordAreRead) {
   Scratch s("jobpw");
-  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\n[extract]\nthreads = 1\npdf_password = \"s3cret\"\n";
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\nretry_errors = true\n"
+                                    << "[extract]\nthreads = 1\npdf_password = \"s3cret\"\n";
   const auto job = quarry::run::load_job_file(s.dir / "job.toml");
   EXPECT_EQ(job.extract.pdf_password, "s3cret");
+  EXPECT_TRUE(job.retry_errors);
+  expect_error("retry_errors = 1\n", "retry_errors");
 }
 
 }  // namespace
