@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/extract/extractor.hpp"
 #include "pipeline/paths.hpp"
 #include "pipeline/run/report.hpp"
 #include "pipeline/run/runner.hpp"
@@ -63,6 +64,8 @@ std::string cpu_model() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The extraction workers of the runs below are this program (pipeline/extract/extractor.hpp).
+  if (const auto status = quarry::extract::maybe_run_worker(argc, argv)) return *status;
   std::string inputs = (quarry::project_root() / "samples" / "invoices").string();
   std::string inflight = "1,4", prefer = "auto", json_out, md_out;
   std::size_t reps = 1, threads = 0;

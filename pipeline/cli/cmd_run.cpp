@@ -42,6 +42,10 @@ struct RunArgs {
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
   bool retry_errors = false;
+  bool no_isolation = false;
+  double extract_timeout = 30;
+  std::uint64_t extract_memory_mb = 1024, max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4,
+                max_attachment_mb = 32, max_pages = 5000;
 };
 
 std::string shell_quote(const std::string& s) {
@@ -201,6 +205,35 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
 }
 
+/// The per-document limits of extraction (README "Limits and safety"); same names in `quarry ingest`.
+void add_extract_limit_options(CLI::App* sub, RunArgs& a) {
+  const auto* g = "Limits (per document; a document past one becomes an error record and the batch goes on)";
+  sub->add_flag("--no-isolation", a.no_isolation,
+                "Extract in quarry's own threads instead of worker processes: no time or memory limit, and a parser "
+                "crash ends the run (for benchmarks) [isolation on]")
+      ->group(g);
+  sub->add_option("--extract-timeout", a.extract_timeout, "Wall time per document, seconds (0: none) [30]")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group(g);
+  sub->add_option("--extract-memory-mb", a.extract_memory_mb, "Memory of an extraction worker, MiB (0: none) [1024]")
+      ->group(g);
+  sub->add_option("--max-file-mb", a.max_file_mb, "Larger input files are refused, MiB [256]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-text-mb", a.max_text_mb, "Extracted text per document, MiB [64]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-page-text-mb", a.max_page_text_mb, "Extracted text per page, MiB [4]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-attachment-mb", a.max_attachment_mb, "An embedded file's bytes as really inflated, MiB [32]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-pages", a.max_pages, "Pages per document [5000]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+}
+
 void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--schema", a.schema, "JSON Schema of the output; default: the shipped invoice (kie) or rag_answer (rag) schema")
       ->check(CLI::ExistingFile);
@@ -220,6 +253,7 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--extract-threads", a.extract_threads,
                   "Extraction threads (clamped, with a warning, to 4 per hardware thread and to what the open-file limit allows) [2]");
   sub->add_option("--pdf-password", a.pdf_password, "Password for encrypted PDFs (tried as owner and user password)");
+  add_extract_limit_options(sub, a);
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
   sub->add_option("--compute", a.compute,
@@ -252,6 +286,14 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
   if (given("--extract-threads")) job.extract_threads = a.extract_threads;
   if (given("--pdf-password")) job.extract.pdf_password = a.pdf_password;
+  if (a.no_isolation) job.extract.isolation = false;
+  if (given("--extract-timeout")) job.extract.timeout_s = a.extract_timeout;
+  if (given("--extract-memory-mb")) job.extract.memory_mb = a.extract_memory_mb;
+  if (given("--max-file-mb")) job.extract.max_file_mb = a.max_file_mb;
+  if (given("--max-text-mb")) job.extract.max_text_mb = a.max_text_mb;
+  if (given("--max-page-text-mb")) job.extract.max_page_text_mb = a.max_page_text_mb;
+  if (given("--max-attachment-mb")) job.extract.max_attachment_mb = a.max_attachment_mb;
+  if (given("--max-pages")) job.extract.max_pages = a.max_pages;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--compute")) job.engine.compute = a.compute;
@@ -277,7 +319,8 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
       "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads,\n"
-      "pdf_password).\n"
+      "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
+      "max_pages).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
       "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
       "130 interrupted.");

@@ -25,8 +25,16 @@ std::string special_file_reason(mode_t mode) {
 std::optional<int> open_input(const std::string& path, std::uint64_t max_file_bytes, std::uint64_t& size,
                               std::string& reason) {
   size = 0;
-  // O_NONBLOCK: a FIFO swapped in after discovery does not block the open; O_NOCTTY: a terminal
-  // device never becomes the controlling terminal.
+  // A special file is refused before it is opened (opening a device can have effects of its own).
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0) {
+    if (auto special = special_file_reason(before.st_mode); !special.empty()) {
+      reason = std::move(special);
+      return std::nullopt;
+    }
+  }
+  // O_NONBLOCK: a FIFO swapped in since does not block the open; O_NOCTTY: a terminal device never
+  // becomes the controlling terminal. fstat then checks what was really opened.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     reason = errno == ENOENT ? "no such file" : std::string("cannot open: ") + std::strerror(errno);

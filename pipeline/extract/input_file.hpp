@@ -10,8 +10,9 @@
 
 namespace quarry::extract {
 
-/// Opens `path` to extract it without blocking or side effects: O_RDONLY | O_NONBLOCK | O_NOCTTY |
-/// O_CLOEXEC, then fstat(2) must show a regular file of at most `max_file_bytes`. Returns the
+/// Opens `path` to extract it without blocking or side effects: stat(2) first (a special file is never
+/// opened), then O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, then fstat(2) must show a regular file
+/// of at most `max_file_bytes`. Returns the
 /// descriptor, or the reason ("no such file", "not a regular file (FIFO)", "file is N bytes, larger
 /// than the limit of M", the errno text). `size` receives the file's size.
 std::optional<int> open_input(const std::string& path, std::uint64_t max_file_bytes, std::uint64_t& size,

@@ -138,9 +138,27 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   if (const auto* e = root.get("extract")) {
     const auto* t = e->as_table();
     if (!t) fail(path, "extract", "expected a table");
-    check_keys(*t, {"threads", "pdf_password"}, path, "extract.");
+    check_keys(*t,
+               {"threads", "pdf_password", "isolation", "timeout_s", "memory_mb", "max_file_mb", "max_text_mb",
+                "max_page_text_mb", "max_attachment_mb", "max_pages"},
+               path, "extract.");
     get_uint(*t, "threads", job.extract_threads, path, "extract.");
     job.extract.pdf_password = get_string(*t, "pdf_password", path, "extract.");
+    if (const auto* n = t->get("isolation")) {
+      if (!n->is_boolean()) fail(path, "extract.isolation", "expected true or false");
+      job.extract.isolation = *n->value<bool>();
+    }
+    if (const auto* n = t->get("timeout_s")) {
+      if (!n->is_number() || *n->value<double>() < 0 || *n->value<double>() > 86400)
+        fail(path, "extract.timeout_s", "expected a number of seconds in [0, 86400]");
+      job.extract.timeout_s = *n->value<double>();
+    }
+    get_uint(*t, "memory_mb", job.extract.memory_mb, path, "extract.");
+    get_uint(*t, "max_file_mb", job.extract.max_file_mb, path, "extract.");
+    get_uint(*t, "max_text_mb", job.extract.max_text_mb, path, "extract.");
+    get_uint(*t, "max_page_text_mb", job.extract.max_page_text_mb, path, "extract.");
+    get_uint(*t, "max_attachment_mb", job.extract.max_attachment_mb, path, "extract.");
+    get_uint(*t, "max_pages", job.extract.max_pages, path, "extract.");
   }
   return job;
 }
@@ -209,6 +227,16 @@ void resolve_defaults(JobSpec& job) {
   if (job.engine.max_inflight == 0) job.engine.max_inflight = 1;
   if (job.extract_threads == 0) job.extract_threads = 1;
   if (job.engine.max_tokens == 0) throw std::runtime_error("engine.max_tokens must be at least 1");
+  const auto& x = job.extract;
+  if (x.memory_mb != 0 && x.memory_mb < 128)
+    throw std::runtime_error("extract memory limit of " + std::to_string(x.memory_mb) +
+                             " MiB is too small for an extraction worker (at least 128, or 0 for none)");
+  for (const auto& [name, v] : {std::pair<const char*, std::uint64_t>{"max_file_mb", x.max_file_mb},
+                                {"max_text_mb", x.max_text_mb},
+                                {"max_page_text_mb", x.max_page_text_mb},
+                                {"max_attachment_mb", x.max_attachment_mb},
+                                {"max_pages", x.max_pages}})
+    if (v == 0 || v > (1u << 20)) throw std::runtime_error(std::string("extract.") + name + " must be in [1, 1048576]");
 }
 
 }  // namespace quarry::run

@@ -15,7 +15,8 @@
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
 //             compute
-//   [extract] threads, pdf_password
+//   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
+//             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000)
 #pragma once
 
 #include <cstddef>
@@ -43,9 +44,18 @@ struct EngineSettings {
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
 };
 
-/// How documents are read (ExtractOptions of extractors/document.hpp).
+/// How documents are read: in worker processes with per-document limits (pipeline/extract/extractor.hpp)
+/// and the caps of ExtractOptions (extractors/document.hpp). Defaults are the README's.
 struct ExtractSettings {
-  std::string pdf_password;  ///< tried as owner and user password of encrypted PDFs
+  std::string pdf_password;          ///< tried as owner and user password of encrypted PDFs
+  bool isolation = true;             ///< extract in worker processes (false: in the run's threads, no time/memory limit)
+  double timeout_s = 30;             ///< wall time per document, seconds (0: none)
+  std::uint64_t memory_mb = 1024;    ///< memory of an extraction worker, MiB (0: none)
+  std::uint64_t max_file_mb = 256;   ///< larger inputs are refused, MiB
+  std::uint64_t max_text_mb = 64;    ///< extracted text per document, MiB
+  std::uint64_t max_page_text_mb = 4;   ///< extracted text per page, MiB
+  std::uint64_t max_attachment_mb = 32; ///< one embedded file's inflated bytes, MiB
+  std::uint64_t max_pages = 5000;    ///< pages per document
 };
 
 struct JobSpec {

@@ -20,6 +20,7 @@
 #include <zmq.hpp>
 
 #include "engine/tokenizer/tokenizer.hpp"
+#include "pipeline/extract/extractor.hpp"
 #include "pipeline/rag/rag.hpp"
 #include "pipeline/run/job.hpp"
 #include "pipeline/run/ledger.hpp"
@@ -111,6 +112,9 @@ struct BuildContext {
   std::vector<rag::Question> rag_questions;
   rag::RagTemplate rag_template;
 };
+
+/// The extraction settings of a job (limits, caps, password, isolation).
+extract::Settings extract_settings(const JobSpec& job);
 
 /// discover: walks the inputs and sends one InputMsg per file to `out` (ep_extract).
 void discover_stage(Shared& sh, zmq::socket_t& out);

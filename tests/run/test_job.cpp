@@ -125,7 +125,28 @@ TEST(JobFile, RetryErrorsAndExtractPdfPasswordAreRead) {
   const auto job = quarry::run::load_job_file(s.dir / "job.toml");
   EXPECT_EQ(job.extract.pdf_password, "s3cret");
   EXPECT_TRUE(job.retry_errors);
+  EXPECT_TRUE(job.extract.isolation);  // the defaults
+  EXPECT_EQ(job.extract.timeout_s, 30.0);
+  EXPECT_EQ(job.extract.memory_mb, 1024u);
   expect_error("retry_errors = 1\n", "retry_errors");
+}
+
+TEST(JobFile, ExtractLimitsAreRead) {
+  Scratch s("joblimits");
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\n[extract]\nisolation = false\ntimeout_s = 2.5\n"
+                                    << "memory_mb = 512\nmax_file_mb = 10\nmax_text_mb = 11\nmax_page_text_mb = 12\n"
+                                    << "max_attachment_mb = 13\nmax_pages = 14\n";
+  const auto job = quarry::run::load_job_file(s.dir / "job.toml");
+  EXPECT_FALSE(job.extract.isolation);
+  EXPECT_EQ(job.extract.timeout_s, 2.5);
+  EXPECT_EQ(job.extract.memory_mb, 512u);
+  EXPECT_EQ(job.extract.max_file_mb, 10u);
+  EXPECT_EQ(job.extract.max_text_mb, 11u);
+  EXPECT_EQ(job.extract.max_page_text_mb, 12u);
+  EXPECT_EQ(job.extract.max_attachment_mb, 13u);
+  EXPECT_EQ(job.extract.max_pages, 14u);
+  expect_error("[extract]\ntimeout_s = -1\n", "extract.timeout_s");
+  expect_error("[extract]\nisolation = \"yes\"\n", "extract.isolation");
 }
 
 }  // namespace
