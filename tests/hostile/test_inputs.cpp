@@ -7,8 +7,11 @@
 #include <sys/un.h>
 
 #include <map>
+#include <sstream>
 
 #include "pipeline/run/source_name.hpp"
+#include "tests/common/run_command.hpp"
+#include "tests/hostile/pdf_bombs.hpp"
 #include "tests/run/run_support.hpp"
 
 namespace {
@@ -113,6 +116,32 @@ TEST(HostileInputs, ANameThatIsNotUtf8IsOneRecordThroughRerunsAndRecoveries) {
   const auto report = json::parse(read_file(out / "report.json"));
   EXPECT_EQ(report["this_run"]["skipped_already_done"], 2);
   EXPECT_EQ(report["this_run"]["recovery"]["recovered_lines"], 2);
+}
+
+TEST(HostileInputs, IngestAppliesTheSameLimitsToSpecialFilesNamesAndBombs) {
+  Scratch s("ingest");
+  const auto in = s.dir / "in";
+  fs::create_directories(in);
+  fs::copy_file(k_samples / "en-xml-1.xml", in / "a.xml");
+  ASSERT_EQ(::mkfifo((in / "b.fifo").c_str(), 0644), 0);
+  const fs::path latin1 = in / (std::string("c-") + '\xe9' + ".xml");
+  fs::copy_file(k_samples / "hu-xml-1.xml", latin1);
+  quarry::test_hostile::text_bomb(in / "d-text-bomb.pdf", 100ull << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = quarry::test_support::run_quarry("ingest -j 2 --extract-memory-mb 256 --max-text-mb 1048576 --max-page-text-mb 1048576 '" + in.string() + "'", false);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+  EXPECT_EQ(r.code, 2);
+  std::vector<json> recs;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) recs.push_back(json::parse(line));
+  ASSERT_EQ(recs.size(), 4u) << r.out.substr(0, 2000);
+  EXPECT_EQ(recs[0]["status"], "ok");
+  EXPECT_EQ(recs[1]["error"], "not a regular file (FIFO)");
+  EXPECT_EQ(recs[2]["source"], quarry::run::source_name(latin1.native()).display);
+  EXPECT_EQ(recs[2]["source_base64"], quarry::run::base64(latin1.native()));
+  EXPECT_EQ(recs[2]["status"], "ok");
+  EXPECT_EQ(recs[3]["status"], "error");
+  EXPECT_EQ(recs[3]["error"].get<std::string>().rfind("memory limit 256 MiB", 0), 0u) << recs[3].dump();
 }
 
 TEST(SourceName, Utf8NamesStayAsTheyAreOthersAreEscapedWithTheirBytes) {
