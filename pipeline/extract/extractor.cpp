@@ -340,8 +340,18 @@ int worker_loop(int sock) {
       }
       r.doc.reset();
     }
-    if (!send_frame(sock, encode_meta(r.outcome, exiting))) return 1;
-    if (r.outcome.status == Outcome::Status::ok && !send_frame(sock, doc_frame)) return 1;
+    // The reply's frames in one write (one wake-up of the parent).
+    std::vector<std::uint8_t> reply;
+    const auto append_frame = [&reply](const std::vector<std::uint8_t>& payload) {
+      const std::uint64_t len = payload.size();
+      const auto* h = reinterpret_cast<const std::uint8_t*>(&len);
+      reply.insert(reply.end(), h, h + 8);
+      reply.insert(reply.end(), payload.begin(), payload.end());
+    };
+    append_frame(encode_meta(r.outcome, exiting));
+    if (r.outcome.status == Outcome::Status::ok) append_frame(doc_frame);
+    std::vector<std::uint8_t>().swap(doc_frame);
+    if (!send_all(sock, reply.data(), reply.size())) return 1;
     if (exiting) return 0;
   }
 }
@@ -622,12 +632,13 @@ Outcome Extractor::extract(int fd, const std::string& source, const std::functio
       }
       return finish(Outcome::Status::failed, "crash", reason);
     }
-    // Wait for more, watching the clock, the worker's memory and the caller.
+    // Wait for more, watching the clock, the worker's memory and the caller. The memory is read from
+    // /proc when a tick passes without data (every 50 ms while the worker works), not on every read.
     pollfd pfd{w.sock, POLLIN, 0};
-    ::poll(&pfd, 1, static_cast<int>(k_tick.count()));
+    const int ready = ::poll(&pfd, 1, static_cast<int>(k_tick.count()));
     closed = !w.pump();
     std::uint64_t vm = 0, rss = 0;
-    if (proc_memory(w.pid, vm, rss)) {
+    if (ready == 0 && proc_memory(w.pid, vm, rss)) {
       w.max_vm = std::max(w.max_vm, vm);
       if (limits.memory_mb > 0 && rss > memory_bytes)
         return killed(Outcome::Status::failed, "limit", memory_reason(limits.memory_mb));
