@@ -2,23 +2,33 @@
 //
 // Folders are walked recursively in sorted order, hidden files and folders skipped. Every input
 // gives exactly one record (or, with --chunks, one per chunk; a failed input still gives its error
-// record); a bad file never stops the others. Exit: 0 all ok, 2 some failed, 1 usage/setup error.
+// record); a bad file never stops the others. Documents are parsed in extraction worker processes
+// with the same per-document limits as `quarry run` (pipeline/extract/extractor.hpp); a special file
+// is never opened. A file name that is not UTF-8 is shown with its invalid bytes escaped, its exact
+// bytes in "source_base64". Exit: 0 all ok, 2 some failed, 1 usage/setup error.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
+#include <condition_variable>
+#include <map>
 #include <filesystem>
-#include <future>
 #include <thread>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <mutex>
+
 #include "extractors/extract.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/cli/commands.hpp"
+#include "pipeline/extract/extractor.hpp"
+#include "pipeline/extract/input_file.hpp"
+#include "pipeline/run/source_name.hpp"
 
 namespace quarry::cli {
 namespace {
@@ -33,9 +43,13 @@ struct IngestArgs {
   std::size_t chunk_overlap = 128;
   std::string pdf_password;
   bool no_einvoice = false;
-  std::uint64_t max_file_mb = 256;
+  std::uint64_t max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4, max_attachment_mb = 32, max_pages = 5000;
+  double extract_timeout = 30;
+  std::uint64_t extract_memory_mb = 1024;
+  bool no_isolation = false;
   std::size_t jobs = 1;
 };
+
 
 bool hidden(const fs::path& p) {
   const std::string name = p.filename().string();
@@ -70,9 +84,18 @@ std::vector<fs::path> expand_inputs(const std::vector<std::string>& args) {
   return out;
 }
 
-nlohmann::json document_record(const Document& doc) {
+/// "source" (and "source_base64" for a name that is not UTF-8) of a record.
+nlohmann::json source_fields(const fs::path& path) {
+  const auto name = run::source_name(path.native());
   nlohmann::json j;
-  j["source"] = doc.source;
+  j["source"] = name.display;
+  if (!name.base64.empty()) j["source_base64"] = name.base64;
+  return j;
+}
+
+nlohmann::json document_record(const fs::path& path, const extract::ExtractedDocument& x) {
+  const Document& doc = x.doc;
+  nlohmann::json j = source_fields(path);
   j["sha256"] = doc.sha256;
   j["media_type"] = doc.media_type;
   j["size"] = doc.size_bytes;
@@ -81,8 +104,11 @@ nlohmann::json document_record(const Document& doc) {
   j["text"] = doc.text();
   j["metadata"] = doc.metadata;
   nlohmann::json atts = nlohmann::json::array();
-  for (const Attachment& a : doc.attachments)
-    atts.push_back({{"name", a.name}, {"media_type", a.media_type}, {"size", a.bytes.size()}});
+  for (std::size_t i = 0; i < doc.attachments.size(); ++i) {
+    const Attachment& a = doc.attachments[i];
+    atts.push_back({{"name", a.name}, {"media_type", a.media_type},
+                    {"size", i < x.attachment_bytes.size() ? x.attachment_bytes[i] : 0}});
+  }
   j["attachments"] = std::move(atts);
   if (doc.einvoice) {
     j["einvoice"] = *doc.einvoice;
@@ -93,7 +119,7 @@ nlohmann::json document_record(const Document& doc) {
 }
 
 std::string dump_line(const nlohmann::json& j) {
-  // Invalid UTF-8 cannot come from the extractors, but a file name can carry it.
+  // Names are escaped to UTF-8 (source_fields); replace is a last guard for anything else.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -104,42 +130,48 @@ struct Outcome {
   std::string error;  ///< empty when ok
 };
 
-Outcome process(const fs::path& path, const ExtractOptions& opts, const IngestArgs& args) {
+Outcome process(const fs::path& path, extract::Extractor& extractor, const extract::Settings& settings,
+                const IngestArgs& args) {
   Outcome o;
-  o.source = path.string();
-  auto bytes = read_file_bytes(path, opts);
-  if (!bytes) {
-    o.error = bytes.error().reason;
-    o.lines.push_back(dump_line({{"source", o.source}, {"status", "error"}, {"error", o.error}}));
+  nlohmann::json base = source_fields(path);
+  o.source = base["source"];
+  const auto fail = [&](nlohmann::json j, const std::string& error) {
+    o.error = error;
+    j["status"] = "error";
+    j["error"] = error;
+    o.lines.push_back(dump_line(j));
     return o;
+  };
+  std::string reason;
+  std::uint64_t size = 0;
+  const auto fd = extract::open_input(path.string(), settings.options.max_file_bytes, size, reason);
+  if (!fd) return fail(base, reason);
+  auto r = extractor.extract(*fd, path.string());
+  ::close(*fd);
+  if (r.status != extract::Outcome::Status::ok) {
+    nlohmann::json j = base;
+    if (!r.sha256.empty()) j["sha256"] = r.sha256;
+    if (!r.media_type.empty()) j["media_type"] = r.media_type;
+    j["size"] = r.size ? r.size : size;
+    return fail(j, r.reason);
   }
-  auto doc = extract_bytes(*bytes, o.source, opts);
-  if (!doc) {
-    o.error = doc.error().reason;
-    o.lines.push_back(dump_line({{"source", o.source},
-                                 {"sha256", sha256_hex(*bytes)},
-                                 {"media_type", detect_media_type(*bytes, path)},
-                                 {"size", bytes->size()},
-                                 {"status", "error"},
-                                 {"error", o.error}}));
-    return o;
-  }
-  bytes->clear();
-  bytes->shrink_to_fit();
   if (!args.chunks) {
-    o.lines.push_back(dump_line(document_record(*doc)));
+    o.lines.push_back(dump_line(document_record(path, r.extracted)));
     return o;
   }
+  const Document& doc = r.extracted.doc;
   const EstimateTokenCounter counter;
   const ChunkOptions chunk_opts{args.chunk_tokens, args.chunk_overlap};
-  for (const Chunk& c : chunk_document(*doc, counter, chunk_opts))
-    o.lines.push_back(dump_line({{"source", o.source},
-                                 {"sha256", doc->sha256},
-                                 {"chunk", c.index},
-                                 {"first_page", c.first_page},
-                                 {"last_page", c.last_page},
-                                 {"tokens", c.tokens},
-                                 {"text", c.text}}));
+  for (const Chunk& c : chunk_document(doc, counter, chunk_opts)) {
+    nlohmann::json j = base;
+    j["sha256"] = doc.sha256;
+    j["chunk"] = c.index;
+    j["first_page"] = c.first_page;
+    j["last_page"] = c.last_page;
+    j["tokens"] = c.tokens;
+    j["text"] = c.text;
+    o.lines.push_back(dump_line(j));
+  }
   return o;
 }
 
@@ -154,28 +186,81 @@ int run_ingest(const IngestArgs& args) {
     }
     out = file.get();
   }
-  ExtractOptions opts;
+  extract::Settings settings;
+  ExtractOptions& opts = settings.options;
   opts.pdf_password = args.pdf_password;
   opts.map_einvoices = !args.no_einvoice;
   opts.max_file_bytes = args.max_file_mb << 20;
+  opts.max_text_bytes = args.max_text_mb << 20;
+  opts.max_page_text_bytes = args.max_page_text_mb << 20;
+  opts.max_attachment_bytes = args.max_attachment_mb << 20;
+  opts.max_pages = static_cast<int>(args.max_pages);
   // The records carry text, not line boxes: skip poppler's second text pass per PDF page.
   opts.pdf_line_bboxes = false;
+  settings.limits.timeout_s = args.extract_timeout;
+  settings.limits.memory_mb = args.extract_memory_mb;
+  settings.isolation = !args.no_isolation;
 
-  // Up to `jobs` inputs are extracted at once; their records are written in input order, so the
-  // output does not depend on the number of jobs.
+  // `jobs` threads extract at once, each with its own Extractor (its worker process lives as long
+  // as the thread: PR_SET_PDEATHSIG); records are written in input order, so the output does not
+  // depend on the number of jobs. A thread runs at most 2 x jobs inputs ahead of the writer.
   const std::vector<fs::path> inputs = expand_inputs(args.paths);
-  const std::size_t jobs = std::max<std::size_t>(1, args.jobs);
-  std::deque<std::future<Outcome>> window;
-  std::size_t next = 0, ok = 0, failed = 0;
-  auto launch = [&] {
-    window.push_back(std::async(std::launch::async, process, inputs[next], std::cref(opts), std::cref(args)));
-    ++next;
+  const std::size_t jobs = std::max<std::size_t>(1, std::min(args.jobs, inputs.size()));
+  const std::size_t window = 2 * jobs;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::size_t, Outcome> ready;
+  std::size_t next_to_take = 0, next_to_write = 0;
+  bool abort = false;
+  std::string setup_error;
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < jobs; ++t) {
+    threads.emplace_back([&] {
+      extract::Extractor extractor(settings);
+      for (;;) {
+        std::size_t i = 0;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return abort || next_to_take >= inputs.size() || next_to_take < next_to_write + window; });
+          if (abort || next_to_take >= inputs.size()) return;
+          i = next_to_take++;
+        }
+        Outcome o;
+        try {
+          o = process(inputs[i], extractor, settings, args);
+        } catch (const extract::WorkerStartError& e) {  // no document can be read: a setup error
+          std::lock_guard<std::mutex> lock(mu);
+          if (setup_error.empty()) setup_error = e.what();
+          abort = true;
+          cv.notify_all();
+          return;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        ready.emplace(i, std::move(o));
+        cv.notify_all();
+      }
+    });
+  }
+  const auto stop = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      abort = true;
+    }
+    cv.notify_all();
+    for (auto& t : threads) t.join();
   };
-  while (next < inputs.size() && window.size() < jobs) launch();
-  while (!window.empty()) {
-    Outcome o = window.front().get();
-    window.pop_front();
-    if (next < inputs.size()) launch();
+  std::size_t ok = 0, failed = 0;
+  while (next_to_write < inputs.size()) {
+    Outcome o;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return abort || ready.count(next_to_write) > 0; });
+      if (abort) break;
+      o = std::move(ready.at(next_to_write));
+      ready.erase(next_to_write);
+      ++next_to_write;
+    }
+    cv.notify_all();
     if (o.error.empty()) {
       ++ok;
     } else {
@@ -185,10 +270,15 @@ int run_ingest(const IngestArgs& args) {
     for (const std::string& line : o.lines) {
       if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
         spdlog::error("cannot write the output: {}", std::strerror(errno));
-        for (auto& f : window) f.wait();
+        stop();
         return 1;
       }
     }
+  }
+  stop();
+  if (!setup_error.empty()) {
+    spdlog::error("{}", setup_error);
+    return 1;
   }
   if (std::fflush(out) != 0) {
     spdlog::error("cannot write the output: {}", std::strerror(errno));
@@ -224,10 +314,45 @@ void add_ingest_command(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--pdf-password", args->pdf_password, "Password for encrypted PDFs");
   sub->add_flag("--no-einvoice", args->no_einvoice, "Do not map structured e-invoices to invoice JSON");
+  const auto* g = "Limits (per document; a document past one becomes an error record and the others go on)";
   sub->add_option("--max-file-mb", args->max_file_mb, "Refuse inputs larger than this many MiB")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{4096}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(g);
+  sub->add_flag("--no-isolation", args->no_isolation,
+                "Extract in quarry's own threads instead of worker processes: no time or memory limit, and a parser "
+                "crash ends the command [isolation on]")
+      ->group(g);
+  sub->add_option("--extract-timeout", args->extract_timeout, "Wall time per document, seconds (0: none)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--extract-memory-mb", args->extract_memory_mb, "Memory of an extraction worker, MiB (0: none)")
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-text-mb", args->max_text_mb, "Extracted text per document, MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-page-text-mb", args->max_page_text_mb, "Extracted text per page, MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-attachment-mb", args->max_attachment_mb, "An embedded file's bytes as really inflated, MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-pages", args->max_pages, "Pages per document")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
   sub->callback([&ctx, args] {
+    if (args->extract_memory_mb != 0 && args->extract_memory_mb < 128) {
+      spdlog::error("--extract-memory-mb {} is too small for an extraction worker (at least 128, or 0 for none)",
+                    args->extract_memory_mb);
+      ctx.exit_code = 1;
+      return;
+    }
     if (args->chunk_overlap >= args->chunk_tokens) {
       spdlog::error("--chunk-overlap must be smaller than --chunk-tokens");
       ctx.exit_code = 1;

@@ -4,15 +4,18 @@
 //       quarry run JOBFILE.toml [overrides]
 // ask:  quarry ask DOC... --questions FILE [--schema FILE] [-o OUTDIR]      (task rag)
 //
-// Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C once finishes the
-// documents in flight and stops; twice cancels them. Either way everything reported done is in
-// OUTDIR, and rerunning the same command resumes.
-// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors; 1 setup failure;
-// 130 interrupted (rerun to resume).
+// Progress goes to stderr: a bar on a terminal, log lines otherwise. Ctrl-C (or SIGTERM) once stops
+// within 5 s: nothing new starts, the documents in flight get 2 s to finish, then they are cancelled
+// and the report is written; twice exits at once. Either way everything reported done is in OUTDIR,
+// and rerunning the same command resumes.
+// Exit codes: 0 every record of OUTDIR ok; 2 some records of OUTDIR are invalid or errors, or OUTDIR is in
+// use by another run; 1 setup failure; 130 interrupted (rerun to resume).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -33,11 +36,16 @@ namespace qr = quarry::run;
 
 struct RunArgs {
   std::vector<std::string> inputs;
-  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto";
+  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password;
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
+  bool retry_errors = false;
+  bool no_isolation = false;
+  double extract_timeout = 30;
+  std::uint64_t extract_memory_mb = 1024, max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4,
+                max_attachment_mb = 32, max_pages = 5000;
 };
 
 std::string shell_quote(const std::string& s) {
@@ -100,24 +108,40 @@ class ProgressPrinter {
 };
 
 /// SIGINT/SIGTERM are blocked in every thread of the run and taken by one thread with sigtimedwait:
-/// no handler, no global state. First signal: stop_level 1 (finish in flight); second: 2 (cancel).
+/// no handler, no global state. The first signal stops the run (stop_level 1: nothing new starts, the
+/// model requests in flight get RunOptions::stop_grace_s, then are cancelled; then the report). A
+/// second signal, or a run still going k_hard_stop_s after the first, exits at once with 130:
+/// everything reported done is already durable (the ledger's commit protocol), the next run repairs
+/// a torn last line, and the extraction workers die with quarry (PR_SET_PDEATHSIG).
 class SignalWatcher {
  public:
-  explicit SignalWatcher(qr::RunControl& control) : control_(control) {
+  static constexpr double k_hard_stop_s = 4.5;
+
+  SignalWatcher(qr::RunControl& control, std::string resume_cmd) : control_(control), resume_(std::move(resume_cmd)) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, &old_);
     thread_ = std::thread([this] {
-      const timespec timeout{0, 200 * 1000 * 1000};
+      const timespec timeout{0, 100 * 1000 * 1000};
+      int signals = 0;
+      std::chrono::steady_clock::time_point first;
       while (!done_) {
         const int sig = sigtimedwait(&set_, nullptr, &timeout);
-        if (sig < 0) continue;
-        const int level = ++control_.stop_level;
-        if (level == 1)
-          std::fprintf(stderr, "\nquarry: stopping: finishing the documents in flight (press Ctrl-C again to cancel them)\n");
-        else if (level == 2)
-          std::fprintf(stderr, "\nquarry: cancelling the documents in flight\n");
+        if (sig > 0 && ++signals == 1) {
+          first = std::chrono::steady_clock::now();
+          int zero = 0;
+          control_.stop_level.compare_exchange_strong(zero, 1);
+          std::fprintf(stderr,
+                       "\nquarry: stopping (%s): nothing new starts; the documents in flight get %.0f s to finish"
+                       " (press Ctrl-C again to exit at once)\n",
+                       sig == SIGTERM ? "SIGTERM" : "SIGINT", qr::RunOptions{}.stop_grace_s);
+        } else if (sig > 0) {
+          exit_now("a second signal");
+        } else if (signals > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count() >
+                                      k_hard_stop_s) {
+          exit_now("still running 4.5 s after the stop");
+        }
       }
     });
   }
@@ -128,7 +152,15 @@ class SignalWatcher {
   }
 
  private:
+  [[noreturn]] void exit_now(const char* why) const {
+    std::fprintf(stderr, "\nquarry: exiting at once (%s); everything reported done is saved.\nResume with: %s\n", why,
+                 resume_.c_str());
+    std::fflush(stderr);
+    std::_Exit(130);
+  }
+
   qr::RunControl& control_;
+  std::string resume_;
   sigset_t set_{}, old_{};
   std::atomic<bool> done_{false};
   std::thread thread_;
@@ -136,6 +168,7 @@ class SignalWatcher {
 
 int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   qr::resolve_defaults(job);
+  qr::raise_open_file_limit();
   qr::RunControl control;
   ProgressPrinter printer(a.progress);
   qr::RunOptions opts;
@@ -144,9 +177,12 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
     printer.end_line();
     spdlog::info("{}", m);
   };
+  // OUTDIR is this run's alone until the report is written.
+  qr::OutdirLock lock(job.output);
+  opts.lock = &lock;
   qr::RunMetrics m;
   {
-    SignalWatcher watcher(control);
+    SignalWatcher watcher(control, resume_cmd);
     m = qr::run_job(job, control, opts);
   }
   printer.end_line();
@@ -169,6 +205,35 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
 }
 
+/// The per-document limits of extraction (README "Limits and safety"); same names in `quarry ingest`.
+void add_extract_limit_options(CLI::App* sub, RunArgs& a) {
+  const auto* g = "Limits (per document; a document past one becomes an error record and the batch goes on)";
+  sub->add_flag("--no-isolation", a.no_isolation,
+                "Extract in quarry's own threads instead of worker processes: no time or memory limit, and a parser "
+                "crash ends the run (for benchmarks) [isolation on]")
+      ->group(g);
+  sub->add_option("--extract-timeout", a.extract_timeout, "Wall time per document, seconds (0: none) [30]")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group(g);
+  sub->add_option("--extract-memory-mb", a.extract_memory_mb, "Memory of an extraction worker, MiB (0: none) [1024]")
+      ->group(g);
+  sub->add_option("--max-file-mb", a.max_file_mb, "Larger input files are refused, MiB [256]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-text-mb", a.max_text_mb, "Extracted text per document, MiB [64]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-page-text-mb", a.max_page_text_mb, "Extracted text per page, MiB [4]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-attachment-mb", a.max_attachment_mb, "An embedded file's bytes as really inflated, MiB [32]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-pages", a.max_pages, "Pages per document [5000]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+}
+
 void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--schema", a.schema, "JSON Schema of the output; default: the shipped invoice (kie) or rag_answer (rag) schema")
       ->check(CLI::ExistingFile);
@@ -179,10 +244,16 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--prefer", a.prefer, "auto: structured e-invoices take the deterministic mapper; model: everything goes to the model")
       ->check(CLI::IsMember({"auto", "model"}));
   sub->add_option("--retries", a.retries, "Extra model attempts (another seed and temperature) before a record is invalid [2]");
-  sub->add_option("--threads", a.threads, "Engine threads (0: all cores) [0]");
+  sub->add_flag("--retry-errors", a.retry_errors,
+                "Redo every `error` record of OUTDIR (errors caused by the run's settings, such as a KV cache or context too "
+                "small, are always redone)");
+  sub->add_option("--threads", a.threads, "Engine threads (0: all cores; more than the machine has are clamped, with a warning) [0]");
   sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
   sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
-  sub->add_option("--extract-threads", a.extract_threads, "Extraction threads [2]");
+  sub->add_option("--extract-threads", a.extract_threads,
+                  "Extraction threads (clamped, with a warning, to 4 per hardware thread and to what the open-file limit allows) [2]");
+  sub->add_option("--pdf-password", a.pdf_password, "Password for encrypted PDFs (tried as owner and user password)");
+  add_extract_limit_options(sub, a);
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
   sub->add_option("--compute", a.compute,
@@ -209,10 +280,20 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--output")) job.output = a.output;
   if (given("--prefer")) job.prefer = a.prefer == "model" ? qr::Prefer::model : qr::Prefer::automatic;
   if (given("--retries")) job.retries = a.retries;
+  if (a.retry_errors) job.retry_errors = true;
   if (given("--threads")) job.engine.threads = a.threads;
   if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;
   if (given("--extract-threads")) job.extract_threads = a.extract_threads;
+  if (given("--pdf-password")) job.extract.pdf_password = a.pdf_password;
+  if (a.no_isolation) job.extract.isolation = false;
+  if (given("--extract-timeout")) job.extract.timeout_s = a.extract_timeout;
+  if (given("--extract-memory-mb")) job.extract.memory_mb = a.extract_memory_mb;
+  if (given("--max-file-mb")) job.extract.max_file_mb = a.max_file_mb;
+  if (given("--max-text-mb")) job.extract.max_text_mb = a.max_text_mb;
+  if (given("--max-page-text-mb")) job.extract.max_page_text_mb = a.max_page_text_mb;
+  if (given("--max-attachment-mb")) job.extract.max_attachment_mb = a.max_attachment_mb;
+  if (given("--max-pages")) job.extract.max_pages = a.max_pages;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--compute")) job.engine.compute = a.compute;
@@ -236,10 +317,13 @@ void add_run_command(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("run", "Extract one schema-valid JSON record per document: resumable, with a report");
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
-      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, [engine] threads,\n"
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads).\n"
+      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads,\n"
+      "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
+      "max_pages).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
-      "Exit codes: 0 all ok; 2 some records invalid or errors; 1 setup error; 130 interrupted.");
+      "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
+      "130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
   sub->add_option("--task", a->task, "kie (one record per document) or rag (needs --questions)")
       ->check(CLI::IsMember({"kie", "rag"}));
@@ -254,6 +338,9 @@ void add_run_command(CLI::App& app, Context& ctx) {
       else job.inputs = a->inputs;
       apply_overrides(job, *a, sub);
       ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const qr::OutdirBusy& e) {
+      spdlog::error("run: {}", e.what());
+      ctx.exit_code = 2;
     } catch (const std::exception& e) {
       spdlog::error("run: {}", e.what());
       ctx.exit_code = 1;
@@ -278,6 +365,9 @@ void add_ask_command(CLI::App& app, Context& ctx) {
       apply_overrides(job, *a, sub);
       if (job.output.empty()) job.output = "quarry-ask-out";
       ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+    } catch (const qr::OutdirBusy& e) {
+      spdlog::error("ask: {}", e.what());
+      ctx.exit_code = 2;
     } catch (const std::exception& e) {
       spdlog::error("ask: {}", e.what());
       ctx.exit_code = 1;

@@ -6,9 +6,13 @@
 #include <string>
 
 #include "pipeline/cli/commands.hpp"
+#include "pipeline/extract/extractor.hpp"
 #include "quarry/version.hpp"
 
 int main(int argc, char** argv) {
+  // `quarry extract-worker FD`: an extraction worker process started by quarry itself
+  // (pipeline/extract/extractor.hpp); not a user command, so not in --help.
+  if (const auto status = quarry::extract::maybe_run_worker(argc, argv)) return *status;
   CLI::App app{"quarry: batch document extraction with an embedded LLM engine"};
   app.set_version_flag("--version", std::string("quarry ") + QUARRY_VERSION);
   app.require_subcommand(1);

@@ -53,11 +53,11 @@ json EngineWorker::stats_json(const eng::RequestStats& s) {
   return j;
 }
 
-eng::GenerationRequest EngineWorker::make_request(const json& task) {
+eng::GenerationRequest EngineWorker::make_request(const ModelTaskMsg& task) {
   eng::GenerationRequest r;
-  r.prompt = task["prompt"].get<std::vector<eng::TokenId>>();
-  r.max_tokens = task["max_tokens"].get<std::size_t>();
-  const std::size_t attempt = task.value("attempt", std::size_t{0});
+  r.prompt = task.prompt;
+  r.max_tokens = task.max_tokens;
+  const std::size_t attempt = task.attempt;
   r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
   r.sampling.seed = job_.engine.seed + attempt;
   r.constraint = engine_->json_schema_constraint(schema_text_, true);
@@ -66,25 +66,25 @@ eng::GenerationRequest EngineWorker::make_request(const json& task) {
 
 namespace {
 
-json generated(json task, const eng::GenerationResult* r, const std::string& error) {
-  task["kind"] = "generated";
+GeneratedMsg generated(ModelTaskMsg task, const eng::GenerationResult* r, const std::string& error) {
+  GeneratedMsg g;
   if (r) {
-    task["text"] = r->text;
-    task["finish"] = eng::finish_reason_name(r->finish);
-    task["stats"] = EngineWorker::stats_json(r->stats);
+    g.text = r->text;
+    g.finish = eng::finish_reason_name(r->finish);
+    g.stats = EngineWorker::stats_json(r->stats);
   } else {
-    task["text"] = "";
-    task["finish"] = "error";
-    task["stats"] = EngineWorker::stats_json(eng::RequestStats{});
-    task["stats"]["prompt_tokens"] = task["prompt"].size();
+    g.finish = "error";
+    g.stats = EngineWorker::stats_json(eng::RequestStats{});
+    g.stats["prompt_tokens"] = task.prompt.size();
   }
-  task["error"] = error;
-  return task;
+  g.error = error;
+  g.task = std::move(task);
+  return g;
 }
 
 }  // namespace
 
-void EngineWorker::submit(json task) {
+void EngineWorker::submit(ModelTaskMsg task) {
   try {
     const auto id = engine_->submit(make_request(task));
     running_.emplace(id, std::move(task));
@@ -104,8 +104,8 @@ std::size_t EngineWorker::cancel_all() {
   return n;
 }
 
-std::vector<json> EngineWorker::step() {
-  std::vector<json> out;
+std::vector<GeneratedMsg> EngineWorker::step() {
+  std::vector<GeneratedMsg> out;
   out.swap(refused_);
   if (!engine_->has_unfinished()) return out;
   for (auto& f : engine_->step()) {

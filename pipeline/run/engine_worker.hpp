@@ -1,5 +1,6 @@
 // The engine worker of `quarry run`: owns the Engine (one thread drives it) and turns task messages
-// (prompt ids, max_tokens, attempt) into generated messages (text, finish, stats or error).
+// (ModelTaskMsg: prompt ids, max_tokens, attempt) into generated messages (GeneratedMsg: text, finish,
+// stats or error).
 //
 // Sampling per attempt: attempt 0 uses engine.temperature and seed engine.seed; attempt i > 0 (a retry
 // after validation failed) uses engine.retry_temperature and seed engine.seed + i. Every request is
@@ -17,6 +18,7 @@
 
 #include "engine/runtime/engine.hpp"
 #include "pipeline/run/job.hpp"
+#include "pipeline/run/messages.hpp"
 
 namespace quarry::run {
 
@@ -31,15 +33,14 @@ class EngineWorker {
   /// The model's context length (max_position_embeddings).
   std::size_t context_tokens() const;
 
-  /// Submits a task (JSON with "prompt" ids, "max_tokens", "attempt") to the engine's continuous
-  /// batch (Engine::submit); a request the engine refuses finishes at the next step() with its error.
-  void submit(nlohmann::json task);
+  /// Submits a task (prompt ids, max_tokens, attempt) to the engine's continuous batch
+  /// (Engine::submit); a request the engine refuses finishes at the next step() with its error.
+  void submit(ModelTaskMsg task);
   /// Tasks submitted and not yet returned by step().
   std::size_t in_flight() const;
   /// One scheduler iteration (Engine::step: at most one forward call): returns the tasks that
-  /// finished, each with "kind": "generated", "text", "finish", "stats" (record stats) and "error"
-  /// (empty unless the request failed).
-  std::vector<nlohmann::json> step();
+  /// finished, each with its text, finish reason, record stats and error (empty unless the request failed).
+  std::vector<GeneratedMsg> step();
   /// Cancels every task in flight (Engine::cancel) and drops them; returns how many.
   std::size_t cancel_all();
 
@@ -52,9 +53,9 @@ class EngineWorker {
   std::shared_ptr<const engine::Tokenizer> tokenizer_;
   std::string schema_text_;
   std::unique_ptr<engine::Engine> engine_;
-  std::unordered_map<engine::RequestId, nlohmann::json> running_;
-  std::vector<nlohmann::json> refused_;  ///< submit() threw: returned by the next step()
-  engine::GenerationRequest make_request(const nlohmann::json& task);
+  std::unordered_map<engine::RequestId, ModelTaskMsg> running_;
+  std::vector<GeneratedMsg> refused_;  ///< submit() threw: returned by the next step()
+  engine::GenerationRequest make_request(const ModelTaskMsg& task);
 };
 
 }  // namespace quarry::run

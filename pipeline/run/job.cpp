@@ -1,6 +1,10 @@
 #include "pipeline/run/job.hpp"
 
+#include <sys/resource.h>
 #include <toml++/toml.h>
+
+#include <algorithm>
+#include <thread>
 
 #include <set>
 #include <sstream>
@@ -73,8 +77,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     throw std::runtime_error(os.str());
   }
   check_keys(root,
-             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "engine",
-              "extract"},
+             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "retry_errors",
+              "engine", "extract"},
              path, "");
   const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   JobSpec job;
@@ -106,6 +110,10 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     else fail(path, "prefer", "\"" + prefer + "\" is not one of \"auto\", \"model\"");
   }
   get_uint(root, "retries", job.retries, path);
+  if (const auto* n = root.get("retry_errors")) {
+    if (!n->is_boolean()) fail(path, "retry_errors", "expected true or false");
+    job.retry_errors = *n->value<bool>();
+  }
   if (const auto* e = root.get("engine")) {
     const auto* t = e->as_table();
     if (!t) fail(path, "engine", "expected a table");
@@ -130,10 +138,73 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   if (const auto* e = root.get("extract")) {
     const auto* t = e->as_table();
     if (!t) fail(path, "extract", "expected a table");
-    check_keys(*t, {"threads"}, path, "extract.");
+    check_keys(*t,
+               {"threads", "pdf_password", "isolation", "timeout_s", "memory_mb", "max_file_mb", "max_text_mb",
+                "max_page_text_mb", "max_attachment_mb", "max_pages"},
+               path, "extract.");
     get_uint(*t, "threads", job.extract_threads, path, "extract.");
+    job.extract.pdf_password = get_string(*t, "pdf_password", path, "extract.");
+    if (const auto* n = t->get("isolation")) {
+      if (!n->is_boolean()) fail(path, "extract.isolation", "expected true or false");
+      job.extract.isolation = *n->value<bool>();
+    }
+    if (const auto* n = t->get("timeout_s")) {
+      if (!n->is_number() || *n->value<double>() < 0 || *n->value<double>() > 86400)
+        fail(path, "extract.timeout_s", "expected a number of seconds in [0, 86400]");
+      job.extract.timeout_s = *n->value<double>();
+    }
+    get_uint(*t, "memory_mb", job.extract.memory_mb, path, "extract.");
+    get_uint(*t, "max_file_mb", job.extract.max_file_mb, path, "extract.");
+    get_uint(*t, "max_text_mb", job.extract.max_text_mb, path, "extract.");
+    get_uint(*t, "max_page_text_mb", job.extract.max_page_text_mb, path, "extract.");
+    get_uint(*t, "max_attachment_mb", job.extract.max_attachment_mb, path, "extract.");
+    get_uint(*t, "max_pages", job.extract.max_pages, path, "extract.");
   }
   return job;
+}
+
+std::vector<std::string> fit_to_machine(JobSpec& job, std::size_t hardware_threads, std::uint64_t open_files) {
+  std::vector<std::string> warnings;
+  const std::size_t hw = std::max<std::size_t>(1, hardware_threads);
+  const std::size_t by_cpu = k_extract_threads_per_core * hw;
+  const std::size_t by_files =
+      open_files > k_open_files_reserved + k_open_files_per_extract_thread
+          ? static_cast<std::size_t>((open_files - k_open_files_reserved) / k_open_files_per_extract_thread)
+          : 1;
+  const std::size_t max_extract = std::max<std::size_t>(1, std::min(by_cpu, by_files));
+  if (job.extract_threads > max_extract) {
+    warnings.push_back("extract threads: " + std::to_string(job.extract_threads) + " is more than this machine can use: clamped to " +
+                       std::to_string(max_extract) + " (at most " + std::to_string(k_extract_threads_per_core) +
+                       " per hardware thread, " + std::to_string(hw) + " here; and " +
+                       std::to_string(k_open_files_per_extract_thread) + " open files each within the limit of " +
+                       std::to_string(open_files) + ")");
+    job.extract_threads = max_extract;
+  }
+  if (job.engine.threads > hw) {
+    warnings.push_back("engine threads: " + std::to_string(job.engine.threads) + " is more than the " + std::to_string(hw) +
+                       " hardware threads of this machine: clamped to " + std::to_string(hw));
+    job.engine.threads = hw;
+  }
+  return warnings;
+}
+
+std::uint64_t raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? (1ull << 20) : static_cast<std::uint64_t>(lim.rlim_cur);
+}
+
+std::vector<std::string> fit_to_this_machine(JobSpec& job) {
+  rlimit lim{};
+  std::uint64_t files = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+    files = lim.rlim_cur == RLIM_INFINITY ? (1ull << 20) : static_cast<std::uint64_t>(lim.rlim_cur);
+  return fit_to_machine(job, std::thread::hardware_concurrency(), files);
 }
 
 void resolve_defaults(JobSpec& job) {
@@ -156,6 +227,16 @@ void resolve_defaults(JobSpec& job) {
   if (job.engine.max_inflight == 0) job.engine.max_inflight = 1;
   if (job.extract_threads == 0) job.extract_threads = 1;
   if (job.engine.max_tokens == 0) throw std::runtime_error("engine.max_tokens must be at least 1");
+  const auto& x = job.extract;
+  if (x.memory_mb != 0 && x.memory_mb < 128)
+    throw std::runtime_error("extract memory limit of " + std::to_string(x.memory_mb) +
+                             " MiB is too small for an extraction worker (at least 128, or 0 for none)");
+  for (const auto& [name, v] : {std::pair<const char*, std::uint64_t>{"max_file_mb", x.max_file_mb},
+                                {"max_text_mb", x.max_text_mb},
+                                {"max_page_text_mb", x.max_page_text_mb},
+                                {"max_attachment_mb", x.max_attachment_mb},
+                                {"max_pages", x.max_pages}})
+    if (v == 0 || v > (1u << 20)) throw std::runtime_error(std::string("extract.") + name + " must be in [1, 1048576]");
 }
 
 }  // namespace quarry::run

@@ -12,9 +12,11 @@
 //   output  = "out"                        # the output folder (results.jsonl, report.json, report.md, ledger)
 //   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
+//   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
 //             compute
-//   [extract] threads
+//   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
+//             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000)
 #pragma once
 
 #include <cstddef>
@@ -42,6 +44,20 @@ struct EngineSettings {
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
 };
 
+/// How documents are read: in worker processes with per-document limits (pipeline/extract/extractor.hpp)
+/// and the caps of ExtractOptions (extractors/document.hpp). Defaults are the README's.
+struct ExtractSettings {
+  std::string pdf_password;          ///< tried as owner and user password of encrypted PDFs
+  bool isolation = true;             ///< extract in worker processes (false: in the run's threads, no time/memory limit)
+  double timeout_s = 30;             ///< wall time per document, seconds (0: none)
+  std::uint64_t memory_mb = 1024;    ///< memory of an extraction worker, MiB (0: none)
+  std::uint64_t max_file_mb = 256;   ///< larger inputs are refused, MiB
+  std::uint64_t max_text_mb = 64;    ///< extracted text per document, MiB
+  std::uint64_t max_page_text_mb = 4;   ///< extracted text per page, MiB
+  std::uint64_t max_attachment_mb = 32; ///< one embedded file's inflated bytes, MiB
+  std::uint64_t max_pages = 5000;    ///< pages per document
+};
+
 struct JobSpec {
   std::vector<std::string> inputs;  ///< paths, folders, glob patterns (as the user wrote them)
   Task task = Task::kie;
@@ -52,13 +68,35 @@ struct JobSpec {
   std::filesystem::path output;     ///< required
   Prefer prefer = Prefer::automatic;
   std::size_t retries = 2;
+  bool retry_errors = false;        ///< redo every `error` record (errors caused by settings are always redone)
   std::size_t extract_threads = 2;
+  ExtractSettings extract;
   EngineSettings engine;
 };
 
 /// Reads a TOML job file (format above). Throws std::runtime_error naming the file and the key on a
 /// parse error, an unknown key, or a value of the wrong type or range.
 JobSpec load_job_file(const std::filesystem::path& path);
+
+/// Open files one extract thread may hold at once (SQLite ledger reader and its journals 3, ZeroMQ
+/// sockets 3, extraction worker channel 1, the input 1, /proc reads 1, margin 3).
+inline constexpr std::size_t k_open_files_per_extract_thread = 12;
+/// Open files kept for everything else (engine, ledger, ZeroMQ context, standard streams).
+inline constexpr std::size_t k_open_files_reserved = 256;
+/// Extract threads per hardware thread at most (extraction is CPU-bound: more only add memory and files).
+inline constexpr std::size_t k_extract_threads_per_core = 4;
+
+/// Clamps the settings this machine cannot honour, each with a warning (returned, to be logged):
+/// extract threads to min(4 x `hardware_threads`, (`open_files` - 256) / 12) and at least 1, so that
+/// no thread fails with "Too many open files"; engine threads to `hardware_threads` (more only
+/// oversubscribes the cores). `open_files`: the soft RLIMIT_NOFILE.
+std::vector<std::string> fit_to_machine(JobSpec& job, std::size_t hardware_threads, std::uint64_t open_files);
+
+/// fit_to_machine() with this machine's hardware threads and soft open-file limit.
+std::vector<std::string> fit_to_this_machine(JobSpec& job);
+
+/// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard one; returns the soft limit now.
+std::uint64_t raise_open_file_limit();
 
 /// Fills the defaults that need the file system (model folder, schema, prompts) and checks the job:
 /// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a

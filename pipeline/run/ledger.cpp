@@ -1,5 +1,7 @@
 #include "pipeline/run/ledger.hpp"
 
+#include "pipeline/run/outdir.hpp"
+
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -7,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -51,10 +52,11 @@ class Statement {
 };
 
 bool query_done(sqlite3* db, const std::filesystem::path& file, sqlite3_stmt* st, const std::string& source,
-                const std::string& sha) {
+                const std::string& sha, bool retry_errors) {
   sqlite3_reset(st);
   sqlite3_bind_text(st, 1, source.data(), static_cast<int>(source.size()), SQLITE_TRANSIENT);
   sqlite3_bind_text(st, 2, sha.data(), static_cast<int>(sha.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 3, retry_errors ? 1 : 0);
   const int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) sql_fail(db, file, "query");
   const bool found = rc == SQLITE_ROW;
@@ -62,7 +64,52 @@ bool query_done(sqlite3* db, const std::filesystem::path& file, sqlite3_stmt* st
   return found;
 }
 
-constexpr const char* k_done_sql = "SELECT 1 FROM documents WHERE source = ?1 AND sha256 = ?2";
+/// Reads complete lines ('\n'-terminated) from `fd` starting at `offset`, through the descriptor
+/// (never by path again: the file was opened without following links).
+class FdLineReader {
+ public:
+  FdLineReader(int fd, std::uint64_t offset, const std::filesystem::path& file) : fd_(fd), off_(offset), file_(file) {}
+  bool next(std::string& line) {
+    for (;;) {
+      const auto nl = buf_.find('\n', pos_);
+      if (nl != std::string::npos) {
+        line.assign(buf_, pos_, nl - pos_);
+        pos_ = nl + 1;
+        return true;
+      }
+      buf_.erase(0, pos_);
+      pos_ = 0;
+      char chunk[1 << 16];
+      const ssize_t n = ::pread(fd_, chunk, sizeof chunk, static_cast<off_t>(off_));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(file_.string() + ": cannot read back: " + std::strerror(errno));
+      }
+      if (n == 0) return false;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+      off_ += static_cast<std::uint64_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  std::uint64_t off_;
+  std::filesystem::path file_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+};
+
+/// Done: a row that is not retryable, and (?3 = retry errors) not an error.
+constexpr const char* k_done_sql =
+    "SELECT 1 FROM documents WHERE source = ?1 AND sha256 = ?2 AND retryable = 0 AND (?3 = 0 OR status <> 'error')";
+
+/// A record's row: a later line of the same key replaces the earlier one's row.
+constexpr const char* k_upsert_sql =
+    "INSERT INTO documents (source, sha256, status, method, attempts, offset, length, retryable)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+    " ON CONFLICT (source, sha256) DO UPDATE SET status = excluded.status, method = excluded.method,"
+    " attempts = excluded.attempts, offset = excluded.offset, length = excluded.length,"
+    " retryable = excluded.retryable, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ','now')";
 
 }  // namespace
 
@@ -71,7 +118,11 @@ Ledger::Ledger(const std::filesystem::path& outdir) : dir_(outdir) {
   std::filesystem::create_directories(outdir, ec);
   if (ec) throw std::runtime_error(outdir.string() + ": cannot create the output folder: " + ec.message());
   const auto db_path = outdir / ledger_name;
-  if (sqlite3_open_v2(db_path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+  // No file of the folder is reached through a symbolic link (SQLITE_OPEN_NOFOLLOW covers the
+  // database file; its journal files are checked here, before SQLite opens them).
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) refuse_symlink(db_path.string() + suffix);
+  if (sqlite3_open_v2(db_path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
                       nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
@@ -87,10 +138,16 @@ Ledger::Ledger(const std::filesystem::path& outdir) : dir_(outdir) {
          " source TEXT NOT NULL, sha256 TEXT NOT NULL, status TEXT NOT NULL, method TEXT,"
          " attempts INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,"
          " finished_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
+         " retryable INTEGER NOT NULL DEFAULT 0,"
          " PRIMARY KEY (source, sha256))");
+    // Ledgers written before the retryable column existed get it (their rows: not retryable).
+    {
+      Statement cols(db_, db_path, "SELECT 1 FROM pragma_table_info('documents') WHERE name = 'retryable'");
+      if (sqlite3_step(cols.get()) != SQLITE_ROW)
+        exec(db_, db_path, "ALTER TABLE documents ADD COLUMN retryable INTEGER NOT NULL DEFAULT 0");
+    }
     const auto res_path = outdir / results_name;
-    fd_ = ::open(res_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error(res_path.string() + ": cannot open: " + std::strerror(errno));
+    fd_ = open_nofollow(res_path, O_RDWR | O_CREAT);
     repair();
   } catch (...) {
     if (fd_ >= 0) ::close(fd_);
@@ -128,16 +185,11 @@ void Ledger::repair() {
     // Read back the lines after the ledger's end.
     std::uint64_t good_end = ledger_end;
     if (size > ledger_end) {
-      std::ifstream in(res_path, std::ios::binary);
-      if (!in) throw std::runtime_error(res_path.string() + ": cannot read back");
-      in.seekg(static_cast<std::streamoff>(ledger_end));
-      Statement ins(db_, db_path,
-                    "INSERT OR IGNORE INTO documents (source, sha256, status, method, attempts, offset, length)"
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      FdLineReader in(fd_, ledger_end, res_path);
+      Statement ins(db_, db_path, k_upsert_sql);
       std::string line;
       std::uint64_t off = ledger_end;
-      while (std::getline(in, line)) {
-        if (in.eof()) break;  // no newline: a torn last line
+      while (in.next(line)) {  // false at the end, or at a last line without its newline (torn)
         const auto j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j["source"].is_string() ||
             !j.contains("status") || !j["status"].is_string())
@@ -149,16 +201,21 @@ void Ledger::repair() {
         if (j.contains("stats") && j["stats"].is_object() && j["stats"].contains("attempts") &&
             j["stats"]["attempts"].is_number_integer())
           attempts = j["stats"]["attempts"].get<std::int64_t>();
+        // The ledger key: the record's source (already the display form of a name that is not
+        // UTF-8), with "#question_id" for a rag record, as the writer keys it.
+        std::string key = str("source");
+        if (j.contains("question_id") && j["question_id"].is_string()) key += "#" + j["question_id"].get<std::string>();
         ins.reset();
-        ins.bind(1, str("source"));
+        ins.bind(1, key);
         ins.bind(2, str("sha256"));
         ins.bind(3, str("status"));
         ins.bind(4, str("method"));
         ins.bind(5, attempts);
         ins.bind(6, static_cast<std::int64_t>(off));
         ins.bind(7, static_cast<std::int64_t>(line.size()));
+        ins.bind(8, static_cast<std::int64_t>(is_retryable_record(j) ? 1 : 0));
         if (sqlite3_step(ins.get()) != SQLITE_DONE) sql_fail(db_, db_path, "repair insert");
-        if (sqlite3_changes(db_) == 1) ++recovery_.recovered_lines;
+        ++recovery_.recovered_lines;  // a line after the ledger's end always supersedes (lines only grow)
         off += line.size() + 1;
         good_end = off;
       }
@@ -209,9 +266,7 @@ void Ledger::commit(const std::vector<PendingRecord>& records) {
   // 2. ledger rows, one transaction.
   exec(db_, db_path, "BEGIN IMMEDIATE");
   try {
-    Statement ins(db_, db_path,
-                  "INSERT INTO documents (source, sha256, status, method, attempts, offset, length)"
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+    Statement ins(db_, db_path, k_upsert_sql);
     for (std::size_t i = 0; i < records.size(); ++i) {
       const auto& r = records[i];
       ins.reset();
@@ -222,6 +277,7 @@ void Ledger::commit(const std::vector<PendingRecord>& records) {
       ins.bind(5, static_cast<std::int64_t>(r.attempts));
       ins.bind(6, static_cast<std::int64_t>(offsets[i]));
       ins.bind(7, static_cast<std::int64_t>(r.line.size()));
+      ins.bind(8, static_cast<std::int64_t>(r.retryable ? 1 : 0));
       if (sqlite3_step(ins.get()) != SQLITE_DONE) sql_fail(db_, db_path, "insert of " + r.source);
     }
     exec(db_, db_path, "COMMIT");
@@ -232,9 +288,52 @@ void Ledger::commit(const std::vector<PendingRecord>& records) {
   end_ += buf.size();
 }
 
-bool Ledger::is_done(const std::string& source, const std::string& sha256) {
+bool Ledger::is_done(const std::string& source, const std::string& sha256, bool retry_errors) {
   Statement q(db_, dir_ / ledger_name, k_done_sql);
-  return query_done(db_, dir_ / ledger_name, q.get(), source, sha256);
+  return query_done(db_, dir_ / ledger_name, q.get(), source, sha256, retry_errors);
+}
+
+std::size_t for_each_current_record(const std::filesystem::path& outdir,
+                                    const std::function<void(const std::string& line)>& fn) {
+  const auto db_path = outdir / Ledger::ledger_name;
+  const auto res_path = outdir / Ledger::results_name;
+  for (const char* suffix : {"", "-wal", "-shm"}) refuse_symlink(db_path.string() + suffix);
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw std::runtime_error(db_path.string() + ": cannot open the ledger: " + msg);
+  }
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, sqlite3_close);
+  sqlite3_busy_timeout(db, 10000);
+  const int fd = open_nofollow(res_path, O_RDONLY);
+  std::unique_ptr<int, void (*)(int*)> fd_guard(new int(fd), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  Statement q(db, db_path, "SELECT offset, length FROM documents ORDER BY offset");
+  std::string line;
+  for (;;) {
+    const int rc = sqlite3_step(q.get());
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) sql_fail(db, db_path, "read");
+    const auto off = static_cast<off_t>(sqlite3_column_int64(q.get(), 0));
+    const auto len = static_cast<std::size_t>(sqlite3_column_int64(q.get(), 1));
+    line.resize(len);
+    std::size_t got = 0;
+    while (got < len) {
+      const ssize_t n = ::pread(fd, line.data() + got, len - got, off + static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error(res_path.string() + ": cannot read a record back");
+      got += static_cast<std::size_t>(n);
+    }
+    fn(line);
+  }
+  // All lines, superseded ones included.
+  std::size_t lines = 0;
+  FdLineReader all(fd, 0, res_path);
+  while (all.next(line)) ++lines;
+  return lines;
 }
 
 struct LedgerReader::Stmt {
@@ -243,9 +342,11 @@ struct LedgerReader::Stmt {
   ~Stmt() { sqlite3_finalize(st); }
 };
 
-LedgerReader::LedgerReader(const std::filesystem::path& outdir) : stmt_(std::make_unique<Stmt>()) {
+LedgerReader::LedgerReader(const std::filesystem::path& outdir, bool retry_errors)
+    : retry_errors_(retry_errors), stmt_(std::make_unique<Stmt>()) {
   stmt_->file = outdir / Ledger::ledger_name;
-  if (sqlite3_open_v2(stmt_->file.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(stmt_->file.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     throw std::runtime_error(stmt_->file.string() + ": cannot open the ledger: " + msg);
@@ -264,7 +365,7 @@ LedgerReader::~LedgerReader() {
 }
 
 bool LedgerReader::is_done(const std::string& source, const std::string& sha256) {
-  return query_done(db_, stmt_->file, stmt_->st, source, sha256);
+  return query_done(db_, stmt_->file, stmt_->st, source, sha256, retry_errors_);
 }
 
 }  // namespace quarry::run

@@ -1,10 +1,11 @@
-// The output of a run and its ledger: OUTDIR/results.jsonl (one JSON line per finished document) and
-// OUTDIR/ledger.sqlite (SQLite, one row per finished document: source, sha256, status, method,
-// attempts, byte offset and length of its line). Together they make runs resumable and exactly-once.
+// The output of a run and its ledger: OUTDIR/results.jsonl (one JSON line per finished record) and
+// OUTDIR/ledger.sqlite (SQLite, one row per record key: source, sha256, status, method, attempts,
+// retryable, byte offset and length of its latest line). Together they make runs resumable and
+// exactly-once.
 //
 // Commit protocol (write-ahead on the results file, which is the source of truth):
 //   1. append the records' lines to results.jsonl and fdatasync it;
-//   2. insert their ledger rows in one SQLite transaction (WAL, synchronous=FULL) and commit;
+//   2. upsert their ledger rows in one SQLite transaction (WAL, synchronous=FULL) and commit;
 //   3. only then count them as done (progress, report).
 // A kill -9 between 1 and 2 leaves complete lines that the ledger does not know; a kill during 1 may
 // leave a torn last line. Opening repairs both before anything else happens:
@@ -13,15 +14,24 @@
 //     after it are cut off (those documents were never reported done, and are redone);
 //   - ledger rows pointing past the end of the file (the file was truncated by hand) are dropped.
 // So a document is reported done only after both its line and its row are durable, and a document is
-// never written twice: a rerun skips every (source, sha256) the ledger holds.
+// never written twice: a rerun skips every (source, sha256) the ledger holds as done.
+//
+// Not done, though recorded: an `error` record caused by the run's settings (its error entries carry
+// "retryable": true: the KV cache or the context too small) is redone by the next run, and with
+// retry_errors every `error` record is. The redone record's line is appended and its row replaces the
+// old one, so results.jsonl may hold superseded lines: the row points at the latest, which is the
+// record that counts (the report reads those).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 struct sqlite3;
 
@@ -31,8 +41,20 @@ namespace quarry::run {
 struct PendingRecord {
   std::string source, sha256, status, method;
   std::size_t attempts = 0;
+  bool retryable = false;  ///< an error caused by the run's settings: not done, the next run redoes it
   std::string line;  ///< the compact JSON record, without the trailing newline
 };
+
+/// Whether a record (a parsed results.jsonl line, nlohmann::json or ordered_json) is an error caused
+/// by the run's settings: status "error" with an error entry carrying "retryable": true.
+template <class Json>
+bool is_retryable_record(const Json& j) {
+  if (!j.is_object() || !j.contains("status") || j["status"] != "error") return false;
+  if (!j.contains("errors") || !j["errors"].is_array()) return false;
+  for (const auto& e : j["errors"])
+    if (e.is_object() && e.contains("retryable") && e["retryable"] == true) return true;
+  return false;
+}
 
 /// What opening had to repair.
 struct Recovery {
@@ -60,9 +82,9 @@ class Ledger {
   /// Throws std::runtime_error on I/O errors (then nothing of the group is reported done).
   void commit(const std::vector<PendingRecord>& records);
 
-  /// Whether (source, sha256) is finished. For use from the writer thread only; other threads open a
-  /// LedgerReader.
-  bool is_done(const std::string& source, const std::string& sha256);
+  /// Whether (source, sha256) is finished: a row that is not retryable (and, with `retry_errors`, not an
+  /// error). For use from the writer thread only; other threads open a LedgerReader.
+  bool is_done(const std::string& source, const std::string& sha256, bool retry_errors = false);
 
   std::size_t rows();
 
@@ -79,7 +101,8 @@ class Ledger {
 /// the writer commits). Sees every commit made before the call.
 class LedgerReader {
  public:
-  explicit LedgerReader(const std::filesystem::path& outdir);
+  /// `retry_errors`: every `error` row counts as not done.
+  explicit LedgerReader(const std::filesystem::path& outdir, bool retry_errors = false);
   ~LedgerReader();
   LedgerReader(const LedgerReader&) = delete;
   LedgerReader& operator=(const LedgerReader&) = delete;
@@ -87,8 +110,16 @@ class LedgerReader {
 
  private:
   sqlite3* db_ = nullptr;
+  bool retry_errors_ = false;
   struct Stmt;
   std::unique_ptr<Stmt> stmt_;
 };
+
+/// Calls `fn` with the latest line of every record key of OUTDIR (the lines the ledger rows point at),
+/// in file order, reading results.jsonl without following a symbolic link. Throws std::runtime_error
+/// naming the file on I/O or SQLite errors. Returns the number of lines in results.jsonl (superseded
+/// lines included).
+std::size_t for_each_current_record(const std::filesystem::path& outdir,
+                                    const std::function<void(const std::string& line)>& fn);
 
 }  // namespace quarry::run

@@ -7,25 +7,13 @@
 #include <stdexcept>
 
 #include "pipeline/run/ledger.hpp"
+#include "pipeline/run/outdir.hpp"
 
 namespace quarry::run {
 
 using nlohmann::json;
 
 namespace {
-
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
-    out << text;
-    if (!out.flush()) throw std::runtime_error(tmp + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path.string() + ": cannot replace: " + ec.message());
-}
 
 std::string fmt(double v, int decimals) {
   char buf[64];
@@ -37,26 +25,23 @@ std::string fmt(double v, int decimals) {
 
 json build_report(const JobSpec& job, const RunMetrics& m) {
   std::map<std::string, std::size_t> by_status, by_method, by_rule;
-  std::size_t records = 0;
-  {
-    const auto path = job.output / Ledger::results_name;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error(path.string() + ": cannot read");
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;
-      ++records;
-      ++by_status[j.value("status", "?")];
-      ++by_method[j["method"].is_string() ? j["method"].get<std::string>() : "none"];
-      if (j.contains("errors") && j["errors"].is_array() && j.value("status", "") != "ok") {
-        // Count each rule once per record.
-        std::map<std::string, bool> seen;
-        for (const auto& e : j["errors"]) seen[e.value("rule", "?")] = true;
-        for (const auto& [rule, _] : seen) ++by_rule[rule];
-      }
+  std::size_t records = 0, retryable = 0;
+  // The record that counts for each key is its latest line (an error caused by the run's settings is
+  // superseded by the record of the run that redid it).
+  const std::size_t lines = for_each_current_record(job.output, [&](const std::string& line) {
+    const auto j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return;
+    ++records;
+    ++by_status[j.value("status", "?")];
+    if (is_retryable_record(j)) ++retryable;
+    ++by_method[j["method"].is_string() ? j["method"].get<std::string>() : "none"];
+    if (j.contains("errors") && j["errors"].is_array() && j.value("status", "") != "ok") {
+      // Count each rule once per record.
+      std::map<std::string, bool> seen;
+      for (const auto& e : j["errors"]) seen[e.value("rule", "?")] = true;
+      for (const auto& [rule, _] : seen) ++by_rule[rule];
     }
-  }
+  });
   const double wall = m.wall_s > 0 ? m.wall_s : 1e-9;
   json r;
   r["job"] = {{"task", task_name(job.task)},
@@ -66,7 +51,9 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
               {"prefer", job.prefer == Prefer::model ? "model" : "auto"},
               {"retries", job.retries}};
   r["records"] = records;
+  r["superseded_lines"] = lines > records ? lines - records : 0;
   r["by_status"] = by_status;
+  r["errors_retryable"] = retryable;
   r["by_method"] = by_method;
   r["failures_by_rule"] = by_rule;
   r["this_run"] = {
@@ -76,6 +63,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
       {"ok", m.ok},
       {"invalid", m.invalid},
       {"error", m.error},
+      {"error_retryable", m.retryable},
       {"skipped_already_done", m.skipped},
       {"cancelled", m.cancelled},
       {"interrupted", m.interrupted},
@@ -107,7 +95,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
 
 json write_report(const JobSpec& job, const RunMetrics& m) {
   const json r = build_report(job, m);
-  write_atomically(job.output / "report.json", r.dump(2) + "\n");
+  write_file_atomically(job.output / "report.json", r.dump(2) + "\n");
   const auto& t = r["this_run"];
   std::ostringstream md;
   md << "# quarry run report\n\n";
@@ -116,6 +104,12 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
      << "`.\n\n";
   md << "## Records in results.jsonl (all runs): " << r["records"].get<std::size_t>() << "\n\n| status | records |\n| --- | ---: |\n";
   for (const auto& [k, v] : r["by_status"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
+  if (r["errors_retryable"].get<std::size_t>() > 0)
+    md << "\nOf the errors, " << r["errors_retryable"].get<std::size_t>()
+       << " were caused by the run's settings (KV cache or context too small): the next run redoes them.\n";
+  if (r["superseded_lines"].get<std::size_t>() > 0)
+    md << "\nresults.jsonl also holds " << r["superseded_lines"].get<std::size_t>()
+       << " superseded line(s): records redone by a later run; the latest line of each document counts.\n";
   md << "\n| method | records |\n| --- | ---: |\n";
   for (const auto& [k, v] : r["by_method"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
   md << "\n## Failures by rule (records that are not ok)\n\n";
@@ -130,7 +124,8 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   md << "| wall time | " << fmt(t["wall_s"].get<double>(), 2) << " s |\n";
   md << "| inputs found | " << t["discovered"].get<std::size_t>() << " |\n";
   md << "| records written | " << t["written"].get<std::size_t>() << " (ok " << t["ok"].get<std::size_t>() << ", invalid "
-     << t["invalid"].get<std::size_t>() << ", error " << t["error"].get<std::size_t>() << ") |\n";
+     << t["invalid"].get<std::size_t>() << ", error " << t["error"].get<std::size_t>() << ", of which "
+     << t["error_retryable"].get<std::size_t>() << " caused by the settings) |\n";
   md << "| skipped (already done) | " << t["skipped_already_done"].get<std::size_t>() << " |\n";
   md << "| cancelled | " << t["cancelled"].get<std::size_t>() << " |\n";
   md << "| documents per minute | " << fmt(t["docs_per_min"].get<double>(), 1) << " |\n";
@@ -144,7 +139,7 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   md << "\n### Busy time per stage (seconds, summed over the stage's threads)\n\n| stage | s |\n| --- | ---: |\n";
   for (const char* s : {"discover", "extract", "build", "engine", "validate", "write"})
     md << "| " << s << " | " << fmt(t["stage_busy_s"][s].get<double>(), 3) << " |\n";
-  write_atomically(job.output / "report.md", md.str());
+  write_file_atomically(job.output / "report.md", md.str());
   return r;
 }
 

@@ -1,8 +1,10 @@
 // The run report: OUTDIR/report.json and OUTDIR/report.md.
 //
 // Counts by status and method and failures by rule are read back from results.jsonl (so they cover
-// every record of the output folder, across resumed runs; streamed, one line at a time); throughput,
-// time per stage and token totals are this run's (RunMetrics).
+// every record of the output folder, across resumed runs; one line at a time): the latest line of each
+// record key, the one its ledger row points at (a record redone by a later run supersedes the earlier
+// line). Errors caused by the run's settings are counted apart (errors_retryable). Throughput, time
+// per stage and token totals are this run's (RunMetrics).
 #pragma once
 
 #include <filesystem>

@@ -6,16 +6,13 @@
 //                                                     \__ e-invoice mapper records ______/      |  ^
 //                                                                                                 retry (another seed /
 //                                                                                                 temperature)
-// Every discovered input ends in exactly one message to the writer per record key (a record, a
-// "skipped: already in the ledger" notice or, after a cancel, a "cancelled" notice); the writer ends
-// the run when discovery is over and every expected key was accounted for.
+// One file per stage (stage_*.cpp, declared in stages.hpp) behind a small coordinator (runner.cpp);
+// the stages exchange the typed messages of messages.hpp. Every discovered input ends in exactly one
+// message to the writer per record key (a record, a "skipped: already in the ledger" notice or,
+// after a cancel, a "cancelled" notice); the writer ends the run when discovery is over and every
+// expected key was accounted for.
 //
-// Records (one JSON line each in OUTDIR/results.jsonl):
-//   {"source", "sha256", "status": "ok"|"invalid"|"error", "method", "data", "errors", "stats"}
-// method: "einvoice-ubl" / "einvoice-cii" / "einvoice-nav" (deterministic mapper), "model", or null
-// when the document could not be read. errors: [{"pointer", "rule", "message"}]. stats: see
-// record_stats() in runner.cpp (token counts and times from the engine's RequestStats).
-// rag records add "question" and "question_id".
+// Records: one JSON line each in OUTDIR/results.jsonl (records.hpp gives the format).
 #pragma once
 
 #include <atomic>
@@ -26,11 +23,14 @@
 
 #include "pipeline/run/job.hpp"
 #include "pipeline/run/ledger.hpp"
+#include "pipeline/run/outdir.hpp"
 
 namespace quarry::run {
 
-/// Set from outside (the CLI's signal thread): 1 = finish what is in flight, start nothing new;
-/// 2 = also cancel in-flight work. Documents not finished are simply not in the ledger: a rerun does them.
+/// Set from outside (the CLI's signal thread). 1 = stop: nothing new starts (documents not yet in the
+/// engine, extractions in progress and retries are cancelled); the model requests in flight get
+/// RunOptions::stop_grace_s to finish, then the run moves to 2 by itself. 2 = cancel everything in
+/// flight. Documents not finished are simply not in the ledger: a rerun does them.
 struct RunControl {
   std::atomic<int> stop_level{0};
 };
@@ -43,6 +43,7 @@ struct RunMetrics {
   std::size_t expected = 0;       ///< record keys expected (files x questions for rag)
   std::size_t written = 0;        ///< records committed by this run
   std::size_t ok = 0, invalid = 0, error = 0;
+  std::size_t retryable = 0;      ///< of `error`: caused by the run's settings (not done: the next run redoes them)
   std::size_t skipped = 0;        ///< already in the ledger
   std::size_t cancelled = 0;
   std::size_t retries = 0;        ///< extra model attempts
@@ -67,10 +68,16 @@ struct RunOptions {
   std::function<void(const Progress&)> on_progress;
   /// One-line log messages (model loaded, recovery, warnings); may be empty.
   std::function<void(const std::string&)> log;
+  /// The caller's lock on job.output (held beyond the run, e.g. while the report is written); null:
+  /// run_job takes the lock itself for the run.
+  const OutdirLock* lock = nullptr;
+  /// After a stop (stop_level 1), seconds the model requests in flight get before they are cancelled.
+  double stop_grace_s = 2.0;
 };
 
 /// Runs the job to completion (or until `control` stops it). Throws std::runtime_error for setup
-/// failures (model, schema, output folder); every per-document problem becomes a record instead.
+/// failures (model, schema, output folder) and OutdirBusy when another process holds job.output;
+/// every per-document problem becomes a record instead.
 RunMetrics run_job(const JobSpec& job, RunControl& control, const RunOptions& options = {});
 
 }  // namespace quarry::run

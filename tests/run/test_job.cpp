@@ -87,3 +87,66 @@ TEST(JobFile, ResolveDefaultsRefusesAJobWithoutOutput) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(JobFit, ThreadsBeyondTheMachineAreClampedWithAWarning) {
+  quarry::run::JobSpec job;
+  job.extract_threads = 500;
+  job.engine.threads = 64;
+  const auto w = quarry::run::fit_to_machine(job, 2, 1024);
+  EXPECT_EQ(job.extract_threads, 8u);  // 4 per hardware thread
+  EXPECT_EQ(job.engine.threads, 2u);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("500"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("clamped to 8"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("64"), std::string::npos) << w[1];
+
+  // The open-file limit bounds them too: (400 - 256) / 12 = 12 threads on a 64-thread machine.
+  job.extract_threads = 500;
+  quarry::run::fit_to_machine(job, 64, 400);
+  EXPECT_EQ(job.extract_threads, 12u);
+  job.extract_threads = 500;
+  quarry::run::fit_to_machine(job, 64, 100);  // below the reserve: still one
+  EXPECT_EQ(job.extract_threads, 1u);
+
+  // What the machine can do is left alone, without a word.
+  job.extract_threads = 2;
+  job.engine.threads = 0;
+  EXPECT_TRUE(quarry::run::fit_to_machine(job, 2, 1024).empty());
+  EXPECT_EQ(job.extract_threads, 2u);
+  EXPECT_EQ(job.engine.threads, 0u);
+}
+
+TEST(JobFile, RetryErrorsAndExtractPdfPasswordAreRead) {
+  Scratch s("jobpw");
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\nretry_errors = true\n"
+                                    << "[extract]\nthreads = 1\npdf_password = \"s3cret\"\n";
+  const auto job = quarry::run::load_job_file(s.dir / "job.toml");
+  EXPECT_EQ(job.extract.pdf_password, "s3cret");
+  EXPECT_TRUE(job.retry_errors);
+  EXPECT_TRUE(job.extract.isolation);  // the defaults
+  EXPECT_EQ(job.extract.timeout_s, 30.0);
+  EXPECT_EQ(job.extract.memory_mb, 1024u);
+  expect_error("retry_errors = 1\n", "retry_errors");
+}
+
+TEST(JobFile, ExtractLimitsAreRead) {
+  Scratch s("joblimits");
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\n[extract]\nisolation = false\ntimeout_s = 2.5\n"
+                                    << "memory_mb = 512\nmax_file_mb = 10\nmax_text_mb = 11\nmax_page_text_mb = 12\n"
+                                    << "max_attachment_mb = 13\nmax_pages = 14\n";
+  const auto job = quarry::run::load_job_file(s.dir / "job.toml");
+  EXPECT_FALSE(job.extract.isolation);
+  EXPECT_EQ(job.extract.timeout_s, 2.5);
+  EXPECT_EQ(job.extract.memory_mb, 512u);
+  EXPECT_EQ(job.extract.max_file_mb, 10u);
+  EXPECT_EQ(job.extract.max_text_mb, 11u);
+  EXPECT_EQ(job.extract.max_page_text_mb, 12u);
+  EXPECT_EQ(job.extract.max_attachment_mb, 13u);
+  EXPECT_EQ(job.extract.max_pages, 14u);
+  expect_error("[extract]\ntimeout_s = -1\n", "extract.timeout_s");
+  expect_error("[extract]\nisolation = \"yes\"\n", "extract.isolation");
+}
+
+}  // namespace

@@ -17,7 +17,7 @@ using quarry::test_run::Scratch;
 PendingRecord rec(const std::string& source, const std::string& sha, const std::string& status = "ok") {
   nlohmann::json j = {{"source", source}, {"sha256", sha}, {"status", status}, {"method", "model"},
                       {"data", {{"x", 1}}}, {"errors", nlohmann::json::array()}, {"stats", {{"attempts", 1}}}};
-  return {source, sha, status, "model", 1, j.dump()};
+  return {source, sha, status, "model", 1, false, j.dump()};
 }
 
 std::size_t sqlite_rows(const std::filesystem::path& db_path) {
@@ -121,6 +121,42 @@ TEST(Ledger, UnwritableFolderIsAClearError) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("quarry-no-such-folder"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Ledger, ARetryableErrorIsNotDoneAndItsRedoSupersedesIt) {
+  Scratch s("retryable");
+  nlohmann::json err = {{"source", "a.pdf"}, {"sha256", "11"}, {"status", "error"}, {"method", "model"},
+                        {"data", nullptr},
+                        {"errors", {{{"pointer", ""}, {"rule", "engine"}, {"message", "KV cache"}, {"retryable", true}}}},
+                        {"stats", {{"attempts", 1}}}};
+  PendingRecord e{"a.pdf", "11", "error", "model", 1, true, err.dump()};
+  {
+    Ledger l(s.dir);
+    l.commit({e, rec("b.pdf", "22", "error")});
+    EXPECT_FALSE(l.is_done("a.pdf", "11"));      // retryable: redone
+    EXPECT_TRUE(l.is_done("b.pdf", "22"));       // an ordinary error is done...
+    EXPECT_FALSE(l.is_done("b.pdf", "22", true));  // ...unless errors are retried
+    l.commit({rec("a.pdf", "11")});              // the redo
+    EXPECT_TRUE(l.is_done("a.pdf", "11"));
+  }
+  std::vector<std::string> current;
+  const auto lines = quarry::run::for_each_current_record(s.dir, [&](const std::string& l) { current.push_back(l); });
+  EXPECT_EQ(lines, 3u);
+  ASSERT_EQ(current.size(), 2u);  // b's error, then a's redo
+  EXPECT_EQ(nlohmann::json::parse(current[1])["status"], "ok");
+  // A crash before the redo's row: recovery supersedes the error row with the later line.
+  {
+    std::ofstream out(s.dir / Ledger::results_name, std::ios::app | std::ios::binary);
+    out << e.line << "\n" << rec("a.pdf", "11").line << "\n";
+  }
+  Ledger l(s.dir);
+  EXPECT_EQ(l.recovery().recovered_lines, 2u);
+  EXPECT_TRUE(l.is_done("a.pdf", "11"));
+  EXPECT_EQ(l.rows(), 2u);
 }
 
 }  // namespace

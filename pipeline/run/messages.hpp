@@ -1,0 +1,111 @@
+// The messages the stages of `quarry run` exchange (pipeline/run/runner.hpp), and their encoding.
+//
+//   discover --InputMsg--> extract --ExtractedMsg--> build --ModelTaskMsg--> engine --GeneratedMsg--> validate
+//                                                        \--MappedMsg--------------------------------/   |
+//   validate --ModelTaskMsg (retry)--> engine                                                             |
+//   every stage --RecordMsg / NoticeMsg--> write  <----------------------------------------------------'
+//
+// Each message is a plain struct; encode()/decode() in messages.cpp are the only place that knows
+// their wire form (MessagePack through nlohmann::json, a one-byte type tag first; the same bytes
+// would cross a tcp transport). A stage receives a Message and takes the alternative it expects.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+namespace quarry::run {
+
+/// Token totals of one model attempt (prompt = prefill + cached), for the run's throughput figures.
+struct TokenCounts {
+  std::uint64_t prompt = 0, prefill = 0, cached = 0, decode = 0, draft = 0, accepted = 0;
+};
+
+/// Who a record is about: one document, or (rag) one document and one question.
+struct Subject {
+  std::string key;         ///< ledger key: `source`, or `source` + "#" + question id (rag)
+  std::string source;      ///< the file's name as records show it (UTF-8; see source_name.hpp)
+  std::string source_b64;  ///< the name's exact bytes in base64 when it is not UTF-8; empty otherwise
+  std::string sha256;      ///< of the file's bytes; empty when the file could not be read
+  std::string question_id, question;  ///< rag only (question_id empty for kie)
+  double extract_ms = 0;
+  bool has_question() const { return !question_id.empty(); }
+};
+
+/// discover -> extract: one input file.
+struct InputMsg {
+  std::string path;        ///< as found (raw bytes): what open() takes
+  std::string source;      ///< display name (source_name.hpp)
+  std::string source_b64;  ///< exact bytes of a non-UTF-8 name
+  std::string problem;     ///< non-empty: not to be opened (e.g. "not a regular file (FIFO)"); an error record
+};
+
+/// extract -> build: one document's text.
+struct ExtractedMsg {
+  Subject doc;  ///< key == source
+  std::string text;  ///< Document::text(): lines joined by '\n', pages by '\f'
+  std::size_t pages = 0;
+  std::optional<nlohmann::ordered_json> einvoice;  ///< invoice JSON mapped from a structured e-invoice
+  std::string einvoice_format;                     ///< "ubl", "cii", "nav" with `einvoice`
+  std::vector<bool> done;                          ///< per question (rag): already in the ledger
+};
+
+/// build -> engine (and validate -> engine for a retry): one model request.
+struct ModelTaskMsg {
+  Subject subject;
+  std::vector<std::int32_t> prompt;  ///< chat-templated prompt, token ids
+  std::size_t max_tokens = 0;
+  std::size_t attempt = 0;           ///< 0: first; i: i-th retry (another seed and temperature)
+  bool whole_document = false;       ///< rag: the prompt holds the whole document
+  std::string document_text;         ///< rag: the document, for the evidence check
+};
+
+/// engine -> validate: one finished model request.
+struct GeneratedMsg {
+  ModelTaskMsg task;
+  std::string text;                ///< the model's output
+  std::string finish;              ///< finish reason name (engine::finish_reason_name), or "error"
+  nlohmann::ordered_json stats;    ///< record stats (EngineWorker::stats_json)
+  std::string error;               ///< non-empty: the engine refused or failed the request
+};
+
+/// build -> validate: a structured e-invoice mapped without the model.
+struct MappedMsg {
+  Subject subject;
+  std::string method;  ///< "einvoice-ubl" / "einvoice-cii" / "einvoice-nav"
+  nlohmann::ordered_json data;
+};
+
+/// any stage -> write: one finished record (its line in results.jsonl).
+struct RecordMsg {
+  std::string key;
+  nlohmann::ordered_json record;      ///< {"source", "sha256", "status", "method", "data", "errors", "stats", ...}
+  std::optional<TokenCounts> tokens;  ///< set when a model attempt made it
+};
+
+/// any stage -> write: record keys accounted for without a record, or a retry.
+struct NoticeMsg {
+  enum class Kind { skipped, cancelled, retry };
+  Kind kind = Kind::skipped;
+  std::size_t count = 1;              ///< record keys (skipped, cancelled)
+  std::optional<TokenCounts> tokens;  ///< retry: the failed attempt's tokens
+};
+
+using Message = std::variant<InputMsg, ExtractedMsg, ModelTaskMsg, GeneratedMsg, MappedMsg, RecordMsg, NoticeMsg>;
+
+/// The wire form of a message. decode() throws std::runtime_error on bytes encode() did not make.
+std::vector<std::uint8_t> encode(const Message& m);
+Message decode(const void* data, std::size_t size);
+
+/// Encodes and sends (blocking while the peer's high-water mark is reached).
+void send(zmq::socket_t& s, const Message& m);
+/// Receives and decodes one message; nullopt when nothing came (timeout, or dontwait with nothing queued).
+std::optional<Message> recv(zmq::socket_t& s, zmq::recv_flags flags = zmq::recv_flags::none);
+
+}  // namespace quarry::run

@@ -1,0 +1,112 @@
+// build task: document -> mapper record (to validate) or model request(s) (to the engine worker).
+#include <algorithm>
+
+#include "pipeline/run/stages.hpp"
+
+namespace quarry::run::stages {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+/// rag answers are short: the output budget of a question.
+std::size_t rag_answer_tokens(const JobSpec& job) { return std::min<std::size_t>(job.engine.max_tokens, 512); }
+
+/// A prompt leaves at least this much room for the output (or max_tokens if smaller), else it is an error.
+constexpr std::size_t k_min_output_tokens = 256;
+
+}  // namespace
+
+void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const BuildContext& bc) {
+  auto to_engine = make_socket(zctx, zmq::socket_type::push, 4);
+  to_engine.connect(ep_engine);
+  auto to_validate = make_socket(zctx, zmq::socket_type::push, 8);
+  to_validate.connect(ep_validate);
+  auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
+  to_writer.connect(ep_write);
+  for (;;) {
+    auto m = recv(in);
+    if (!m) continue;
+    auto* doc = std::get_if<ExtractedMsg>(&*m);
+    if (!doc) throw std::runtime_error("build: unexpected message");
+    if (sh.stop() >= 1) {  // stopping: nothing new starts
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, sh.units_per_doc, std::nullopt});
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<ModelTaskMsg> tasks;
+    std::vector<MappedMsg> mapped;
+    std::vector<RecordMsg> records;
+    std::size_t skipped = 0;
+    try {
+      if (sh.job.task == Task::kie) {
+        if (sh.job.prefer == Prefer::automatic && doc->einvoice) {
+          mapped.push_back(MappedMsg{sh.unit(doc->doc, 0), "einvoice-" + doc->einvoice_format, *doc->einvoice});
+        } else {
+          ModelTaskMsg t;
+          t.subject = sh.unit(doc->doc, 0);
+          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(bc.prompts.kie_messages(doc->text), true, false));
+          tasks.push_back(std::move(t));
+        }
+      } else {
+        const Document d = document_from_text(doc->doc.source, doc->text);
+        rag::RagPromptOptions ro;
+        ro.context_tokens = bc.context_tokens;
+        ro.max_answer_tokens = rag_answer_tokens(sh.job);
+        const rag::TokenizerCounter counter(bc.tokenizer);
+        const auto prompts = rag::build_rag_prompts(d, bc.rag_questions, bc.rag_template, counter, ro);
+        for (std::size_t q = 0; q < sh.questions.size(); ++q) {
+          if (q < doc->done.size() && doc->done[q]) {
+            ++skipped;
+            continue;
+          }
+          ModelTaskMsg t;
+          t.subject = sh.unit(doc->doc, q);
+          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(prompts.prompts[q].messages, true, false));
+          t.whole_document = prompts.prompts[q].whole_document;
+          t.document_text = doc->text;
+          tasks.push_back(std::move(t));
+        }
+      }
+      // Fit the context: prompt + output <= max_position_embeddings.
+      std::vector<ModelTaskMsg> fitting;
+      for (auto& t : tasks) {
+        const std::size_t n = t.prompt.size();
+        const std::size_t room = bc.context_tokens > n ? bc.context_tokens - n : 0;
+        if (room < std::min<std::size_t>(k_min_output_tokens, sh.job.engine.max_tokens)) {
+          json st = stats_without_model(t.subject, 0);
+          st["prompt_tokens"] = n;
+          records.push_back(make_record(
+              t.subject, "error", "model", nullptr,
+              json::array({settings_error_entry(
+                  "context", "the prompt is " + std::to_string(n) + " tokens; the model's context is " +
+                                 std::to_string(bc.context_tokens) +
+                                 " tokens, too little room for the output (--max-tokens, or a model with a longer context)")}),
+              st));
+          continue;
+        }
+        t.max_tokens = std::min(room, sh.job.task == Task::rag ? rag_answer_tokens(sh.job) : sh.job.engine.max_tokens);
+        t.attempt = 0;
+        fitting.push_back(std::move(t));
+      }
+      tasks = std::move(fitting);
+    } catch (const std::exception& e) {
+      // Every unit not done gets its error record (a rag document has one per question).
+      tasks.clear();
+      mapped.clear();
+      records.clear();
+      skipped = 0;
+      for (std::size_t q = 0; q < sh.units_per_doc; ++q) {
+        if (q < doc->done.size() && doc->done[q]) ++skipped;
+        else records.push_back(error_record(sh.unit(doc->doc, q), nullptr, "internal", e.what()));
+      }
+    }
+    sh.build_clock.add(seconds_since(t0));
+    if (skipped) send(to_writer, NoticeMsg{NoticeMsg::Kind::skipped, skipped, std::nullopt});
+    for (auto& r : records) send(to_writer, r);
+    for (auto& mp : mapped) send(to_validate, mp);
+    for (auto& t : tasks) send(to_engine, t);
+  }
+}
+
+}  // namespace quarry::run::stages

@@ -1,0 +1,119 @@
+// validate: JSON Schema + business rules (+ the evidence check for rag); the retry policy; the record.
+#include "pipeline/run/stages.hpp"
+
+namespace quarry::run::stages {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+TokenCounts tokens_of(const json& stats) {
+  TokenCounts t;
+  t.prompt = stats.value("prompt_tokens", std::uint64_t{0});
+  t.prefill = stats.value("prefill_tokens", std::uint64_t{0});
+  t.cached = stats.value("cached_tokens", std::uint64_t{0});
+  t.decode = stats.value("decode_tokens", std::uint64_t{0});
+  t.draft = stats.value("draft_tokens", std::uint64_t{0});
+  t.accepted = stats.value("accepted_tokens", std::uint64_t{0});
+  return t;
+}
+
+/// The engine's message names its own settings ("raise max_kv_tokens / kv_cache_mb"): say which
+/// option of `quarry run` sets them.
+std::string with_run_option_names(std::string message) {
+  static const std::string engine_hint = "max_kv_tokens / kv_cache_mb";
+  if (const auto at = message.find(engine_hint); at != std::string::npos)
+    message.replace(at, engine_hint.size(), "--kv-cache-mb (engine.kv_cache_mb in a job file)");
+  return message;
+}
+
+}  // namespace
+
+void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
+                    const json& schema_ordered) {
+  auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
+  to_writer.connect(ep_write);
+  auto to_retry = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded: never blocks (no cycle)
+  to_retry.connect(ep_retry);
+  const std::size_t retries = sh.job.retries;
+  for (;;) {
+    auto m = recv(in);
+    if (!m) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto* mp = std::get_if<MappedMsg>(&*m)) {
+      RecordMsg out;
+      try {
+        json data = order_like_schema(mp->data, schema_ordered);
+        json errors = json::array();
+        for (const auto& v : validator.validate(to_plain(data))) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+        out = make_record(mp->subject, errors.empty() ? "ok" : "invalid", mp->method, data, errors,
+                          stats_without_model(mp->subject, 0));
+      } catch (const std::exception& e) {
+        out = error_record(mp->subject, mp->method, "internal", e.what());
+      }
+      sh.validate_clock.add(seconds_since(t0));
+      send(to_writer, out);
+      continue;
+    }
+    auto* g = std::get_if<GeneratedMsg>(&*m);
+    if (!g) throw std::runtime_error("validate: unexpected message");
+    const Subject& subject = g->task.subject;
+    const std::size_t attempt = g->task.attempt;
+    json stats = g->stats;
+    stats["attempts"] = attempt + 1;
+    stats["extract_ms"] = subject.extract_ms;
+    // Token totals for the run's throughput (every attempt counts).
+    const TokenCounts tokens = tokens_of(stats);
+    RecordMsg out;
+    bool retry = false;
+    try {
+      json errors = json::array();
+      if (!g->error.empty()) {
+        // The engine refuses or fails a request for the run's settings (KV cache, context): retryable.
+        out = make_record(subject, "error", "model", nullptr,
+                          json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
+      } else {
+        json data = json::parse(g->text, nullptr, false);
+        if (data.is_discarded()) {
+          data = nullptr;
+          errors.push_back(error_entry("", "json",
+                                       "the model output is not complete JSON (finish: " + g->finish + ", " +
+                                           std::to_string(g->text.size()) + " bytes)"));
+        } else {
+          for (const auto& v : validator.validate(to_plain(data)))
+            errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+          if (sh.job.task == Task::rag && !g->task.document_text.empty()) {
+            const Document d = document_from_text(subject.source, g->task.document_text);
+            for (const auto& v : rag::check_evidence(to_plain(data), d))
+              errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+          }
+        }
+        // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
+        // a length problem, which resampling does not solve.
+        if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        else out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+      }
+    } catch (const std::exception& e) {
+      out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),
+                        stats_without_model(subject, 0));
+      retry = false;
+    }
+    sh.validate_clock.add(seconds_since(t0));
+    if (retry && sh.stop() >= 1) {
+      // Stopping: the retry would be new work. Not recorded (a record after fewer attempts would
+      // differ from a full run's): the rerun does the document again.
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, 1, std::nullopt});
+    } else if (retry) {
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
+      ModelTaskMsg t = std::move(g->task);
+      t.attempt = attempt + 1;
+      send(to_retry, t);
+    } else {
+      out.tokens = tokens;
+      send(to_writer, out);
+    }
+  }
+}
+
+}  // namespace quarry::run::stages

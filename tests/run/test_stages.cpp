@@ -1,0 +1,158 @@
+// The run's typed messages (pipeline/run/messages.hpp) and one stage tested alone on its sockets
+// (validate: records, retries), as the coordinator wires them.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "pipeline/run/messages.hpp"
+#include "pipeline/run/stages.hpp"
+
+namespace {
+
+using namespace quarry::run;
+using json = nlohmann::ordered_json;
+
+template <class T>
+T roundtrip(const T& m) {
+  const auto bytes = encode(Message(m));
+  const Message back = decode(bytes.data(), bytes.size());
+  const T* t = std::get_if<T>(&back);
+  EXPECT_NE(t, nullptr);
+  return t ? *t : T{};
+}
+
+Subject subject() {
+  Subject s;
+  s.key = "dir/caf\\xe9.pdf#q1";
+  s.source = "dir/caf\\xe9.pdf";
+  s.source_b64 = "ZGlyL2NhZumucGRm";
+  s.sha256 = std::string(64, 'a');
+  s.question_id = "q1";
+  s.question = "Total?";
+  s.extract_ms = 12.5;
+  return s;
+}
+
+TEST(Messages, EveryMessageComesBackAsItWasSent) {
+  InputMsg in{std::string("dir/caf\xe9.pdf"), "dir/caf\\xe9.pdf", "ZGlyL2NhZumucGRm", "not a regular file (FIFO)"};
+  const auto in2 = roundtrip(in);
+  EXPECT_EQ(in2.path, in.path);  // not UTF-8: carried as bytes
+  EXPECT_EQ(in2.problem, in.problem);
+
+  ExtractedMsg ex;
+  ex.doc = subject();
+  ex.text = "page 1\fpage 2";
+  ex.pages = 2;
+  ex.einvoice = json{{"invoice_number", "A-1"}, {"currency", "EUR"}};
+  ex.einvoice_format = "ubl";
+  ex.done = {true, false};
+  const auto ex2 = roundtrip(ex);
+  EXPECT_EQ(ex2.doc.key, ex.doc.key);
+  EXPECT_EQ(ex2.doc.extract_ms, 12.5);
+  EXPECT_EQ(ex2.text, ex.text);
+  EXPECT_EQ(ex2.einvoice->dump(), ex.einvoice->dump());  // member order kept
+  EXPECT_EQ(ex2.done, ex.done);
+
+  GeneratedMsg g;
+  g.task.subject = subject();
+  g.task.prompt = {1, 2, 151643};
+  g.task.max_tokens = 300;
+  g.task.attempt = 2;
+  g.text = "{}";
+  g.finish = "eos";
+  g.stats = json{{"prompt_tokens", 3}, {"decode_tokens", 1}};
+  const auto g2 = roundtrip(g);
+  EXPECT_EQ(g2.task.prompt, g.task.prompt);
+  EXPECT_EQ(g2.task.attempt, 2u);
+  EXPECT_EQ(g2.stats.dump(), g.stats.dump());
+
+  RecordMsg r;
+  r.key = "k";
+  r.record = json{{"source", "s"}, {"status", "ok"}};
+  r.tokens = TokenCounts{10, 4, 6, 20, 0, 0};
+  const auto r2 = roundtrip(r);
+  EXPECT_EQ(r2.record.dump(), r.record.dump());
+  ASSERT_TRUE(r2.tokens.has_value());
+  EXPECT_EQ(r2.tokens->cached, 6u);
+
+  const auto n2 = roundtrip(NoticeMsg{NoticeMsg::Kind::cancelled, 3, std::nullopt});
+  EXPECT_EQ(n2.kind, NoticeMsg::Kind::cancelled);
+  EXPECT_EQ(n2.count, 3u);
+  EXPECT_FALSE(n2.tokens.has_value());
+}
+
+TEST(Messages, BytesThatAreNoMessageAreRefused) {
+  const std::uint8_t junk[] = {0x2a, 0x91, 0x01};
+  EXPECT_THROW(decode(junk, sizeof junk), std::runtime_error);
+  EXPECT_THROW(decode(junk, 0), std::runtime_error);
+  const std::uint8_t short_input[] = {0x00, 0x91, 0xc4, 0x01, 'a'};  // an InputMsg of one field
+  EXPECT_THROW(decode(short_input, sizeof short_input), std::runtime_error);
+}
+
+TEST(Stages, ValidateAloneMakesRecordsAndRetries) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}},
+                                       "required": ["n"]})");
+  quarry::schemas::Validator validator(quarry::run::to_plain(schema), "test.schema.json");
+  JobSpec job;
+  job.retries = 1;
+  RunControl control;
+  RunOptions options;
+  stages::Shared sh(job, control, options);
+  zmq::context_t zctx;
+  auto validate_in = stages::make_socket(zctx, zmq::socket_type::pull, 8);
+  validate_in.bind(stages::ep_validate);
+  auto writer_in = stages::make_socket(zctx, zmq::socket_type::pull, 64);
+  writer_in.bind(stages::ep_write);
+  auto retry_in = stages::make_socket(zctx, zmq::socket_type::pull, 0);
+  retry_in.bind(stages::ep_retry);
+  auto to_validate = stages::make_socket(zctx, zmq::socket_type::push, 8);
+  to_validate.connect(stages::ep_validate);
+  std::thread t([&, sock = std::move(validate_in)]() mutable {
+    stages::guarded(sh, "validate", [&] { stages::validate_stage(sh, std::move(sock), zctx, validator, schema); });
+  });
+
+  // A mapped document: members put in the schema's order, validated.
+  send(to_validate, MappedMsg{subject(), "einvoice-ubl", json{{"s", "x"}, {"n", 1}}});
+  auto m = recv(writer_in);
+  ASSERT_TRUE(m.has_value());
+  auto* rec = std::get_if<RecordMsg>(&*m);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->record["status"], "ok");
+  EXPECT_EQ(rec->record["data"].dump(), R"({"n":1,"s":"x"})");
+  EXPECT_EQ(rec->record["question_id"], "q1");
+
+  // A generated output that fails the schema: retried once (attempt 1), then invalid.
+  GeneratedMsg g;
+  g.task.subject = subject();
+  g.task.prompt = {1};
+  g.text = R"({"s": "no n"})";
+  g.finish = "eos";
+  g.stats = json{{"prompt_tokens", 1}, {"decode_tokens", 5}};
+  send(to_validate, g);
+  m = recv(writer_in);
+  ASSERT_TRUE(m.has_value());
+  auto* note = std::get_if<NoticeMsg>(&*m);
+  ASSERT_NE(note, nullptr);
+  EXPECT_EQ(note->kind, NoticeMsg::Kind::retry);
+  EXPECT_EQ(note->tokens->decode, 5u);
+  m = recv(retry_in);
+  ASSERT_TRUE(m.has_value());
+  auto* retry = std::get_if<ModelTaskMsg>(&*m);
+  ASSERT_NE(retry, nullptr);
+  EXPECT_EQ(retry->attempt, 1u);
+  g.task = *retry;
+  send(to_validate, g);
+  m = recv(writer_in);
+  ASSERT_TRUE(m.has_value());
+  rec = std::get_if<RecordMsg>(&*m);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->record["status"], "invalid");
+  EXPECT_EQ(rec->record["stats"]["attempts"], 2);
+  EXPECT_EQ(rec->record["errors"][0]["rule"], "required");
+
+  zctx.shutdown();
+  t.join();
+  EXPECT_FALSE(sh.failed.load()) << sh.fatal;
+}
+
+}  // namespace
