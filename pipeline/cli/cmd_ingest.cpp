@@ -43,7 +43,8 @@ struct IngestArgs {
   std::size_t chunk_overlap = 128;
   std::string pdf_password;
   bool no_einvoice = false;
-  std::uint64_t max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4, max_attachment_mb = 32, max_pages = 5000;
+  std::uint64_t max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4, max_attachment_mb = 32, max_pages = 5000,
+                max_content_mb = 256, max_page_content_mb = 64;
   double extract_timeout = 30;
   std::uint64_t extract_memory_mb = 1024;
   bool no_isolation = false;
@@ -193,6 +194,8 @@ int run_ingest(const IngestArgs& args) {
   opts.max_file_bytes = args.max_file_mb << 20;
   opts.max_text_bytes = args.max_text_mb << 20;
   opts.max_page_text_bytes = args.max_page_text_mb << 20;
+  opts.max_content_bytes = args.max_content_mb << 20;
+  opts.max_page_content_bytes = args.max_page_content_mb << 20;
   opts.max_attachment_bytes = args.max_attachment_mb << 20;
   opts.max_pages = static_cast<int>(args.max_pages);
   // The records carry text, not line boxes: skip poppler's second text pass per PDF page.
@@ -335,6 +338,15 @@ void add_ingest_command(CLI::App& app, Context& ctx) {
       ->capture_default_str()
       ->group(g);
   sub->add_option("--max-page-text-mb", args->max_page_text_mb, "Extracted text per page, MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-content-mb", args->max_content_mb,
+                  "PDF content streams a document may decode (pages, forms, annotations), MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group(g);
+  sub->add_option("--max-page-content-mb", args->max_page_content_mb, "PDF content streams one page may decode, MiB")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
       ->capture_default_str()
       ->group(g);

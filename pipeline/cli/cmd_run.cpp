@@ -36,7 +36,8 @@ namespace qr = quarry::run;
 
 struct RunArgs {
   std::vector<std::string> inputs;
-  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password;
+  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password,
+      device = "auto";
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
@@ -45,7 +46,7 @@ struct RunArgs {
   bool no_isolation = false;
   double extract_timeout = 30;
   std::uint64_t extract_memory_mb = 1024, max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4,
-                max_attachment_mb = 32, max_pages = 5000;
+                max_attachment_mb = 32, max_pages = 5000, max_content_mb = 256, max_page_content_mb = 64;
 };
 
 std::string shell_quote(const std::string& s) {
@@ -232,6 +233,13 @@ void add_extract_limit_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--max-pages", a.max_pages, "Pages per document [5000]")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
       ->group(g);
+  sub->add_option("--max-content-mb", a.max_content_mb,
+                  "PDF content streams a document may decode (pages, forms, annotations), MiB [256]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
+  sub->add_option("--max-page-content-mb", a.max_page_content_mb, "PDF content streams one page may decode, MiB [64]")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->group(g);
 }
 
 void add_common_options(CLI::App* sub, RunArgs& a) {
@@ -260,6 +268,9 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
                   "auto (the checkpoint's dtype: bf16 on AMX tiles for a bf16 checkpoint where available), exact (f32) "
                   "or bf16 [auto]")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
+  sub->add_option("--device", a.device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
+                  "present, else the CPU) [auto]");
   sub->add_option("--temperature", a.temperature, "Sampling temperature of the first attempt (0: greedy) [0]")
       ->check(CLI::Range(0.0, 100.0));
   sub->add_option("--retry-temperature", a.retry_temperature, "Sampling temperature of retries [0.7]")
@@ -292,11 +303,14 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--max-file-mb")) job.extract.max_file_mb = a.max_file_mb;
   if (given("--max-text-mb")) job.extract.max_text_mb = a.max_text_mb;
   if (given("--max-page-text-mb")) job.extract.max_page_text_mb = a.max_page_text_mb;
+  if (given("--max-content-mb")) job.extract.max_content_mb = a.max_content_mb;
+  if (given("--max-page-content-mb")) job.extract.max_page_content_mb = a.max_page_content_mb;
   if (given("--max-attachment-mb")) job.extract.max_attachment_mb = a.max_attachment_mb;
   if (given("--max-pages")) job.extract.max_pages = a.max_pages;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--compute")) job.engine.compute = a.compute;
+  if (given("--device")) job.engine.device = a.device;
   if (given("--temperature")) job.engine.temperature = a.temperature;
   if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;
   if (given("--seed")) job.engine.seed = a.seed;
@@ -318,9 +332,10 @@ void add_run_command(CLI::App& app, Context& ctx) {
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, temperature, retry_temperature, seed, [extract] threads,\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, [extract]\n"
+      "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
-      "max_pages).\n"
+      "max_pages, max_content_mb, max_page_content_mb).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
       "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
       "130 interrupted.");

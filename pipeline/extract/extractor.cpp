@@ -249,7 +249,10 @@ std::vector<std::uint8_t> encode_settings(const Settings& s) {
   return json::to_msgpack(json::array({o.max_file_bytes, o.max_text_bytes, o.max_page_text_bytes,
                                        o.max_attachment_bytes, o.max_xml_depth, o.max_pages,
                                        json::binary(std::vector<std::uint8_t>(o.pdf_password.begin(), o.pdf_password.end())),
-                                       o.map_einvoices, o.pdf_line_bboxes, s.limits.memory_mb}));
+                                       o.map_einvoices, o.pdf_line_bboxes, s.limits.memory_mb,
+                                       o.max_attachments_total_bytes, o.max_page_content_bytes, o.max_content_bytes,
+                                       o.max_font_bytes, o.max_page_words, o.max_page_layout_work, o.max_layout_work,
+                                       o.max_xml_attributes, o.max_xml_nodes}));
 }
 
 void decode_settings(const std::vector<std::uint8_t>& bytes, ExtractOptions& o, std::uint64_t& memory_mb) {
@@ -265,6 +268,15 @@ void decode_settings(const std::vector<std::uint8_t>& bytes, ExtractOptions& o, 
   o.map_einvoices = j.at(7).get<bool>();
   o.pdf_line_bboxes = j.at(8).get<bool>();
   memory_mb = j.at(9).get<std::uint64_t>();
+  o.max_attachments_total_bytes = j.at(10).get<std::uint64_t>();
+  o.max_page_content_bytes = j.at(11).get<std::uint64_t>();
+  o.max_content_bytes = j.at(12).get<std::uint64_t>();
+  o.max_font_bytes = j.at(13).get<std::uint64_t>();
+  o.max_page_words = j.at(14).get<int>();
+  o.max_page_layout_work = j.at(15).get<std::uint64_t>();
+  o.max_layout_work = j.at(16).get<std::uint64_t>();
+  o.max_xml_attributes = j.at(17).get<int>();
+  o.max_xml_nodes = j.at(18).get<std::uint64_t>();
 }
 
 // Reply meta frame: [status (0 ok, 1 failed), rule, reason, sha256, media_type, size, exiting]

@@ -18,6 +18,7 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   opt.kv_cache_mb = job.engine.kv_cache_mb;
   opt.mtp_depth = job.engine.mtp_depth;
   opt.compute = eng::parse_compute(job.engine.compute);
+  opt.device = eng::parse_device(job.engine.device);
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);
   // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,

@@ -10,10 +10,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/backend/backend.hpp"
 #include "pipeline/paths.hpp"
 #include "schemas/schemas.hpp"
 
 namespace quarry::run {
+
+namespace eng = quarry::engine;
 
 const char* task_name(Task t) { return t == Task::kie ? "kie" : "rag"; }
 
@@ -118,7 +121,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     const auto* t = e->as_table();
     if (!t) fail(path, "engine", "expected a table");
     check_keys(*t,
-               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "temperature",
+               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "device", "temperature",
                 "retry_temperature", "seed"},
                path, "engine.");
     get_uint(*t, "threads", job.engine.threads, path, "engine.");
@@ -131,6 +134,14 @@ JobSpec load_job_file(const std::filesystem::path& path) {
         fail(path, "engine.compute", "\"" + c + "\" is not one of \"auto\", \"exact\", \"bf16\"");
       job.engine.compute = c;
     }
+    if (const auto d = get_string(*t, "device", path, "engine."); !d.empty()) {
+      try {
+        (void)eng::parse_device(d);
+      } catch (const std::invalid_argument& e) {
+        fail(path, "engine.device", e.what());
+      }
+      job.engine.device = d;
+    }
     get_float(*t, "temperature", job.engine.temperature, path, "engine.");
     get_float(*t, "retry_temperature", job.engine.retry_temperature, path, "engine.");
     get_uint(*t, "seed", job.engine.seed, path, "engine.");
@@ -140,7 +151,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     if (!t) fail(path, "extract", "expected a table");
     check_keys(*t,
                {"threads", "pdf_password", "isolation", "timeout_s", "memory_mb", "max_file_mb", "max_text_mb",
-                "max_page_text_mb", "max_attachment_mb", "max_pages"},
+                "max_page_text_mb", "max_attachment_mb", "max_pages", "max_content_mb", "max_page_content_mb"},
                path, "extract.");
     get_uint(*t, "threads", job.extract_threads, path, "extract.");
     job.extract.pdf_password = get_string(*t, "pdf_password", path, "extract.");
@@ -157,6 +168,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     get_uint(*t, "max_file_mb", job.extract.max_file_mb, path, "extract.");
     get_uint(*t, "max_text_mb", job.extract.max_text_mb, path, "extract.");
     get_uint(*t, "max_page_text_mb", job.extract.max_page_text_mb, path, "extract.");
+    get_uint(*t, "max_content_mb", job.extract.max_content_mb, path, "extract.");
+    get_uint(*t, "max_page_content_mb", job.extract.max_page_content_mb, path, "extract.");
     get_uint(*t, "max_attachment_mb", job.extract.max_attachment_mb, path, "extract.");
     get_uint(*t, "max_pages", job.extract.max_pages, path, "extract.");
   }
@@ -235,7 +248,9 @@ void resolve_defaults(JobSpec& job) {
                                 {"max_text_mb", x.max_text_mb},
                                 {"max_page_text_mb", x.max_page_text_mb},
                                 {"max_attachment_mb", x.max_attachment_mb},
-                                {"max_pages", x.max_pages}})
+                                {"max_pages", x.max_pages},
+                                {"max_content_mb", x.max_content_mb},
+                                {"max_page_content_mb", x.max_page_content_mb}})
     if (v == 0 || v > (1u << 20)) throw std::runtime_error(std::string("extract.") + name + " must be in [1, 1048576]");
 }
 

@@ -14,9 +14,10 @@
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
-//             compute
+//             compute, device
 //   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
-//             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000)
+//             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000),
+//             max_content_mb (256), max_page_content_mb (64)
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,8 @@ struct EngineSettings {
   std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
   std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off; EngineOptions::mtp_depth)
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
-  std::string compute = "auto";     ///< auto | exact | bf16 (engine/models/model.hpp Compute)
+  std::string compute = "auto";     ///< auto | exact | bf16 (engine/core/types.hpp Compute)
+  std::string device = "auto";      ///< cpu | cuda | cuda:N | auto (a GPU when present; EngineOptions::device)
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
@@ -54,6 +56,8 @@ struct ExtractSettings {
   std::uint64_t max_file_mb = 256;   ///< larger inputs are refused, MiB
   std::uint64_t max_text_mb = 64;    ///< extracted text per document, MiB
   std::uint64_t max_page_text_mb = 4;   ///< extracted text per page, MiB
+  std::uint64_t max_content_mb = 256;     ///< PDF content streams a document may decode, MiB
+  std::uint64_t max_page_content_mb = 64; ///< PDF content streams one page may decode, MiB
   std::uint64_t max_attachment_mb = 32; ///< one embedded file's inflated bytes, MiB
   std::uint64_t max_pages = 5000;    ///< pages per document
 };

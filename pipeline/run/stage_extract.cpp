@@ -48,6 +48,8 @@ extract::Settings extract_settings(const JobSpec& job) {
   s.options.max_file_bytes = x.max_file_mb << 20;
   s.options.max_text_bytes = x.max_text_mb << 20;
   s.options.max_page_text_bytes = x.max_page_text_mb << 20;
+  s.options.max_content_bytes = x.max_content_mb << 20;
+  s.options.max_page_content_bytes = x.max_page_content_mb << 20;
   s.options.max_attachment_bytes = x.max_attachment_mb << 20;
   s.options.max_pages = static_cast<int>(x.max_pages);
   s.limits.timeout_s = x.timeout_s;

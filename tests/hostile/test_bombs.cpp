@@ -134,7 +134,7 @@ TEST(Bombs, AWorkerThatCrashesCostsOneDocumentAndTheBatchGoesOn) {
   content_stream_bomb(in / "a-slow.pdf", 10, 256ull << 20);
   for (const char* n : {"en-xml-1.xml", "de-xml-1.xml"}) fs::copy_file(k_samples / n, in / n);
   const auto out = s.dir / "out";
-  const pid_t pid = spawn_quarry(run_args({in}, out, {"--extract-threads", "1"}), s.dir / "log");
+  const pid_t pid = spawn_quarry(run_args({in}, out, {"--extract-threads", "1", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"}), s.dir / "log");
   ASSERT_GT(pid, 0);
   // Find the extraction worker (a child of quarry running "extract-worker") and crash it.
   pid_t worker = 0;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -33,7 +34,11 @@ ex::Settings isolated(double timeout_s = 30, std::uint64_t memory_mb = 1024) {
   s.worker_program = std::string(QUARRY_BINARY_DIR) + "/quarry";
   s.limits.timeout_s = timeout_s;
   s.limits.memory_mb = memory_mb;
-  s.options.max_text_bytes = s.options.max_page_text_bytes = s.options.max_attachment_bytes = 1ull << 40;
+  auto& o = s.options;
+  o.max_text_bytes = o.max_page_text_bytes = o.max_attachment_bytes = o.max_attachments_total_bytes = 1ull << 40;
+  o.max_page_content_bytes = o.max_content_bytes = o.max_font_bytes = 1ull << 40;
+  o.max_page_layout_work = o.max_layout_work = o.max_xml_nodes = 1ull << 50;
+  o.max_page_words = o.max_xml_attributes = 1 << 30;
   return s;
 }
 
@@ -115,9 +120,22 @@ TEST(Extractor, TheMemoryLimitStopsAnAttachmentThatLiesAboutItsSize) {
   attachment_bomb(s.dir / "attach.pdf", 512ull << 20);
   ex::Extractor e(isolated(60, 256));
   const auto o = extract(e, s.dir / "attach.pdf");
-  EXPECT_EQ(o.status, ex::Outcome::Status::failed);
-  EXPECT_EQ(o.rule, "limit") << o.reason;
-  EXPECT_EQ(o.reason.rfind("memory limit 256 MiB", 0), 0u) << o.reason;
+  // Either the worker passes its memory limit, or the extractor's attachment reader fails its
+  // allocation first and keeps the document without that file (a warning): never more memory.
+  if (o.status == ex::Outcome::Status::ok) {
+    const auto& w = o.extracted.doc.warnings;
+    EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](const std::string& m) { return m.find("embedded file") != std::string::npos; }))
+        << "no warning about the attachment; warnings: " << testing::PrintToString(w)
+        << " attachments: " << o.extracted.doc.attachments.size();
+    EXPECT_TRUE(o.extracted.doc.attachments.empty() ||
+                o.extracted.doc.attachments.front().bytes.size() < (256ull << 20));
+  } else {
+    EXPECT_EQ(o.status, ex::Outcome::Status::failed);
+    EXPECT_EQ(o.rule, "limit") << o.reason;
+    EXPECT_EQ(o.reason.rfind("memory limit 256 MiB", 0), 0u) << o.reason;
+  }
+  const auto next = extract(e, k_samples / "hu-xml-1.xml");
+  EXPECT_EQ(next.status, ex::Outcome::Status::ok) << next.reason;
 }
 
 TEST(Extractor, AWorkerThatCrashesIsReportedWithItsSignal) {

@@ -26,13 +26,15 @@ std::vector<fs::path> mixed_inputs(const fs::path& in, int texts, int xmls) {
   return inputs;
 }
 
+// The slow document is a content-stream bomb that the extractors' content caps would refuse at once:
+// the runs here lift those caps (--max-content-mb, --max-page-content-mb) so that a stage is really busy.
 TEST(Signals, SigtermStopsWithinFiveSecondsAndTheRerunResumes) {
   Scratch s("sigterm");
   auto inputs = mixed_inputs(s.dir / "in", 8, 20);
   content_stream_bomb(s.dir / "in" / "slow.pdf", 10, 256ull << 20);  // a worker busy with it is killed
   inputs.push_back(s.dir / "in" / "slow.pdf");
   const auto out = s.dir / "out";
-  const auto args = run_args({s.dir / "in"}, out, {"--max-inflight", "2"});
+  const auto args = run_args({s.dir / "in"}, out, {"--max-inflight", "2", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"});
   const pid_t pid = spawn_quarry(args, s.dir / "log");
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_lines(pid, out / "results.jsonl", 1, std::chrono::seconds(120))) << read_file(s.dir / "log");
@@ -49,7 +51,7 @@ TEST(Signals, SigtermStopsWithinFiveSecondsAndTheRerunResumes) {
   }
   EXPECT_TRUE(fs::exists(out / "report.json")) << "a stopped run still writes its report";
   // The rerun, with a short timeout for the slow document.
-  const int rc2 = run_quarry_args(run_args({s.dir / "in"}, out, {"--max-inflight", "2", "--extract-timeout", "1"}),
+  const int rc2 = run_quarry_args(run_args({s.dir / "in"}, out, {"--max-inflight", "2", "--extract-timeout", "1", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"}),
                                   s.dir / "log2");
   EXPECT_TRUE(rc2 == 0 || rc2 == 2) << read_file(s.dir / "log2");
   expect_one_record_each(out / "results.jsonl", inputs);
@@ -63,7 +65,7 @@ TEST(Signals, ASecondSigintExitsAtOnce) {
   content_stream_bomb(s.dir / "in" / "slow.pdf", 10, 256ull << 20);
   inputs.push_back(s.dir / "in" / "slow.pdf");
   const auto out = s.dir / "out";
-  const pid_t pid = spawn_quarry(run_args({s.dir / "in"}, out, {"--no-isolation"}), s.dir / "log");
+  const pid_t pid = spawn_quarry(run_args({s.dir / "in"}, out, {"--no-isolation", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"}), s.dir / "log");
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_lines(pid, out / "results.jsonl", 10, std::chrono::seconds(120))) << read_file(s.dir / "log");
   ::kill(pid, SIGINT);
@@ -79,7 +81,7 @@ TEST(Signals, ASecondSigintExitsAtOnce) {
   EXPECT_NE(log.find("exiting at once (a second signal)"), std::string::npos) << log;
   EXPECT_NE(log.find("Resume with:"), std::string::npos) << log;
   // The rerun (isolated, with a short timeout for the slow document) completes the folder.
-  const int rc2 = run_quarry_args(run_args({s.dir / "in"}, out, {"--extract-timeout", "1"}), s.dir / "log2");
+  const int rc2 = run_quarry_args(run_args({s.dir / "in"}, out, {"--extract-timeout", "1", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"}), s.dir / "log2");
   EXPECT_EQ(rc2, 2) << read_file(s.dir / "log2");
   const auto recs = expect_one_record_each(out / "results.jsonl", inputs);
   EXPECT_EQ(recs.at((s.dir / "in" / "slow.pdf").string())["errors"][0]["message"], "timeout after 1 s");
@@ -90,7 +92,7 @@ TEST(Signals, AStageThatCannotBeInterruptedStillStopsWithinFiveSeconds) {
   fs::create_directories(s.dir / "in");
   content_stream_bomb(s.dir / "in" / "slow.pdf", 10, 256ull << 20);
   const auto out = s.dir / "out";
-  const pid_t pid = spawn_quarry(run_args({s.dir / "in"}, out, {"--no-isolation"}), s.dir / "log");
+  const pid_t pid = spawn_quarry(run_args({s.dir / "in"}, out, {"--no-isolation", "--max-content-mb", "1048576", "--max-page-content-mb", "1048576"}), s.dir / "log");
   ASSERT_GT(pid, 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // extracting by now
   ASSERT_FALSE(exited(pid)) << read_file(s.dir / "log");
