@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include "tests/run/run_support.hpp"
 
@@ -22,6 +24,15 @@ inline std::vector<std::string> run_args(const std::vector<fs::path>& in, const 
   a.insert(a.end(), {"-o", out.string(), "--progress", "none", "--threads", "2", "--retries", "0"});
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
+}
+
+/// Lets a SIGSEGV sent to a child process end it with that signal in sanitizer builds too: AddressSanitizer
+/// otherwise catches the signal in the child, prints a report and exits with status 1. Children inherit the
+/// environment, so this holds for the extraction workers that `quarry` starts as well.
+inline void let_sigsegv_end_children() {
+  const char* old = std::getenv("ASAN_OPTIONS");
+  std::string v = old != nullptr && *old != '\0' ? std::string(old) + ":handle_segv=0" : "handle_segv=0";
+  ::setenv("ASAN_OPTIONS", v.c_str(), 1);
 }
 
 /// Waits up to `limit` for the child; SIGKILLs it after that (and fails the test). Returns its status

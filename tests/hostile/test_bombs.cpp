@@ -129,6 +129,7 @@ TEST(Bombs, EachAloneGetsItsRecordWithinAMinuteInBoundedMemoryWithTheDefaultLimi
 
 TEST(Bombs, AWorkerThatCrashesCostsOneDocumentAndTheBatchGoesOn) {
   Scratch s("crashrun");
+  let_sigsegv_end_children();
   const auto in = s.dir / "in";
   fs::create_directories(in);
   content_stream_bomb(in / "a-slow.pdf", 10, 256ull << 20);

@@ -140,6 +140,7 @@ TEST(Extractor, TheMemoryLimitStopsAnAttachmentThatLiesAboutItsSize) {
 
 TEST(Extractor, AWorkerThatCrashesIsReportedWithItsSignal) {
   Scratch s("crash");
+  let_sigsegv_end_children();
   content_stream_bomb(s.dir / "slow.pdf", 10, 256ull << 20);
   ex::Extractor e(isolated(60));
   auto pending = std::async(std::launch::async, [&] { return extract(e, s.dir / "slow.pdf"); });
