@@ -13,7 +13,8 @@
 // configurations every few minutes instead of once).
 //
 //   build/bench/bench_run [--inputs DIR] [--isolation on,off] [--inflight 1,4] [--prefer auto,model]
-//                         [--copies N --copy-ext txt [--batches B]] [--reps 1] [--threads 0] [--json FILE] [--md FILE]
+//                         [--copies N --copy-ext txt [--batches B]] [--reps 1] [--threads 0] [--device auto]
+//                         [--json FILE] [--md FILE]
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
   // The extraction workers of the runs below are this program (pipeline/extract/extractor.hpp).
   if (const auto status = quarry::extract::maybe_run_worker(argc, argv)) return *status;
   std::string inputs = (quarry::project_root() / "samples" / "invoices").string();
-  std::string inflight = "1,4", prefer = "auto", isolation = "on", copy_ext = "txt", json_out, md_out;
+  std::string inflight = "1,4", prefer = "auto", isolation = "on", copy_ext = "txt", device = "auto", json_out, md_out;
   std::size_t reps = 1, threads = 0, copies = 0, batches = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -137,12 +138,14 @@ int main(int argc, char** argv) {
     else if (a == "--batches") batches = std::stoul(next());
     else if (a == "--reps") reps = std::stoul(next());
     else if (a == "--threads") threads = std::stoul(next());
+    else if (a == "--device") device = next();
     else if (a == "--json") json_out = next();
     else if (a == "--md") md_out = next();
     else {
       std::fprintf(stderr,
                    "usage: bench_run [--inputs DIR] [--isolation on,off] [--inflight 1,4] [--prefer auto,model] "
-                   "[--copies N --copy-ext txt [--batches B]] [--reps N] [--threads N] [--json FILE] [--md FILE]\n");
+                   "[--copies N --copy-ext txt [--batches B]] [--reps N] [--threads N] [--device auto|cpu|cuda[:N]] "
+                   "[--json FILE] [--md FILE]\n");
       return 1;
     }
   }
@@ -182,6 +185,7 @@ int main(int argc, char** argv) {
         job.prefer = c.prefer == "model" ? quarry::run::Prefer::model : quarry::run::Prefer::automatic;
         job.engine.max_inflight = std::stoul(c.inflight);
         job.engine.threads = threads;
+        job.engine.device = device;
         job.extract.isolation = c.isolation != "off";
         quarry::run::RunControl control;
         const double cpu0 = cpu_seconds();
@@ -260,6 +264,7 @@ int main(int argc, char** argv) {
               {"version", QUARRY_VERSION},
               {"machine", {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
               {"engine_threads", threads},
+              {"device", device},
               {"inputs", inputs},
               {"copies", copies},
               {"copy_ext", copies > 0 ? copy_ext : ""},
