@@ -193,6 +193,13 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// dst[i, 0:cols] = src[rows[i], 0:cols] for i < n; rows in device memory.
   virtual void gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
                            std::size_t n, std::size_t cols) = 0;
+  /// The combine step of a mixture of experts: for each token t < n_tokens,
+  ///   x[t, 0:cols] += sum over j < k, in j order, of weights[t * k + j] * y[slots[t * k + j], 0:cols]
+  /// (the weighted expert outputs summed first, then added to x: HF Qwen3MoeSparseMoeBlock's index_add
+  /// into zeros, then the residual add). slots (int32) and weights (f32) in device memory, [n_tokens, k];
+  /// x, y f32 at strides ldx, ldy.
+  virtual void moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
+                           const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols) = 0;
   /// x[i] = value for i < n.
   virtual void fill(float* x, std::size_t n, float value) = 0;
   /// Waits for every op issued before.

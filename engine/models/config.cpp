@@ -1,5 +1,6 @@
 #include "engine/models/config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -89,6 +90,19 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
     c.partial_rotary_factor = get_or<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor, origin);
   }
 
+  c.num_experts = get_or<std::size_t>(j, "num_experts", get_or<std::size_t>(j, "num_local_experts", 0, origin), origin);
+  if (c.num_experts > 0) {
+    c.num_experts_per_tok = get_size(j, "num_experts_per_tok", origin);
+    c.moe_intermediate_size = get_size(j, "moe_intermediate_size", origin);
+    c.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false, origin);
+    c.decoder_sparse_step = get_or<std::size_t>(j, "decoder_sparse_step", 1, origin);
+    c.mlp_only_layers = get_or<std::vector<std::size_t>>(j, "mlp_only_layers", {}, origin);
+    if (c.num_experts_per_tok == 0 || c.num_experts_per_tok > c.num_experts)
+      fail(origin, "num_experts_per_tok (" + std::to_string(c.num_experts_per_tok) + ") must be in 1..num_experts (" +
+                       std::to_string(c.num_experts) + ")");
+    if (c.decoder_sparse_step == 0) fail(origin, "decoder_sparse_step must be at least 1");
+  }
+
   c.mtp_num_hidden_layers = get_or<std::size_t>(j, "mtp_num_hidden_layers", 0, origin);
   c.num_nextn_predict_layers = get_or<std::size_t>(j, "num_nextn_predict_layers", 0, origin);
   c.mtp_hidden_state = get_or<std::string>(j, "mtp_hidden_state", "post_norm", origin);
@@ -111,6 +125,12 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
   if (!(c.rope_theta > 0.0)) fail(origin, "rope_theta must be positive");
   if (c.hidden_act != "silu") fail(origin, "unsupported hidden_act \"" + c.hidden_act + "\" (supported: silu)");
   return c;
+}
+
+bool ModelConfig::is_sparse_layer(std::size_t layer) const {
+  if (num_experts == 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {

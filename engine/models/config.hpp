@@ -34,6 +34,16 @@ struct ModelConfig {
   std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id as int or list (may be empty)
   std::int64_t bos_token_id = -1;
 
+  // Sparse mixture of experts (Qwen3-MoE; HF Qwen3MoeSparseMoeBlock). num_experts 0: a dense model.
+  std::size_t num_experts = 0;            ///< "num_experts" (hub checkpoints) or "num_local_experts" (5.x save)
+  std::size_t num_experts_per_tok = 0;    ///< experts each token is routed to (top-k)
+  std::size_t moe_intermediate_size = 0;  ///< each expert's SwiGLU width
+  bool norm_topk_prob = false;            ///< renormalise the top-k routing weights to sum to 1
+  std::size_t decoder_sparse_step = 1;    ///< layer l is sparse when (l + 1) % decoder_sparse_step == 0 ...
+  std::vector<std::size_t> mlp_only_layers;  ///< ... and l is not listed here
+  /// Whether decoder layer `layer` has the sparse MoE block (else the dense SwiGLU MLP).
+  bool is_sparse_layer(std::size_t layer) const;
+
   // Multi-token prediction (MTP) heads (ARCHITECTURE.md "MTP").
   /// Qwen3-Next / Qwen3.5 layout: decoder layers of the one `mtp.*` module (0: none; only 1 is supported).
   std::size_t mtp_num_hidden_layers = 0;

@@ -16,6 +16,17 @@ std::unique_ptr<Weight> WeightLoader::matrix(const std::string& name, std::size_
   return backend_.load_matrix(t.data, t.dtype, rows, cols, use, compute_);
 }
 
+std::unique_ptr<Weight> WeightLoader::slice(const std::string& name, std::size_t count, std::size_t slice_rows,
+                                            std::size_t cols, std::size_t index, std::size_t row0,
+                                            std::size_t rows) const {
+  const TensorView& t = store_.get(name, {count, slice_rows, cols});
+  if (index >= count || row0 + rows > slice_rows)
+    throw std::logic_error(name + ": slice outside the tensor");
+  const auto* base = static_cast<const unsigned char*>(t.data);
+  const std::size_t offset = ((index * slice_rows) + row0) * cols * dtype_size(t.dtype);
+  return backend_.load_matrix(base + offset, t.dtype, rows, cols, WeightUse::matmul, compute_);
+}
+
 DeviceBuffer WeightLoader::vector(const std::string& name, std::size_t n) const {
   const TensorView& t = store_.get(name, {n});
   std::vector<float> v(n);
@@ -54,10 +65,47 @@ MlpWeights load_swiglu(const WeightLoader& w, const std::string& p, const ModelC
   return m;
 }
 
-DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c) {
+std::size_t MoeWeights::bytes() const {
+  std::size_t n = router->bytes() + post_norm.bytes();
+  for (std::size_t e = 0; e < gate.size(); ++e) n += gate[e]->bytes() + up[e]->bytes() + down[e]->bytes();
+  return n;
+}
+
+std::size_t MoeWeights::active_bytes() const {
+  if (gate.empty()) return router->bytes() + post_norm.bytes();
+  return router->bytes() + post_norm.bytes() + top_k * (gate[0]->bytes() + up[0]->bytes() + down[0]->bytes());
+}
+
+MoeWeights load_moe(const WeightLoader& w, const std::string& p, const ModelConfig& c) {
+  const std::size_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  MoeWeights m;
+  m.top_k = c.num_experts_per_tok;
+  m.norm_topk_prob = c.norm_topk_prob;
+  m.post_norm = w.vector(p + "post_attention_layernorm.weight", H);
+  m.router = w.matrix(p + "mlp.gate.weight", E, H);
+  const std::string fused_gate_up = p + "mlp.experts.gate_up_proj", fused_down = p + "mlp.experts.down_proj";
+  const bool fused = w.has(fused_gate_up);
+  for (std::size_t e = 0; e < E; ++e) {
+    if (fused) {
+      m.gate.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, 0, I));
+      m.up.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, I, I));
+      m.down.push_back(w.slice(fused_down, E, H, I, e, 0, H));
+    } else {
+      const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+      m.gate.push_back(w.matrix(q + "gate_proj.weight", I, H));
+      m.up.push_back(w.matrix(q + "up_proj.weight", I, H));
+      m.down.push_back(w.matrix(q + "down_proj.weight", H, I));
+    }
+  }
+  return m;
+}
+
+DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c,
+                                       bool sparse) {
   DecoderLayerWeights d;
   d.attn = load_attention(w, prefix, c);
-  d.mlp = load_swiglu(w, prefix, c);
+  if (sparse) d.moe = load_moe(w, prefix, c);
+  else d.mlp = load_swiglu(w, prefix, c);
   return d;
 }
 
@@ -119,10 +167,86 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
   b.matmul_add(gate, T, I, *w.w_down, x, H, up);
 }
 
+void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T) {
+  const std::size_t H = c.hidden_size, I = c.moe_intermediate_size, E = w.gate.size(), K = w.top_k;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* h = ws.get(kH, T * H);
+  float* logits = ws.get(kRouter, T * E);
+  b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
+  b.matmul(h, T, H, *w.router, E, logits, E);
+  // Routing on the host: softmax over the experts (f32, as torch.softmax(dtype=float)), the top K
+  // (larger first; the lower expert id on a tie), optionally renormalised.
+  std::vector<float> probs(T * E);
+  b.download(probs.data(), logits, probs.size() * sizeof(float));
+  std::vector<std::uint32_t> chosen(T * K);  // expert ids, per token
+  std::vector<float> weight(T * K);
+  std::vector<std::uint32_t> order(E);
+  for (std::size_t t = 0; t < T; ++t) {
+    float* p = probs.data() + t * E;
+    const float mx = *std::max_element(p, p + E);
+    float sum = 0.f;
+    for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (std::size_t e = 0; e < E; ++e) p[e] /= sum;
+    for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<std::uint32_t>(e);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
+                      [&](std::uint32_t a, std::uint32_t b2) { return p[a] > p[b2] || (p[a] == p[b2] && a < b2); });
+    float top_sum = 0.f;
+    for (std::size_t j = 0; j < K; ++j) top_sum += p[order[j]];
+    for (std::size_t j = 0; j < K; ++j) {
+      chosen[t * K + j] = order[j];
+      weight[t * K + j] = w.norm_topk_prob ? p[order[j]] / top_sum : p[order[j]];
+    }
+  }
+  // Group the (token, expert) pairs by expert: slot s of the expert-sorted rows holds token gather[s].
+  std::vector<std::size_t> count(E + 1, 0);
+  for (const auto e : chosen) ++count[e + 1];
+  for (std::size_t e = 0; e < E; ++e) count[e + 1] += count[e];  // count[e]: first slot of expert e
+  // One upload: gather [T K] (int32), slots [T K] (int32), weights [T K] (f32), per token in expert order.
+  std::vector<std::int32_t> routing(3 * T * K);
+  std::int32_t* gather = routing.data();
+  std::int32_t* slots = gather + T * K;
+  float* weights = reinterpret_cast<float*>(slots + T * K);
+  std::vector<std::size_t> next(count.begin(), count.end() - 1);
+  std::vector<std::uint32_t> idx(K);
+  for (std::size_t t = 0; t < T; ++t) {
+    // This token's experts in ascending id: HF adds the experts' outputs in expert order.
+    for (std::size_t j = 0; j < K; ++j) idx[j] = static_cast<std::uint32_t>(j);
+    std::sort(idx.begin(), idx.end(),
+              [&](std::uint32_t a, std::uint32_t b2) { return chosen[t * K + a] < chosen[t * K + b2]; });
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::uint32_t e = chosen[t * K + idx[j]];
+      const std::size_t s = next[e]++;
+      gather[s] = static_cast<std::int32_t>(t);
+      slots[t * K + j] = static_cast<std::int32_t>(s);
+      weights[t * K + j] = weight[t * K + idx[j]];
+    }
+  }
+  auto* dev_routing = reinterpret_cast<std::int32_t*>(ws.get(kRouting, routing.size()));
+  b.upload(dev_routing, routing.data(), routing.size() * sizeof(std::int32_t));
+  float* xs = ws.get(kExpertIn, T * K * H);
+  float* act = ws.get(kExpertAct, T * K * I);
+  float* ys = ws.get(kExpertOut, T * K * std::max(H, I));  // also the SwiGLU's scratch [n, I]
+  b.gather_rows(xs, H, h, H, dev_routing, T * K, H);
+  for (std::size_t e = 0; e < E; ++e) {
+    const std::size_t n = count[e + 1] - count[e];
+    if (n == 0) continue;
+    const std::size_t s = count[e];
+    b.matmul_swiglu(xs + s * H, n, H, *w.gate[e], *w.up[e], act + s * I, I, ys + s * std::max(H, I));
+  }
+  for (std::size_t e = 0; e < E; ++e) {
+    const std::size_t n = count[e + 1] - count[e];
+    if (n == 0) continue;
+    const std::size_t s = count[e];
+    b.matmul(act + s * I, n, I, *w.down[e], H, ys + s * H, H);
+  }
+  b.moe_combine(x, H, ys, H, dev_routing + T * K, reinterpret_cast<const float*>(dev_routing + 2 * T * K), T, K, H);
+}
+
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
                    float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope) {
   attention_block(b, ws, w.attn, c, kv_layer, x, batch, kv, rope);
-  swiglu_block(b, ws, w.mlp, c, x, batch.size());
+  if (w.sparse()) moe_block(b, ws, w.moe, c, x, batch.size());
+  else swiglu_block(b, ws, w.mlp, c, x, batch.size());
 }
 
 bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* norm, float eps, const float* states,

@@ -27,6 +27,11 @@ class WeightLoader {
   /// checkpoint and the tensor when it is missing or mis-shaped.
   std::unique_ptr<Weight> matrix(const std::string& name, std::size_t rows, std::size_t cols,
                                  WeightUse use = WeightUse::matmul) const;
+  /// Rows [row0, row0 + rows) of slice `index` of the 3-D tensor `name` of shape [count, slice_rows, cols]
+  /// (fused expert tensors: gate_up_proj [E, 2 I, H]), as a [rows, cols] matrix in its stored dtype. The
+  /// slice is read where it lies in the mapped file. Throws as matrix().
+  std::unique_ptr<Weight> slice(const std::string& name, std::size_t count, std::size_t slice_rows, std::size_t cols,
+                                std::size_t index, std::size_t row0, std::size_t rows) const;
   /// The vector `name` of n elements, widened to f32 (norm weights: tiny).
   DeviceBuffer vector(const std::string& name, std::size_t n) const;
   bool has(const std::string& name) const { return store_.has(name); }
@@ -54,18 +59,41 @@ struct MlpWeights {
   std::size_t bytes() const;
 };
 
+/// The sparse mixture-of-experts FFN of a decoder layer (HF Qwen3MoeSparseMoeBlock): a linear router
+/// over the experts, softmax, top-k, and SwiGLU experts.
+struct MoeWeights {
+  DeviceBuffer post_norm;          ///< f32 [hidden]
+  std::unique_ptr<Weight> router;  ///< [num_experts, hidden]
+  std::vector<std::unique_ptr<Weight>> gate, up, down;  ///< per expert [I, hidden], [I, hidden], [hidden, I]
+  std::size_t top_k = 0;
+  bool norm_topk_prob = false;
+  /// Every expert's bytes (what the model holds).
+  std::size_t bytes() const;
+  /// What one token reads: the router, the norm and top_k experts (experts are equal in size).
+  std::size_t active_bytes() const;
+};
+
 struct DecoderLayerWeights {
   AttentionWeights attn;
-  MlpWeights mlp;
-  std::size_t bytes() const { return attn.bytes() + mlp.bytes(); }
+  MlpWeights mlp;  ///< dense layers (w_gate null in a sparse layer)
+  MoeWeights moe;  ///< sparse layers (router null in a dense layer)
+  bool sparse() const { return moe.router != nullptr; }
+  std::size_t bytes() const { return attn.bytes() + (sparse() ? moe.bytes() : mlp.bytes()); }
+  /// Bytes one decode token reads (active experts only in a sparse layer).
+  std::size_t active_bytes() const { return attn.bytes() + (sparse() ? moe.active_bytes() : mlp.bytes()); }
 };
 
 /// `prefix` + self_attn.{q,k,v,o}_proj, q_norm, k_norm, input_layernorm (HF Qwen3 names).
 AttentionWeights load_attention(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
 /// `prefix` + mlp.{gate,up,down}_proj, post_attention_layernorm.
 MlpWeights load_swiglu(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
-/// Both.
-DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+/// `prefix` + mlp.gate (the router), the experts in either layout, post_attention_layernorm: per-expert
+/// tensors mlp.experts.N.{gate,up,down}_proj.weight (hub checkpoints, save_pretrained), or fused 3-D
+/// mlp.experts.gate_up_proj [E, 2 I, H] (gate rows first) and mlp.experts.down_proj [E, H, I].
+MoeWeights load_moe(const WeightLoader& w, const std::string& prefix, const ModelConfig& c);
+/// The attention and the FFN: the MoE block where `sparse`, else the dense SwiGLU MLP.
+DecoderLayerWeights load_decoder_layer(const WeightLoader& w, const std::string& prefix, const ModelConfig& c,
+                                       bool sparse = false);
 
 /// Activation buffers of forward calls in the backend's memory, grown to the largest batch seen.
 class Workspace {
@@ -80,7 +108,11 @@ class Workspace {
 };
 
 /// Slots of Workspace used by the builders below (a model may use others from kFirstFreeSlot on).
-enum Slot : std::size_t { kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin, kFirstFreeSlot };
+enum Slot : std::size_t {
+  kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin,
+  kRouter, kExpertIn, kExpertAct, kExpertOut, kRouting,  // the MoE block's
+  kFirstFreeSlot
+};
 
 /// The RoPE tables of a batch: cos/sin [n_tokens, rotary_dim / 2] (computed once per forward call and
 /// shared by every layer).
@@ -98,7 +130,13 @@ void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const
                      float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
 /// x [T, hidden] += down_proj(silu(gate_proj(h)) * up_proj(h)) with h = post_norm(x) (HF Qwen3MLP).
 void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T);
-/// One decoder layer: attention_block then swiglu_block.
+/// x [T, hidden] += the MoE block of h = post_norm(x) (HF Qwen3MoeSparseMoeBlock): router logits h R^T,
+/// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob), each
+/// expert's SwiGLU over the tokens routed to it (tokens grouped by expert: one product per expert hit),
+/// the weighted outputs summed in expert order and added to x (Backend::moe_combine). The routing is
+/// decided on the host (the router logits are downloaded): a forward with a MoE block cannot be recorded.
+void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T);
+/// One decoder layer: attention_block then swiglu_block or moe_block.
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
                    float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
 

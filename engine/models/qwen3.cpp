@@ -1,12 +1,16 @@
-// Qwen3ForCausalLM (dense): HF transformers models/qwen3/modeling_qwen3.py.
+// The Qwen3 decoder: Qwen3ForCausalLM (dense; HF transformers models/qwen3/modeling_qwen3.py), and the
+// body of Qwen3MoeForCausalLM (qwen3_moe.cpp), whose FFN is the sparse MoE block in the layers the config
+// makes sparse (ModelConfig::is_sparse_layer).
 //   x = embed(tokens)
 //   per layer: h = RMSNorm(x); q,k,v = h Wq^T, h Wk^T, h Wv^T; q,k = RMSNorm over head_dim (q_norm, k_norm);
 //              RoPE(q, k); o = attention (GQA, causal, paged KV) Wo^T; x += o;
-//              h = RMSNorm(x); x += (silu(h Wg^T) * (h Wu^T)) Wd^T
+//              h = RMSNorm(x); x += (silu(h Wg^T) * (h Wu^T)) Wd^T   (dense)
+//                              x += sum over the top-k experts e of w_e SwiGLU_e(h)   (sparse: layers::moe_block)
 //   logits = RMSNorm(x) W_lm^T  (W_lm = embed when tie_word_embeddings)
 // With MTP modules (ARCHITECTURE.md "MTP"): the Qwen3-Next / Qwen3.5 `mtp.*` layout (one module, applied
 // recursively) or the DeepSeek-V3 layout (`num_nextn_predict_layers` modules model.layers.{L + k}: enorm,
-// hnorm, eh_proj, shared_head); one KV layer per draft depth after the main layers.
+// hnorm, eh_proj, shared_head); one KV layer per draft depth after the main layers. A module's layer is
+// sparse when the checkpoint has its router.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -16,6 +20,7 @@
 
 #include "engine/models/layers.hpp"
 #include "engine/models/model.hpp"
+#include "engine/models/qwen3.hpp"
 #include "engine/models/registry.hpp"
 #include "engine/models/safetensors.hpp"
 
@@ -50,11 +55,13 @@ class Qwen3 final : public Model {
     const DType ckpt = store_->get("model.embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
     const layers::WeightLoader w(*store_, *backend_, compute_);
+    const auto sparse_module = [&](const std::string& p) { return c.num_experts > 0 && store_->has(p + "mlp.gate.weight"); };
     // Tied checkpoints usually omit lm_head.weight (save_pretrained drops it); some keep a copy.
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
     embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
-      layers_.push_back(layers::load_decoder_layer(w, "model.layers." + std::to_string(l) + ".", c));
+      layers_.push_back(
+          layers::load_decoder_layer(w, "model.layers." + std::to_string(l) + ".", c, c.is_sparse_layer(l)));
     final_norm_ = w.vector("model.norm.weight", H);
     if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
     // RoPE frequencies, as HF: exponent computed in f32, then theta ** exponent, then reciprocal.
@@ -71,7 +78,7 @@ class Qwen3 final : public Model {
       m.fc = w.matrix("mtp.fc.weight", H, 2 * H);
       m.norm_e = w.vector("mtp.pre_fc_norm_embedding.weight", H);
       m.norm_h = w.vector("mtp.pre_fc_norm_hidden.weight", H);
-      m.layer = layers::load_decoder_layer(w, "mtp.layers.0.", c);
+      m.layer = layers::load_decoder_layer(w, "mtp.layers.0.", c, sparse_module("mtp.layers.0."));
       m.norm = w.vector("mtp.norm.weight", H);
       mtp_.push_back(std::move(m));
       mtp_depths_ = kMaxRecursiveMtpDepth;
@@ -82,7 +89,7 @@ class Qwen3 final : public Model {
         m.fc = w.matrix(p + "eh_proj.weight", H, 2 * H);
         m.norm_e = w.vector(p + "enorm.weight", H);
         m.norm_h = w.vector(p + "hnorm.weight", H);
-        m.layer = layers::load_decoder_layer(w, p, c);
+        m.layer = layers::load_decoder_layer(w, p, c, sparse_module(p));
         m.norm = w.vector(p + "shared_head.norm.weight", H);
         if (store_->has(p + "shared_head.head.weight"))
           m.own_head = w.matrix(p + "shared_head.head.weight", c.vocab_size, H);
@@ -107,18 +114,21 @@ class Qwen3 final : public Model {
 
   std::size_t weight_bytes_per_step() const override {
     std::size_t n = lm_head().bytes() + embed_->cols * dtype_size(embed_->dtype);
-    for (const auto& L : layers_) n += L.bytes();
+    for (const auto& L : layers_) n += L.active_bytes();
     return n + final_norm_.bytes();
   }
 
   std::size_t mtp_weight_bytes_per_step() const override {
     if (mtp_.empty()) return 0;
     const MtpModule& m = mtp_[0];
-    return m.fc->bytes() + m.layer.bytes() + m.norm_e.bytes() + m.norm_h.bytes() + m.norm.bytes() +
+    return m.fc->bytes() + m.layer.active_bytes() + m.norm_e.bytes() + m.norm_h.bytes() + m.norm.bytes() +
            embed_->cols * dtype_size(embed_->dtype);
   }
 
   std::size_t mtp_depths() const override { return mtp_depths_; }
+
+  // A sparse layer routes on the host: the op sequence depends on the data, not only on the shape.
+  bool supports_capture() const override { return cfg_.num_experts == 0; }
 
   bool supports_lm_head_groups() const override { return backend_->supports_matmul_groups(lm_head()); }
 
@@ -198,9 +208,17 @@ class Qwen3 final : public Model {
 
 }  // namespace
 
+std::unique_ptr<Model> make_qwen3_decoder(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                          std::shared_ptr<Backend> backend, Compute compute) {
+  return std::make_unique<Qwen3>(config, std::move(store), std::move(backend), compute);
+}
+
 std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                   std::shared_ptr<Backend> backend, Compute compute) {
-  return std::make_unique<Qwen3>(config, std::move(store), std::move(backend), compute);
+  if (config.num_experts > 0)
+    throw std::runtime_error(store->origin().string() + ": " + config.architecture + " with num_experts " +
+                             std::to_string(config.num_experts) + ": a dense Qwen3 has no experts (Qwen3MoeForCausalLM?)");
+  return make_qwen3_decoder(config, std::move(store), std::move(backend), compute);
 }
 
 }  // namespace quarry::engine

@@ -5,8 +5,9 @@
 namespace quarry::engine {
 
 namespace {
-const std::array<Architecture, 1> kArchitectures = {{
+const std::array<Architecture, 2> kArchitectures = {{
     {"Qwen3ForCausalLM", "qwen3", &make_qwen3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", &make_qwen3_moe},
 }};
 }  // namespace
 

@@ -35,5 +35,7 @@ std::string supported_architectures();
 // The factories (one per architecture file).
 std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                   std::shared_ptr<Backend> backend, Compute compute);
+std::unique_ptr<Model> make_qwen3_moe(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                      std::shared_ptr<Backend> backend, Compute compute);
 
 }  // namespace quarry::engine

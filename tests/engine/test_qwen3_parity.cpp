@@ -1,4 +1,5 @@
-// Qwen3 forward pass against Hugging Face transformers (fixtures from tools/fixtures/qwen3/gen_fixtures.py):
+// Qwen3 and Qwen3-MoE forward passes against Hugging Face transformers (fixtures from
+// tools/fixtures/qwen3/gen_fixtures.py and tools/fixtures/qwen3_moe/gen_fixtures.py):
 // last-position logits within 1e-3, greedy continuations token-identical, batching and chunking invariance.
 #include <gtest/gtest.h>
 

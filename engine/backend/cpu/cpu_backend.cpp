@@ -126,6 +126,18 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < n; ++i)
       std::memcpy(dst + i * ldd, src + static_cast<std::size_t>(rows[i]) * lds, cols * sizeof(float));
   }
+  void moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
+                   const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols) override {
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      float* xt = x + t * ldx;
+      for (std::size_t c = 0; c < cols; ++c) {
+        float acc = 0.f;
+        for (std::size_t j = 0; j < k; ++j)
+          acc += weights[t * k + j] * y[static_cast<std::size_t>(slots[t * k + j]) * ldy + c];
+        xt[c] += acc;
+      }
+    }
+  }
   void fill(float* x, std::size_t n, float value) override { std::fill(x, x + n, value); }
   void synchronize() override {}
 

@@ -229,6 +229,10 @@ class CudaBackend final : public Backend {
                    std::size_t n, std::size_t cols) override {
     launch_gather_rows(dst, ldd, src, lds, rows, n, cols, stream_);
   }
+  void moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
+                   const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols) override {
+    launch_moe_combine(x, ldx, y, ldy, slots, weights, n_tokens, k, cols, stream_);
+  }
   void fill(float* x, std::size_t n, float value) override { launch_fill(x, n, value, stream_); }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
 

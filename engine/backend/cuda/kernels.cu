@@ -119,6 +119,17 @@ __global__ void gather_rows_kernel(float* dst, std::size_t ldd, const float* src
   for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) dst[i * ldd + j] = s[j];
 }
 
+__global__ void moe_combine_kernel(float* x, std::size_t ldx, const float* y, std::size_t ldy,
+                                   const std::int32_t* slots, const float* weights, std::size_t k, std::size_t cols) {
+  const std::size_t t = blockIdx.x;
+  for (std::size_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float acc = 0.f;
+    for (std::size_t j = 0; j < k; ++j)
+      acc += weights[t * k + j] * y[static_cast<std::size_t>(slots[t * k + j]) * ldy + c];
+    x[t * ldx + c] += acc;
+  }
+}
+
 __global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld, std::int32_t* out) {
   const float* row = logits + blockIdx.x * ld;
   float best = -INFINITY;
@@ -438,6 +449,13 @@ void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size
   if (n == 0) return;
   gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dst, ldd, src, lds, rows, cols);
   check_launch("gather_rows");
+}
+
+void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
+                        const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols, cudaStream_t s) {
+  if (n_tokens == 0 || cols == 0) return;
+  moe_combine_kernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, s>>>(x, ldx, y, ldy, slots, weights, k, cols);
+  check_launch("moe_combine");
 }
 
 void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,

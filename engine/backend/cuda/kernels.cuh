@@ -28,6 +28,9 @@ void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s);
 void launch_fill(float* x, std::size_t n, float value, cudaStream_t s);
 void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
                         std::size_t n, std::size_t cols, cudaStream_t s);
+/// x[t, :] += sum_j weights[t * k + j] * y[slots[t * k + j], :] (Backend::moe_combine).
+void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
+                        const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols, cudaStream_t s);
 /// out[r] = first index of the largest value of row r (rows of n at stride ld).
 void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,
                         cudaStream_t s);
