@@ -16,7 +16,7 @@
 // constrained, greedy, one request at a time) with the model's MTP drafting at --mtp depth against none:
 // decode tok/s of each, acceptance, and whether the outputs are identical (lossless).
 //
-// Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|qwen3-4b|qwen3-8b] [--layers N] [--dtype bf16]
+// Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|qwen3-4b|qwen3-8b|qwen3-30b-a3b] [--layers N] [--dtype bf16]
 //                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
 //                     [--work DIR] [--out DIR]
@@ -251,9 +251,13 @@ int main(int argc, char** argv) {
               << compute_name(engine->model().compute()) << "\n";
 
     const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
-    const double linear = static_cast<double>(c.num_hidden_layers) *
-                          (H * D * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads) +
-                           3.0 * H * static_cast<double>(c.intermediate_size));
+    // Linear parameters one token multiplies by (the router and its top-k experts in a sparse layer).
+    double linear = 0;
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+      linear += H * D * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads) +
+                (c.is_sparse_layer(l) ? H * static_cast<double>(c.num_experts) +
+                                            3.0 * H * static_cast<double>(c.num_experts_per_tok * c.moe_intermediate_size)
+                                      : 3.0 * H * static_cast<double>(c.intermediate_size));
     auto prefill_flops = [&](double n) {
       return 2.0 * linear * n + 4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * D * n * (n + 1) / 2 +
              2.0 * H * static_cast<double>(V);
@@ -268,7 +272,9 @@ int main(int argc, char** argv) {
     rep["device"] = engine->backend().description();
     rep["cpu"] = quarry::bench::cpu_model();
     rep["model"] = {{"preset", o.preset}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
-                    {"intermediate_size", c.intermediate_size}, {"heads", c.num_attention_heads},
+                    {"intermediate_size", c.intermediate_size}, {"num_experts", c.num_experts},
+                    {"num_experts_per_tok", c.num_experts_per_tok}, {"moe_intermediate_size", c.moe_intermediate_size},
+                    {"heads", c.num_attention_heads},
                     {"kv_heads", c.num_key_value_heads}, {"vocab_size", V}, {"dtype", o.dtype},
                     {"compute", compute_name(engine->model().compute())},
                     {"kv_dtype", dtype_name(engine->kv_cache().spec().dtype)},

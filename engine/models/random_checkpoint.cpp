@@ -121,7 +121,28 @@ std::string preset_config_json(const std::string& name) {
   else if (name == "qwen3-8b") {
     set(4096, 12288, 36, 32, 8, 128);
     j["tie_word_embeddings"] = false;
-  } else throw std::invalid_argument("unknown checkpoint preset \"" + name + "\" (tiny, qwen3-0.6b, qwen3-4b, qwen3-8b)");
+  } else if (name == "qwen3-30b-a3b") {  // Qwen3-30B-A3B: 128 experts of width 768, top 8, every layer sparse
+    set(2048, 6144, 48, 32, 4, 128);
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+    j["tie_word_embeddings"] = false;
+    j["num_experts"] = 128;
+    j["num_experts_per_tok"] = 8;
+    j["moe_intermediate_size"] = 768;
+    j["norm_topk_prob"] = true;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+  } else if (name == "tiny-moe") {  // Qwen3-MoE layout at the "tiny" size: 8 experts of width 32, top 2
+    set(64, 128, 2, 4, 2, 16);
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+    j["num_experts"] = 8;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 32;
+    j["norm_topk_prob"] = true;
+  } else
+    throw std::invalid_argument("unknown checkpoint preset \"" + name +
+                                "\" (tiny, tiny-moe, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b)");
   return j.dump(2);
 }
 
@@ -142,7 +163,7 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
   const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   std::vector<Spec> specs;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, false});
-  auto decoder_layer = [&](const std::string& p) {
+  auto decoder_layer = [&](const std::string& p, bool sparse) {
     specs.push_back({p + "input_layernorm.weight", {H}, true});
     specs.push_back({p + "post_attention_layernorm.weight", {H}, true});
     specs.push_back({p + "self_attn.q_norm.weight", {D}, true});
@@ -151,18 +172,26 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
     specs.push_back({p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H}, false});
     specs.push_back({p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H}, false});
     specs.push_back({p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D}, false});
+    if (sparse) {  // router and the experts as fused 3-D tensors (layers::load_moe reads both layouts)
+      const std::size_t E = c.num_experts, EI = c.moe_intermediate_size;
+      specs.push_back({p + "mlp.gate.weight", {E, H}, false});
+      specs.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * EI, H}, false});
+      specs.push_back({p + "mlp.experts.down_proj", {E, H, EI}, false});
+      return;
+    }
     specs.push_back({p + "mlp.gate_proj.weight", {I, H}, false});
     specs.push_back({p + "mlp.up_proj.weight", {I, H}, false});
     specs.push_back({p + "mlp.down_proj.weight", {H, I}, false});
   };
-  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) decoder_layer("model.layers." + std::to_string(l) + ".");
+  for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+    decoder_layer("model.layers." + std::to_string(l) + ".", c.is_sparse_layer(l));
   specs.push_back({"model.norm.weight", {H}, true});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}, false});
   if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5 MTP layout
     specs.push_back({"mtp.fc.weight", {H, 2 * H}, false});
     specs.push_back({"mtp.pre_fc_norm_embedding.weight", {H}, true});
     specs.push_back({"mtp.pre_fc_norm_hidden.weight", {H}, true});
-    decoder_layer("mtp.layers.0.");
+    decoder_layer("mtp.layers.0.", c.num_experts > 0);
     specs.push_back({"mtp.norm.weight", {H}, true});
   }
   for (std::size_t k = 0; k < c.num_nextn_predict_layers; ++k) {  // DeepSeek-V3 MTP layout
@@ -170,7 +199,7 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
     specs.push_back({p + "eh_proj.weight", {H, 2 * H}, false});
     specs.push_back({p + "enorm.weight", {H}, true});
     specs.push_back({p + "hnorm.weight", {H}, true});
-    decoder_layer(p);
+    decoder_layer(p, c.num_experts > 0);
     specs.push_back({p + "shared_head.norm.weight", {H}, true});
   }
 

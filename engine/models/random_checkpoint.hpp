@@ -11,12 +11,15 @@
 namespace quarry::engine {
 
 /// config.json text of a named preset: "tiny" (Qwen3 layout, real Qwen3 vocabulary of 151,936 ids,
-/// hidden 64, 2 layers: for tests with the real tokenizer), "qwen3-0.6b", "qwen3-4b", "qwen3-8b" (the
-/// published Qwen3 shapes; 8B has an untied LM head). Throws std::invalid_argument on an unknown name.
+/// hidden 64, 2 layers: for tests with the real tokenizer), "tiny-moe" (the same as Qwen3MoeForCausalLM with 8
+/// experts of width 32, top 2), "qwen3-0.6b", "qwen3-4b", "qwen3-8b" (the published Qwen3 shapes; 8B has an
+/// untied LM head), "qwen3-30b-a3b" (Qwen3-30B-A3B: 48 sparse layers, 128 experts of width 768, top 8).
+/// Throws std::invalid_argument on an unknown name.
 std::string preset_config_json(const std::string& name);
 
 /// Writes `out_dir`/config.json (the given text, dtype set to `dtype`) and `out_dir`/model.safetensors
-/// with every Qwen3ForCausalLM tensor, plus the MTP tensors the config declares (mtp_num_hidden_layers = 1:
+/// with every Qwen3ForCausalLM tensor (Qwen3MoeForCausalLM: sparse layers with mlp.gate and the fused
+/// 3-D mlp.experts.gate_up_proj / down_proj), plus the MTP tensors the config declares (mtp_num_hidden_layers = 1:
 /// the Qwen3-Next `mtp.*` layout; num_nextn_predict_layers = n: the DeepSeek-V3 layout under
 /// model.layers.{num_hidden_layers + k}, enorm/hnorm/eh_proj/shared_head.norm + a decoder layer): matrices ~ N(0, std^2) (HF init: std = initializer_range,
 /// 0.02 by default; drawn from a 65,536-entry table of normal quantiles with seeded xoshiro256** streams,
