@@ -1,6 +1,10 @@
 #include "engine/backend/backend.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -112,6 +116,96 @@ void Backend::head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads
     for (std::size_t t = 0; t < n_tokens; ++t) rms_norm(x + t * ld, x + t * ld, n_heads, head_dim, head_dim, norm_weight, eps);
   }
   rope(x, n_tokens, n_heads, head_dim, ld, rotary_dim, cos, sin);
+}
+
+void Backend::moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k,
+                        bool renormalize, std::int32_t* ids, float* weights) {
+  if (n_tokens == 0) return;
+  if (k == 0 || k > n_experts) throw std::invalid_argument("moe_route: k must be in 1..n_experts");
+  std::vector<float> p(n_tokens * n_experts);
+  download(p.data(), logits, p.size() * sizeof(float));
+  std::vector<std::int32_t> out_ids(n_tokens * k);
+  std::vector<float> out_w(n_tokens * k);
+  std::vector<std::uint32_t> order(n_experts);
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    float* row = p.data() + t * n_experts;
+    const float mx = *std::max_element(row, row + n_experts);
+    float sum = 0.f;
+    for (std::size_t e = 0; e < n_experts; ++e) sum += (row[e] = std::exp(row[e] - mx));
+    for (std::size_t e = 0; e < n_experts; ++e) row[e] /= sum;
+    for (std::size_t e = 0; e < n_experts; ++e) order[e] = static_cast<std::uint32_t>(e);
+    const auto larger = [&](std::uint32_t a, std::uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), larger);
+    float top = 0.f;
+    for (std::size_t j = 0; j < k; ++j) top += row[order[j]];
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));  // ascending expert id
+    for (std::size_t j = 0; j < k; ++j) {
+      out_ids[t * k + j] = static_cast<std::int32_t>(order[j]);
+      out_w[t * k + j] = renormalize ? row[order[j]] / top : row[order[j]];
+    }
+  }
+  upload(ids, out_ids.data(), out_ids.size() * sizeof(std::int32_t));
+  upload(weights, out_w.data(), out_w.size() * sizeof(float));
+}
+
+std::size_t Backend::moe_scratch_floats(std::size_t n_tokens, std::size_t k, std::size_t hidden,
+                                        std::size_t intermediate) {
+  const std::size_t n = n_tokens * k;
+  return n * (hidden + intermediate + std::max(hidden, intermediate)) + 2 * n;
+}
+
+void Backend::moe_experts(const ExpertSet& experts, const float* h, std::size_t ldh, std::size_t n_tokens,
+                          const std::int32_t* ids, const float* weights, std::size_t k, float* x, std::size_t ldx,
+                          float* scratch) {
+  if (n_tokens == 0) return;
+  const std::size_t E = experts.n_experts(), H = experts.hidden(), I = experts.intermediate(), n = n_tokens * k;
+  std::vector<std::int32_t> id(n);
+  download(id.data(), ids, n * sizeof(std::int32_t));
+  // Slots: the (token, j) pairs sorted by expert (stable: token order within an expert).
+  std::vector<std::size_t> first(E + 1, 0);
+  for (const auto e : id) {
+    if (e < 0 || static_cast<std::size_t>(e) >= E) throw std::out_of_range("moe_experts: expert id out of range");
+    ++first[static_cast<std::size_t>(e) + 1];
+  }
+  for (std::size_t e = 0; e < E; ++e) first[e + 1] += first[e];
+  std::vector<std::int32_t> index(2 * n);  // gather [n]: the token of each slot; slots [n]: the slot of each pair
+  std::vector<std::size_t> next(first.begin(), first.end() - 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t s = next[static_cast<std::size_t>(id[i])]++;
+    index[s] = static_cast<std::int32_t>(i / k);
+    index[n + i] = static_cast<std::int32_t>(s);
+  }
+  float* xs = scratch;                         // [n, H] the tokens' inputs, by slot
+  float* act = xs + n * H;                     // [n, I]
+  float* ys = act + n * I;                     // [n, max(H, I)]: the SwiGLU's scratch, then the outputs
+  auto* dev_index = reinterpret_cast<std::int32_t*>(ys + n * std::max(H, I));
+  upload(dev_index, index.data(), index.size() * sizeof(std::int32_t));
+  gather_rows(xs, H, h, ldh, dev_index, n, H);
+  for (std::size_t e = 0; e < E; ++e)
+    if (const std::size_t c = first[e + 1] - first[e]; c > 0)
+      matmul_swiglu(xs + first[e] * H, c, H, *experts.gate[e], *experts.up[e], act + first[e] * I, I,
+                    ys + first[e] * std::max(H, I));
+  for (std::size_t e = 0; e < E; ++e)
+    if (const std::size_t c = first[e + 1] - first[e]; c > 0)
+      matmul(act + first[e] * I, c, I, *experts.down[e], H, ys + first[e] * H, H);
+  moe_combine(x, ldx, ys, H, dev_index + n, weights, n_tokens, k, H);
+}
+
+std::unique_ptr<ExpertSet> Backend::make_expert_set(std::vector<const Weight*> gate, std::vector<const Weight*> up,
+                                                    std::vector<const Weight*> down) {
+  if (gate.empty() || gate.size() != up.size() || gate.size() != down.size())
+    throw std::invalid_argument("make_expert_set: one gate, up and down weight per expert needed");
+  const Weight& g0 = *gate[0];
+  for (std::size_t e = 0; e < gate.size(); ++e)
+    if (gate[e]->rows != g0.rows || gate[e]->cols != g0.cols || up[e]->rows != g0.rows || up[e]->cols != g0.cols ||
+        down[e]->rows != g0.cols || down[e]->cols != g0.rows || gate[e]->dtype != g0.dtype ||
+        up[e]->dtype != g0.dtype || down[e]->dtype != g0.dtype)
+      throw std::invalid_argument("make_expert_set: expert " + std::to_string(e) + " differs in shape or dtype");
+  auto set = std::make_unique<ExpertSet>();
+  set->gate = std::move(gate);
+  set->up = std::move(up);
+  set->down = std::move(down);
+  return set;
 }
 
 void Backend::begin_capture() { throw std::logic_error("this backend cannot record ops"); }

@@ -96,6 +96,18 @@ class Weight {
   std::size_t bytes() const { return rows * cols * dtype_size(dtype); }
 };
 
+/// The experts of one mixture-of-experts layer as a backend addresses them: E SwiGLU experts of equal
+/// shape (gate and up [I, H], down [H, I], one dtype), not owned (the model keeps the weights). A backend
+/// may keep more (CUDA: device tables of the experts' weights for its gather kernels).
+class ExpertSet {
+ public:
+  virtual ~ExpertSet() = default;
+  std::vector<const Weight*> gate, up, down;
+  std::size_t n_experts() const { return gate.size(); }
+  std::size_t hidden() const { return gate.empty() ? 0 : gate[0]->cols; }
+  std::size_t intermediate() const { return gate.empty() ? 0 : gate[0]->rows; }
+};
+
 /// What a weight matrix serves, so that a backend prepares what its kernels need and nothing more.
 enum class WeightUse : std::uint8_t {
   matmul,     ///< the right operand of matmul (a projection, an LM head)
@@ -200,6 +212,35 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// x, y f32 at strides ldx, ldy.
   virtual void moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
                            const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols) = 0;
+  // Mixture of experts (HF Qwen3MoeSparseMoeBlock; vLLM fused_moe). The defaults route and group on the
+  // host (the ids are downloaded, tokens grouped by expert, one product per expert hit); a backend
+  // overrides them with device kernels.
+  /// The routing of n_tokens tokens from router logits [n_tokens, n_experts] (f32, contiguous): softmax
+  /// over the experts in f32, the k largest probabilities (the lower id first on a tie), divided by their
+  /// sum when `renormalize` (norm_topk_prob). Writes ids (int32) and weights (f32), [n_tokens, k] each,
+  /// each token's k in ascending expert id. All pointers in device memory.
+  virtual void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k,
+                         bool renormalize, std::int32_t* ids, float* weights);
+  /// Floats of scratch moe_experts needs for n_tokens tokens routed to k experts each.
+  static std::size_t moe_scratch_floats(std::size_t n_tokens, std::size_t k, std::size_t hidden,
+                                        std::size_t intermediate);
+  /// x[t, :] += sum over j < k, in j order, of weights[t, j] * expert_{ids[t, j]}(h[t, :]) with
+  /// expert_e(v) = down_e(silu(gate_e v) * (up_e v)), for t < n_tokens (ids and weights from moe_route).
+  /// h, x: [n_tokens, hidden] f32 at strides ldh, ldx. `scratch`: moe_scratch_floats() floats.
+  virtual void moe_experts(const ExpertSet& experts, const float* h, std::size_t ldh, std::size_t n_tokens,
+                           const std::int32_t* ids, const float* weights, std::size_t k, float* x, std::size_t ldx,
+                           float* scratch);
+  /// The experts of one layer, as this backend addresses them. Throws std::invalid_argument unless
+  /// every expert has the shape and dtype of the first.
+  virtual std::unique_ptr<ExpertSet> make_expert_set(std::vector<const Weight*> gate, std::vector<const Weight*> up,
+                                                     std::vector<const Weight*> down);
+  /// Whether moe_route and moe_experts over n_tokens tokens run without copies to the host (so that a
+  /// forward with them can be recorded, begin_capture).
+  virtual bool moe_on_device(const ExpertSet& experts, std::size_t n_tokens) const {
+    (void)experts;
+    (void)n_tokens;
+    return false;
+  }
   /// x[i] = value for i < n.
   virtual void fill(float* x, std::size_t n, float value) = 0;
   /// Waits for every op issued before.

@@ -97,6 +97,12 @@ MoeWeights load_moe(const WeightLoader& w, const std::string& p, const ModelConf
       m.down.push_back(w.matrix(q + "down_proj.weight", H, I));
     }
   }
+  const auto raw = [](const std::vector<std::unique_ptr<Weight>>& v) {
+    std::vector<const Weight*> r;
+    for (const auto& p2 : v) r.push_back(p2.get());
+    return r;
+  };
+  m.experts = w.backend().make_expert_set(raw(m.gate), raw(m.up), raw(m.down));
   return m;
 }
 
@@ -168,78 +174,17 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
 }
 
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T) {
-  const std::size_t H = c.hidden_size, I = c.moe_intermediate_size, E = w.gate.size(), K = w.top_k;
+  const std::size_t H = c.hidden_size, E = w.gate.size(), K = w.top_k;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
   float* logits = ws.get(kRouter, T * E);
+  float* routing = ws.get(kRouting, 2 * T * K);  // ids (int32) [T, K], then weights [T, K]
+  auto* ids = reinterpret_cast<std::int32_t*>(routing);
+  float* scratch = ws.get(kMoeScratch, Backend::moe_scratch_floats(T, K, H, w.experts->intermediate()));
   b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
   b.matmul(h, T, H, *w.router, E, logits, E);
-  // Routing on the host: softmax over the experts (f32, as torch.softmax(dtype=float)), the top K
-  // (larger first; the lower expert id on a tie), optionally renormalised.
-  std::vector<float> probs(T * E);
-  b.download(probs.data(), logits, probs.size() * sizeof(float));
-  std::vector<std::uint32_t> chosen(T * K);  // expert ids, per token
-  std::vector<float> weight(T * K);
-  std::vector<std::uint32_t> order(E);
-  for (std::size_t t = 0; t < T; ++t) {
-    float* p = probs.data() + t * E;
-    const float mx = *std::max_element(p, p + E);
-    float sum = 0.f;
-    for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    for (std::size_t e = 0; e < E; ++e) p[e] /= sum;
-    for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<std::uint32_t>(e);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
-                      [&](std::uint32_t a, std::uint32_t b2) { return p[a] > p[b2] || (p[a] == p[b2] && a < b2); });
-    float top_sum = 0.f;
-    for (std::size_t j = 0; j < K; ++j) top_sum += p[order[j]];
-    for (std::size_t j = 0; j < K; ++j) {
-      chosen[t * K + j] = order[j];
-      weight[t * K + j] = w.norm_topk_prob ? p[order[j]] / top_sum : p[order[j]];
-    }
-  }
-  // Group the (token, expert) pairs by expert: slot s of the expert-sorted rows holds token gather[s].
-  std::vector<std::size_t> count(E + 1, 0);
-  for (const auto e : chosen) ++count[e + 1];
-  for (std::size_t e = 0; e < E; ++e) count[e + 1] += count[e];  // count[e]: first slot of expert e
-  // One upload: gather [T K] (int32), slots [T K] (int32), weights [T K] (f32), per token in expert order.
-  std::vector<std::int32_t> routing(3 * T * K);
-  std::int32_t* gather = routing.data();
-  std::int32_t* slots = gather + T * K;
-  float* weights = reinterpret_cast<float*>(slots + T * K);
-  std::vector<std::size_t> next(count.begin(), count.end() - 1);
-  std::vector<std::uint32_t> idx(K);
-  for (std::size_t t = 0; t < T; ++t) {
-    // This token's experts in ascending id: HF adds the experts' outputs in expert order.
-    for (std::size_t j = 0; j < K; ++j) idx[j] = static_cast<std::uint32_t>(j);
-    std::sort(idx.begin(), idx.end(),
-              [&](std::uint32_t a, std::uint32_t b2) { return chosen[t * K + a] < chosen[t * K + b2]; });
-    for (std::size_t j = 0; j < K; ++j) {
-      const std::uint32_t e = chosen[t * K + idx[j]];
-      const std::size_t s = next[e]++;
-      gather[s] = static_cast<std::int32_t>(t);
-      slots[t * K + j] = static_cast<std::int32_t>(s);
-      weights[t * K + j] = weight[t * K + idx[j]];
-    }
-  }
-  auto* dev_routing = reinterpret_cast<std::int32_t*>(ws.get(kRouting, routing.size()));
-  b.upload(dev_routing, routing.data(), routing.size() * sizeof(std::int32_t));
-  float* xs = ws.get(kExpertIn, T * K * H);
-  float* act = ws.get(kExpertAct, T * K * I);
-  float* ys = ws.get(kExpertOut, T * K * std::max(H, I));  // also the SwiGLU's scratch [n, I]
-  b.gather_rows(xs, H, h, H, dev_routing, T * K, H);
-  for (std::size_t e = 0; e < E; ++e) {
-    const std::size_t n = count[e + 1] - count[e];
-    if (n == 0) continue;
-    const std::size_t s = count[e];
-    b.matmul_swiglu(xs + s * H, n, H, *w.gate[e], *w.up[e], act + s * I, I, ys + s * std::max(H, I));
-  }
-  for (std::size_t e = 0; e < E; ++e) {
-    const std::size_t n = count[e + 1] - count[e];
-    if (n == 0) continue;
-    const std::size_t s = count[e];
-    b.matmul(act + s * I, n, I, *w.down[e], H, ys + s * H, H);
-  }
-  b.moe_combine(x, H, ys, H, dev_routing + T * K, reinterpret_cast<const float*>(dev_routing + 2 * T * K), T, K, H);
+  b.moe_route(logits, T, E, K, w.norm_topk_prob, ids, routing + T * K);
+  b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, x, H, scratch);
 }
 
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,

@@ -65,6 +65,7 @@ struct MoeWeights {
   DeviceBuffer post_norm;          ///< f32 [hidden]
   std::unique_ptr<Weight> router;  ///< [num_experts, hidden]
   std::vector<std::unique_ptr<Weight>> gate, up, down;  ///< per expert [I, hidden], [I, hidden], [hidden, I]
+  std::unique_ptr<ExpertSet> experts;                   ///< the same, as the backend addresses them
   std::size_t top_k = 0;
   bool norm_topk_prob = false;
   /// Every expert's bytes (what the model holds).
@@ -110,7 +111,7 @@ class Workspace {
 /// Slots of Workspace used by the builders below (a model may use others from kFirstFreeSlot on).
 enum Slot : std::size_t {
   kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin,
-  kRouter, kExpertIn, kExpertAct, kExpertOut, kRouting,  // the MoE block's
+  kRouter, kRouting, kMoeScratch,  // the MoE block's
   kFirstFreeSlot
 };
 
@@ -131,10 +132,9 @@ void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const
 /// x [T, hidden] += down_proj(silu(gate_proj(h)) * up_proj(h)) with h = post_norm(x) (HF Qwen3MLP).
 void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T);
 /// x [T, hidden] += the MoE block of h = post_norm(x) (HF Qwen3MoeSparseMoeBlock): router logits h R^T,
-/// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob), each
-/// expert's SwiGLU over the tokens routed to it (tokens grouped by expert: one product per expert hit),
-/// the weighted outputs summed in expert order and added to x (Backend::moe_combine). The routing is
-/// decided on the host (the router logits are downloaded): a forward with a MoE block cannot be recorded.
+/// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob)
+/// (Backend::moe_route), each token's experts' SwiGLU outputs weighted and summed in expert order, added
+/// to x (Backend::moe_experts).
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T);
 /// One decoder layer: attention_block then swiglu_block or moe_block.
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,

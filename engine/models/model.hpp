@@ -66,9 +66,12 @@ class Model {
   /// (Backend::supports_matmul_groups); every other logit is -infinity. Returns true if it did.
   virtual bool forward(const ForwardBatch& batch, KvCache& kv, const ForwardOutputs& out,
                        std::span<const std::uint32_t> lm_head_groups = {}) = 0;
-  /// Whether forward()'s backend ops depend only on the batch's shape (no host decision on the data in
-  /// between), so that a backend may record and replay them (Backend::begin_capture).
-  virtual bool supports_capture() const { return true; }
+  /// Whether forward()'s backend ops over a batch of n_tokens depend only on its shape (no copy to the
+  /// host in between), so that a backend may record and replay them (Backend::begin_capture).
+  virtual bool supports_capture(std::size_t n_tokens) const {
+    (void)n_tokens;
+    return true;
+  }
   /// Whether forward() can restrict the LM head to lm_head_groups here (so computing them pays).
   virtual bool supports_lm_head_groups() const { return false; }
 

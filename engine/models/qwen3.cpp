@@ -127,8 +127,14 @@ class Qwen3 final : public Model {
 
   std::size_t mtp_depths() const override { return mtp_depths_; }
 
-  // A sparse layer routes on the host: the op sequence depends on the data, not only on the shape.
-  bool supports_capture() const override { return cfg_.num_experts == 0; }
+  // Sparse layers are recordable where the backend routes and runs the experts on the device.
+  bool supports_capture(std::size_t n_tokens) const override {
+    for (const auto& L : layers_)
+      if (L.sparse() && !backend_->moe_on_device(*L.moe.experts, n_tokens)) return false;
+    for (const auto& m : mtp_)
+      if (m.layer.sparse() && !backend_->moe_on_device(*m.layer.moe.experts, n_tokens)) return false;
+    return true;
+  }
 
   bool supports_lm_head_groups() const override { return backend_->supports_matmul_groups(lm_head()); }
 

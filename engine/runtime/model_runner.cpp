@@ -46,7 +46,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
   const ForwardBatch fb(be, batch, *kv_, V);
   const ForwardOutputs outs{nl ? dev_logits_.as<float>() : nullptr, want_hidden ? dev_hidden_.as<float>() : nullptr};
   bool restricted = false;
-  const bool recordable = be.supports_capture() && model_->supports_capture() && T <= kMaxRecordedRows && lm_head_groups.empty();
+  const bool recordable = be.supports_capture() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
   if (!recordable) {
     restricted = model_->forward(fb, *kv_, outs, lm_head_groups);
   } else {

@@ -77,6 +77,18 @@ class CudaWeight final : public engine::Weight {
 
 const CudaWeight& cuda_weight(const engine::Weight& w) { return static_cast<const CudaWeight&>(w); }
 
+/// An MoE layer's experts with device tables of their weights' addresses (the gather kernels' input).
+class CudaExpertSet final : public ExpertSet {
+ public:
+  DeviceBuffer tables;  ///< const void* [3][n_experts]: gate, up, down
+  int type = kBF16;
+  bool round_x = false;
+  bool gemv_ok = false;  ///< the shapes the gather-GEMV kernels take
+  const void* const* gate_table() const { return tables.as<const void* const>(); }
+  const void* const* up_table() const { return gate_table() + n_experts(); }
+  const void* const* down_table() const { return gate_table() + 2 * n_experts(); }
+};
+
 /// K and V of every layer, allocated at once for the capacity: per layer K then V, each
 /// [max_blocks, n_kv_heads, block_size, head_dim].
 class CudaKvStorage final : public KvStorage {
@@ -234,6 +246,74 @@ class CudaBackend final : public Backend {
     launch_moe_combine(x, ldx, y, ldy, slots, weights, n_tokens, k, cols, stream_);
   }
   void fill(float* x, std::size_t n, float value) override { launch_fill(x, n, value, stream_); }
+
+  // ---- mixture of experts ----
+  std::unique_ptr<ExpertSet> make_expert_set(std::vector<const engine::Weight*> gate,
+                                             std::vector<const engine::Weight*> up,
+                                             std::vector<const engine::Weight*> down) override {
+    Backend::make_expert_set(gate, up, down);  // checks the shapes and dtypes
+    auto set = std::make_unique<CudaExpertSet>();
+    set->gate = std::move(gate);
+    set->up = std::move(up);
+    set->down = std::move(down);
+    const std::size_t E = set->n_experts();
+    std::vector<const void*> table(3 * E);
+    bool same = true;
+    const CudaWeight& first = cuda_weight(*set->gate[0]);
+    for (std::size_t e = 0; e < E; ++e) {
+      const CudaWeight* w[3] = {&cuda_weight(*set->gate[e]), &cuda_weight(*set->up[e]), &cuda_weight(*set->down[e])};
+      for (int i = 0; i < 3; ++i) {
+        table[i * E + e] = w[i]->data;
+        same = same && w[i]->device_dtype == first.device_dtype && w[i]->bf16_compute == first.bf16_compute &&
+               reinterpret_cast<std::uintptr_t>(w[i]->data) % 16 == 0;
+      }
+    }
+    set->tables = alloc(table.size() * sizeof(const void*));
+    upload(set->tables.data(), table.data(), table.size() * sizeof(const void*));
+    set->type = wtype(first.device_dtype);
+    set->round_x = first.bf16_compute;
+    set->gemv_ok = same && set->hidden() % 8 == 0 && set->intermediate() % 8 == 0;
+    return set;
+  }
+
+  bool moe_on_device(const ExpertSet& experts, std::size_t n_tokens) const override {
+    const auto& set = static_cast<const CudaExpertSet&>(experts);
+    return set.gemv_ok && n_tokens <= kMoeGemvMaxTokens && set.n_experts() <= kMaxMoeExperts;
+  }
+
+  void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
+                 std::int32_t* ids, float* weights) override {
+    if (k == 0 || k > n_experts) throw std::invalid_argument("moe_route: k must be in 1..n_experts");
+    if (k > kMaxMoeTopK || n_experts > kMaxMoeExperts)
+      return Backend::moe_route(logits, n_tokens, n_experts, k, renormalize, ids, weights);
+    launch_moe_route(logits, n_tokens, n_experts, k, renormalize, ids, weights, stream_);
+  }
+
+  void moe_experts(const ExpertSet& experts, const float* h, std::size_t ldh, std::size_t n_tokens,
+                   const std::int32_t* ids, const float* weights, std::size_t k, float* x, std::size_t ldx,
+                   float* scratch) override {
+    const auto& set = static_cast<const CudaExpertSet&>(experts);
+    if (!moe_on_device(set, n_tokens) || ldh % 4 != 0 || reinterpret_cast<std::uintptr_t>(h) % 16 != 0 ||
+        reinterpret_cast<std::uintptr_t>(scratch) % 16 != 0)
+      return Backend::moe_experts(experts, h, ldh, n_tokens, ids, weights, k, x, ldx, scratch);
+    MoeGemvArgs a;
+    a.h = h;
+    a.ldh = ldh;
+    a.n_tokens = n_tokens;
+    a.k = k;
+    a.hidden = set.hidden();
+    a.inter = set.intermediate();
+    a.ids = ids;
+    a.weights = weights;
+    a.gate = set.gate_table();
+    a.up = set.up_table();
+    a.down = set.down_table();
+    a.round_x = set.round_x;
+    a.act = scratch;  // [n_tokens k, inter]
+    a.x = x;
+    a.ldx = ldx;
+    launch_moe_experts(a, set.type, stream_);
+  }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
   // ---- weights and KV storage ----

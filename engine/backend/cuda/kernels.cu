@@ -183,33 +183,6 @@ unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::si
 
 // ---------------------------------------------------------------------------------------------- GEMV
 
-/// 8 consecutive weights of row `row` at column k0 as floats (one 16-byte load for bf16 / f16, two
-/// for f32).
-template <int TYPE>
-__device__ __forceinline__ void load8(const void* w, std::size_t off, float (&f)[8]) {
-  if constexpr (TYPE == kF32) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + off));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w) + off) + 1);
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-  } else {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w) + off));
-    const std::uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (TYPE == kBF16) {
-        f[2 * i] = __uint_as_float(words[i] << 16);
-        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        const __half2 h = *reinterpret_cast<const __half2*>(&words[i]);
-        const float2 v = __half22float2(h);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-      }
-    }
-  }
-}
-
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 /// The GEMV family (m <= 8 rows of x): one warp per output column, each lane reading 8 weights per chunk
 /// with UNROLL chunks in flight before the FMAs; x is read through the L1 (small, reused by every warp).
