@@ -309,7 +309,8 @@ class CudaBackend final : public Backend {
     a.up = set.up_table();
     a.down = set.down_table();
     a.round_x = set.round_x;
-    a.act = scratch;  // [n_tokens k, inter]
+    a.act = scratch;                                  // [n_tokens k, inter]
+    a.y = scratch + n_tokens * k * set.intermediate();  // [n_tokens k, hidden]
     a.x = x;
     a.ldx = ldx;
     launch_moe_experts(a, set.type, stream_);

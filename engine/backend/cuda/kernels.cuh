@@ -34,16 +34,16 @@ void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t l
 /// The most experts a token may be routed to on the device (moe_route_kernel keeps them in registers).
 constexpr std::size_t kMaxMoeTopK = 32;
 /// The most tokens the gather-GEMV path of moe_experts takes (decode and small batches; more: grouped).
-constexpr std::size_t kMoeGemvMaxTokens = 8;
+constexpr std::size_t kMoeGemvMaxTokens = 16;
 /// The most experts moe_route_kernel takes (their probabilities in 48 KB of shared memory).
 constexpr std::size_t kMaxMoeExperts = 12288;
 /// Backend::moe_route on the device (one warp per token): ids / weights [n_tokens, k], ascending id.
 void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
                       std::int32_t* ids, float* weights, cudaStream_t s);
-/// Backend::moe_experts for a few tokens: a gather-GEMV over each token's experts (gate and up with the
-/// SwiGLU into act [n_tokens k, inter]), then down with the weighted sum added to x. Expert weights
-/// through device tables of pointers (gate, up, down [n_experts] each). hidden and inter multiples of 8,
-/// ldh a multiple of 4, h and act 16-byte aligned.
+/// Backend::moe_experts for a few tokens: gather-GEMVs over each (token, expert) pair (gate and up with
+/// the SwiGLU into act [n_tokens k, inter], down into y [n_tokens k, hidden]), then each token's weighted
+/// sum added to x. Expert weights through device tables of pointers (gate, up, down [n_experts] each).
+/// hidden and inter multiples of 8, ldh a multiple of 4, h and act 16-byte aligned.
 struct MoeGemvArgs {
   const float* h = nullptr;
   std::size_t ldh = 0, n_tokens = 0, k = 0, hidden = 0, inter = 0;
@@ -54,6 +54,7 @@ struct MoeGemvArgs {
   const void* const* down = nullptr;
   bool round_x = false;
   float* act = nullptr;
+  float* y = nullptr;
   float* x = nullptr;
   std::size_t ldx = 0;
 };

@@ -87,7 +87,7 @@ __device__ __forceinline__ void load_x8(const float* x, std::size_t at, bool rou
 
 /// act[p, j] = silu(h[t] . gate_e[j]) * (h[t] . up_e[j]) for pair p = t k + q routed to expert e =
 /// ids[p]: a block of 8 warps per 8 columns j of one pair, a warp per column, both weights streamed
-/// once with 16-byte loads.
+/// once with 16-byte loads, two chunks of each in flight per lane.
 template <int TYPE>
 __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::size_t ldh, const std::int32_t* ids,
                                                           int k, const void* const* gate, const void* const* up,
@@ -103,8 +103,24 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   const float* x = h + t * ldh;
   const std::size_t row = j * hidden;
   float g = 0.f, u = 0.f;
-#pragma unroll 2
-  for (std::size_t k0 = static_cast<std::size_t>(lane) * 8; k0 < hidden; k0 += 256) {
+  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
+  for (; k0 + 256 < hidden; k0 += 512) {
+    float wg[2][8], wu[2][8], xv[2][8];
+    load8<TYPE>(gw, row + k0, wg[0]);
+    load8<TYPE>(uw, row + k0, wu[0]);
+    load8<TYPE>(gw, row + k0 + 256, wg[1]);
+    load8<TYPE>(uw, row + k0 + 256, wu[1]);
+    load_x8(x, k0, round_x, xv[0]);
+    load_x8(x, k0 + 256, round_x, xv[1]);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        g = fmaf(xv[c][i], wg[c][i], g);
+        u = fmaf(xv[c][i], wu[c][i], u);
+      }
+  }
+  if (k0 < hidden) {
     float wg[8], wu[8], xv[8];
     load8<TYPE>(gw, row + k0, wg);
     load8<TYPE>(uw, row + k0, wu);
@@ -120,46 +136,68 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   if (lane == 0) act[pair * inter + j] = g / (1.f + expf(-g)) * u;
 }
 
-/// x[t, j] += sum over q < k of weights[t, q] * (act[t k + q] . down_{ids[t, q]}[j]): a warp per output
-/// column j of one token, its k experts in order (ascending id: HF's order of addition).
+/// y[p, j] = act[p] . down_{ids[p]}[j] for every pair p: a warp per output column of one pair.
 template <int TYPE>
-__global__ void __launch_bounds__(256) moe_down_kernel(const float* act, const std::int32_t* ids, const float* weights,
-                                                       int k, const void* const* down, std::size_t hidden,
-                                                       std::size_t inter, bool round_x, float* x, std::size_t ldx) {
-  const std::size_t t = blockIdx.y;
+__global__ void __launch_bounds__(256) moe_down_kernel(const float* act, const std::int32_t* ids, const void* const* down,
+                                                       std::size_t hidden, std::size_t inter, bool round_x, float* y) {
+  const std::size_t pair = blockIdx.y;
   const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (j >= hidden) return;
-  float total = 0.f;
+  const void* w = down[ids[pair]];
+  const float* a = act + pair * inter;
+  const std::size_t row = j * inter;
+  float acc = 0.f;
+  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
+  for (; k0 + 256 < inter; k0 += 512) {
+    float wv[2][8], av[2][8];
+    load8<TYPE>(w, row + k0, wv[0]);
+    load8<TYPE>(w, row + k0 + 256, wv[1]);
+    load_x8(a, k0, round_x, av[0]);
+    load_x8(a, k0 + 256, round_x, av[1]);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fmaf(av[c][i], wv[c][i], acc);
+  }
+  if (k0 < inter) {
+    float wv[8], av[8];
+    load8<TYPE>(w, row + k0, wv);
+    load_x8(a, k0, round_x, av);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(av[i], wv[i], acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[pair * hidden + j] = acc;
+}
+
+/// x[t, c] += sum over q < k, in q order (ascending expert id: HF's order of addition), of
+/// weights[t k + q] * y[t k + q, c].
+__global__ void moe_sum_kernel(const float* y, const float* weights, int k, std::size_t hidden, float* x,
+                               std::size_t ldx) {
+  const std::size_t t = blockIdx.y;
+  const std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (c >= hidden) return;
+  float acc = 0.f;
   for (int q = 0; q < k; ++q) {
     const std::size_t pair = t * static_cast<std::size_t>(k) + q;
-    const void* w = down[ids[pair]];
-    const float* a = act + pair * inter;
-    const std::size_t row = j * inter;
-    float acc = 0.f;
-#pragma unroll 2
-    for (std::size_t k0 = static_cast<std::size_t>(lane) * 8; k0 < inter; k0 += 256) {
-      float wv[8], av[8];
-      load8<TYPE>(w, row + k0, wv);
-      load_x8(a, k0, round_x, av);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(av[i], wv[i], acc);
-    }
-    total += weights[pair] * warp_sum(acc);
+    acc += weights[pair] * y[pair * hidden + c];
   }
-  if (lane == 0) x[t * ldx + j] += total;
+  x[t * ldx + c] += acc;
 }
 
 template <int TYPE>
 void moe_experts_typed(const MoeGemvArgs& a, cudaStream_t s) {
-  const dim3 g1(ceil_div(a.inter, 8), static_cast<unsigned>(a.n_tokens * a.k));
-  moe_gate_up_kernel<TYPE><<<g1, 256, 0, s>>>(a.h, a.ldh, a.ids, static_cast<int>(a.k), a.gate, a.up, a.hidden,
-                                               a.inter, a.round_x, a.act);
+  const unsigned pairs = static_cast<unsigned>(a.n_tokens * a.k);
+  moe_gate_up_kernel<TYPE><<<dim3(ceil_div(a.inter, 8), pairs), 256, 0, s>>>(
+      a.h, a.ldh, a.ids, static_cast<int>(a.k), a.gate, a.up, a.hidden, a.inter, a.round_x, a.act);
   check_launch("moe_gate_up");
-  const dim3 g2(ceil_div(a.hidden, 8), static_cast<unsigned>(a.n_tokens));
-  moe_down_kernel<TYPE><<<g2, 256, 0, s>>>(a.act, a.ids, a.weights, static_cast<int>(a.k), a.down, a.hidden, a.inter,
-                                            a.round_x, a.x, a.ldx);
+  moe_down_kernel<TYPE><<<dim3(ceil_div(a.hidden, 8), pairs), 256, 0, s>>>(a.act, a.ids, a.down, a.hidden, a.inter,
+                                                                         a.round_x, a.y);
   check_launch("moe_down");
+  moe_sum_kernel<<<dim3(ceil_div(a.hidden, 256), static_cast<unsigned>(a.n_tokens)), 256, 0, s>>>(
+      a.y, a.weights, static_cast<int>(a.k), a.hidden, a.x, a.ldx);
+  check_launch("moe_sum");
 }
 
 }  // namespace
