@@ -18,9 +18,10 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
-/// Short git revision of the source tree, or "unknown" (not a git checkout, or git missing).
+/// Short git revision of the source tree with "-dirty" when the tree has changes not committed (a copy
+/// of a working tree), or "unknown" (not a git checkout, or git missing).
 inline std::string git_commit() {
-  FILE* p = popen("git -C " QUARRY_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", "r");
+  FILE* p = popen("git -C " QUARRY_SOURCE_DIR " describe --always --dirty --abbrev=7 2>/dev/null", "r");
   if (!p) return "unknown";
   char buf[64] = {};
   std::string s = fgets(buf, sizeof buf, p) ? buf : "unknown";
