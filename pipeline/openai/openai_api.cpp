@@ -286,6 +286,18 @@ ojson response_body(const Request& r, const std::string& id, std::int64_t create
   return out;
 }
 
+namespace {
+/// id, object, created, model of a streaming chunk.
+ojson chunk_envelope(const Request& r, const std::string& id, std::int64_t created) {
+  ojson out;
+  out["id"] = id;
+  out["object"] = r.endpoint == Endpoint::chat_completions ? "chat.completion.chunk" : "text_completion";
+  out["created"] = created;
+  out["model"] = r.model;
+  return out;
+}
+}  // namespace
+
 ojson chunk_body(const Request& r, const std::string& id, std::int64_t created, const std::string& delta_text,
                  bool first, const char* finish) {
   const bool chat = r.endpoint == Endpoint::chat_completions;
@@ -301,22 +313,14 @@ ojson chunk_body(const Request& r, const std::string& id, std::int64_t created, 
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish ? ojson(finish) : ojson();
-  ojson out;
-  out["id"] = id;
-  out["object"] = chat ? "chat.completion.chunk" : "text_completion";
-  out["created"] = created;
-  out["model"] = r.model;
+  ojson out = chunk_envelope(r, id, created);
   out["choices"] = ojson::array({choice});
   return out;
 }
 
 ojson usage_chunk_body(const Request& r, const std::string& id, std::int64_t created,
                        const engine::GenerationResult& result) {
-  ojson out;
-  out["id"] = id;
-  out["object"] = r.endpoint == Endpoint::chat_completions ? "chat.completion.chunk" : "text_completion";
-  out["created"] = created;
-  out["model"] = r.model;
+  ojson out = chunk_envelope(r, id, created);
   out["choices"] = ojson::array();
   out["usage"] = usage_body(result.stats, result.tokens.size());
   return out;
