@@ -289,7 +289,7 @@ TEST(Gemm, SmallMRowsDoNotDependOnTheOtherRows) {
 // Weights packed once: the bf16 reference (x and W rounded), leading column slices, accumulation,
 // threads, and rows independent of m.
 TEST(Gemm, PackedBf16MatchesTheRoundedReference) {
-  if (!packed_bf16_available()) GTEST_SKIP() << "no AMX-BF16 here";
+  if (!packed_bf16_available()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512_BF16 here";
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   ThreadPool pool(2);
@@ -332,7 +332,7 @@ TEST(Gemm, PackedBf16MatchesTheRoundedReference) {
 // Only some column groups: bit-identical to the full packed product there, nothing written elsewhere
 // (the LM head restricted to the groups a grammar allows).
 TEST(Gemm, PackedGroupsEqualTheFullProductBitForBit) {
-  if (!packed_bf16_available()) GTEST_SKIP() << "no AMX-BF16 here";
+  if (!packed_bf16_available()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512_BF16 here";
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   ThreadPool pool(2);

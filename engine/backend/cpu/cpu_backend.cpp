@@ -85,7 +85,8 @@ class CpuBackend final : public Backend {
 
   DeviceSpec device() const override { return {}; }
   std::string description() const override {
-    return std::string("cpu (") + gemm_kernel_name() + ", " + std::to_string(pool_.size()) + " threads)";
+    std::string bf16 = packed_bf16_available() ? std::string(", bf16 on ") + packed_bf16_kernel_name() : "";
+    return std::string("cpu (") + gemm_kernel_name() + bf16 + ", " + std::to_string(pool_.size()) + " threads)";
   }
   bool host_memory() const override { return true; }
 

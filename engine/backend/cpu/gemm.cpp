@@ -165,6 +165,7 @@ namespace {
 
 struct Availability {
   bool avx2 = false, avx512 = false, amx = false, bf16 = false;
+  bool avx512_bf16 = false;  ///< VDPBF16PS: the packed bf16 products without AMX
 };
 
 Availability detect_availability() {
@@ -175,14 +176,20 @@ Availability detect_availability() {
   a.avx512 = f.avx512;
   a.amx = f.avx512 && f.avx512_bf16 && f.amx_bf16 && amx_tile_permission();
   a.bf16 = a.amx;
+  a.avx512_bf16 = f.avx512 && f.avx512_bf16;
 #endif
+  return a;
+}
+
+const Availability& availability() {
+  static const Availability a = detect_availability();  // cpuid (a VM exit) and arch_prctl once
   return a;
 }
 
 }  // namespace
 
 bool gemm_kernel_available(GemmKernel kernel) {
-  static const Availability a = detect_availability();  // cpuid (a VM exit) and arch_prctl once
+  const Availability& a = availability();
   switch (kernel) {
     case GemmKernel::scalar: return true;
     case GemmKernel::avx2: return a.avx2;
@@ -232,10 +239,15 @@ void for_each_group_range(std::size_t groups, ThreadPool* pool, const F& f) {
 
 }  // namespace
 
-bool packed_bf16_available() { return gemm_kernel_available(GemmKernel::amx); }
+bool packed_bf16_available() { return availability().amx || availability().avx512_bf16; }
+
+const char* packed_bf16_kernel_name() {
+  return availability().amx ? "amx" : availability().avx512_bf16 ? "avx512_bf16" : "none";
+}
 
 PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t k, ThreadPool* pool) {
-  if (!packed_bf16_available()) throw std::invalid_argument("pack_bf16: this CPU (or build) has no AMX-BF16");
+  if (!packed_bf16_available())
+    throw std::invalid_argument("pack_bf16: this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
   if (!w && n * k > 0) throw std::invalid_argument("pack_bf16: w is null");
   PackedBf16 p;
   p.n = n;
@@ -265,7 +277,8 @@ void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t
   if (ldy < n) throw std::invalid_argument(name + ": ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
   if (m == 0 || n == 0) return;
   if (!x || !y) throw std::invalid_argument(name + ": x or y is null");
-  if (!packed_bf16_available()) throw std::invalid_argument(name + ": this CPU (or build) has no AMX-BF16");
+  if (!packed_bf16_available())
+    throw std::invalid_argument(name + ": this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
 #if defined(__x86_64__)
   const std::size_t k2 = (k + 31) / 32 * 32;
   constexpr std::size_t kStackElems = 16 * 1024;
@@ -289,8 +302,9 @@ void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf1
                  std::size_t ldy, ThreadPool* pool, bool accumulate) {
   with_rounded_x("gemm_packed", x, m, ldx, w, n, y, ldy, [&](const std::uint16_t* xb) {
 #if defined(__x86_64__)
+    const auto kernel = availability().amx ? &detail::amx_packed_gemm : &detail::dpbf16_packed_gemm;
     for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
-      detail::amx_packed_gemm(xb, m, w.k, w.data.data(), n, g0, g1, y, ldy, accumulate);
+      kernel(xb, m, w.k, w.data.data(), n, g0, g1, y, ldy, accumulate);
     });
 #else
     (void)xb, (void)pool, (void)accumulate;
@@ -309,11 +323,12 @@ void gemm_packed_groups(const float* x, std::size_t m, std::size_t ldx, const Pa
   with_rounded_x("gemm_packed_groups", x, m, ldx, w, n, y, ldy, [&](const std::uint16_t* xb) {
 #if defined(__x86_64__)
     // Runs of consecutive groups, handed out over the pool by position in the list.
+    const auto kernel = availability().amx ? &detail::amx_packed_gemm : &detail::dpbf16_packed_gemm;
     auto run = [&](std::size_t i0, std::size_t i1) {
       for (std::size_t i = i0; i < i1;) {
         std::size_t j = i + 1;
         while (j < i1 && groups[j] == groups[j - 1] + 1) ++j;
-        detail::amx_packed_gemm(xb, m, w.k, w.data.data(), n, groups[i], groups[j - 1] + 1, y, ldy, false);
+        kernel(xb, m, w.k, w.data.data(), n, groups[i], groups[j - 1] + 1, y, ldy, false);
         i = j;
       }
     };

@@ -77,8 +77,11 @@ struct PackedBf16 {
   std::size_t n = 0, k = 0;
 };
 
-/// Whether pack_bf16 / gemm_packed can run here (the amx set is available).
+/// Whether pack_bf16 / gemm_packed can run here: on the AMX tiles (AMX-BF16), or with VDPBF16PS on CPUs
+/// that have AVX512_BF16 but no AMX (AMD Zen 4 / 5). The two differ in the order of f32 additions only.
 bool packed_bf16_available();
+/// "amx", "avx512_bf16" or "none": what gemm_packed runs on here.
+const char* packed_bf16_kernel_name();
 
 /// Packs W ([n, k] row-major in `wtype`, as gemm() takes it), split over `pool`. Throws
 /// std::invalid_argument when packed_bf16_available() is false or w is null with n * k > 0.
@@ -86,7 +89,8 @@ PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t
 
 /// y[m, n] (=|+=) bf16(x[m, w.k]) . W[0:n, :]^T with W packed by pack_bf16 (the first n <= w.n of its
 /// rows: a leading slice, e.g. a draft sub-vocabulary of an LM head). x: f32 [m, w.k] at stride ldx,
-/// y: f32 at stride ldy. 16 rows of x per tile; each output row depends only on its row of x. Columns
+/// y: f32 at stride ldy. 16 rows of x per AMX tile (or VDPBF16PS, gemm_dpbf16_avx512.cpp); each output row
+/// depends only on its row of x. Columns
 /// are split over `pool` in groups of 64. Throws std::invalid_argument on n > w.n, ldx < w.k, ldy < n, null
 /// pointers with m, n > 0, or when packed_bf16_available() is false.
 void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,

@@ -50,13 +50,18 @@ const GemmKernels& kernels_amx();
 /// The bf16 set: the AMX tiles at every m (gemm.hpp).
 const GemmKernels& kernels_bf16();
 
-/// AMX kernels for weights packed once (gemm_packed, gemm_amx_avx512.cpp). Layout of packed W
+/// Kernels for weights packed once (gemm_packed; packing and AMX in gemm_amx_avx512.cpp, which needs
+/// AVX512_BF16 for the packing and AMX for amx_packed_gemm). Layout of packed W
 /// ([n, k] in its dtype, rounded to bf16): B tiles of 16 output columns by 32 k values, group g (columns
 /// 16g..16g+15) and k chunk c at out + (g * chunks + c) * 512 bf16, chunks = ceil(k / 32); zero past n, k.
 void amx_pack_b(const void* w, WeightType wt, std::size_t n, std::size_t k, std::size_t g0, std::size_t g1,
                 std::uint16_t* out);
 /// Rows of x rounded to bf16 (nearest even) at xb, row stride ceil(k / 32) * 32, zero past k.
 void amx_round_x(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::uint16_t* xb);
+/// The same product with VDPBF16PS (AVX512_BF16 without AMX; gemm_dpbf16_avx512.cpp): each row's sums
+/// in a fixed order whatever m, so a row's result depends only on its own row of x.
+void dpbf16_packed_gemm(const std::uint16_t* xb, std::size_t m, std::size_t k, const std::uint16_t* wp,
+                        std::size_t n, std::size_t g0, std::size_t g1, float* y, std::size_t ldy, bool accumulate);
 /// y[:, 16 g0 .. min(n, 16 g1)) (=|+=) xb . packed W^T, 16 rows of x per tile, 4 column groups at once.
 void amx_packed_gemm(const std::uint16_t* xb, std::size_t m, std::size_t k, const std::uint16_t* wp, std::size_t n,
                      std::size_t g0, std::size_t g1, float* y, std::size_t ldy, bool accumulate);

@@ -246,7 +246,8 @@ void attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, std
 }
 
 bool kv_bf16_supported(std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, std::size_t block_size) {
-  return packed_bf16_available() && (head_dim == 64 || head_dim == 128) && block_size == 16 && n_kv_heads > 0 &&
+  // The bf16 KV cache is read on the AMX tiles (attention_amx_avx512.cpp).
+  return gemm_kernel_available(GemmKernel::amx) && (head_dim == 64 || head_dim == 128) && block_size == 16 && n_kv_heads > 0 &&
          n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= 16;
 }
 
