@@ -98,12 +98,20 @@ void run_rows(const std::uint16_t* xb, size_t i0, size_t k2, const std::uint16_t
 void dpbf16_packed_gemm(const std::uint16_t* xb, size_t m, size_t k, const std::uint16_t* wp, size_t n, size_t g0,
                         size_t g1, float* y, size_t ldy, bool accumulate) {
   const size_t k2 = k_padded(k), chunks = k2 / 32;
+  // Blocks of 8 rows by 1 group, then the rest in one block (one pass over the weights for the few rows
+  // of a decode or verify step): 5-7 rows by 1 group, 3-4 by 2, 1-2 by 4 (at most 16 accumulators).
   size_t i = 0;
-  // 8 rows by 1 group, 4 by 2, 2 by 4 (16 accumulators each), then single rows by 4 groups (8).
   for (; i + 8 <= m; i += 8) run_rows<8, 1>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate);
-  for (; i + 4 <= m; i += 4) run_rows<4, 2>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate);
-  for (; i + 2 <= m; i += 2) run_rows<2, 4>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate);
-  for (; i < m; ++i) run_rows<1, 4>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate);
+  switch (m - i) {
+    case 7: run_rows<7, 1>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 6: run_rows<6, 1>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 5: run_rows<5, 1>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 4: run_rows<4, 2>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 3: run_rows<3, 2>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 2: run_rows<2, 4>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    case 1: run_rows<1, 4>(xb, i, k2, wp, chunks, g0, g1, n, y, ldy, accumulate); break;
+    default: break;
+  }
   // No VZEROUPPER from GCC on the way out (see gemm_amx_avx512.cpp): the next SSE code would pay for it.
   _mm256_zeroupper();
 }
