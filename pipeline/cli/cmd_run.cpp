@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct RunArgs {
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
   bool retry_errors = false;
+  std::string shard;
   bool no_isolation = false;
   double extract_timeout = 30;
   std::uint64_t extract_memory_mb = 1024, max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4,
@@ -255,6 +257,17 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_flag("--retry-errors", a.retry_errors,
                 "Redo every `error` record of OUTDIR (errors caused by the run's settings, such as a KV cache or context too "
                 "small, are always redone)");
+  sub->add_option("--shard", a.shard,
+                  "I/N: do only the documents of shard I of N (0 <= I < N, by their sha256), for a job split over a "
+                  "batch scheduler's array; `quarry merge` combines the shards' output folders")
+      ->check([](const std::string& v) {
+        try {
+          qr::parse_shard(v);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   sub->add_option("--threads", a.threads, "Engine threads (0: all cores; more than the machine has are clamped, with a warning) [0]");
   sub->add_option("--max-tokens", a.max_tokens, "Output tokens per request at most [2048]");
   sub->add_option("--max-inflight", a.max_inflight, "Requests the engine keeps in flight (one continuous batch) [4]");
@@ -265,8 +278,8 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
   sub->add_option("--compute", a.compute,
-                  "auto (the checkpoint's dtype: bf16 on AMX tiles for a bf16 checkpoint where available), exact (f32) "
-                  "or bf16 [auto]")
+                  "auto (the checkpoint's dtype: bf16 for a bf16 checkpoint on CPUs with AMX or AVX512_BF16 and on "
+                  "GPUs), exact (f32) or bf16 [auto]")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
   sub->add_option("--device", a.device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
@@ -292,6 +305,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--prefer")) job.prefer = a.prefer == "model" ? qr::Prefer::model : qr::Prefer::automatic;
   if (given("--retries")) job.retries = a.retries;
   if (a.retry_errors) job.retry_errors = true;
+  if (!a.shard.empty()) std::tie(job.shard_index, job.shard_count) = qr::parse_shard(a.shard);
   if (given("--threads")) job.engine.threads = a.threads;
   if (given("--max-tokens")) job.engine.max_tokens = a.max_tokens;
   if (given("--max-inflight")) job.engine.max_inflight = a.max_inflight;

@@ -8,6 +8,7 @@
 
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <stdexcept>
 
 #include "engine/backend/backend.hpp"
@@ -81,7 +82,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   }
   check_keys(root,
              {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "retry_errors",
-              "engine", "extract"},
+              "shard", "engine", "extract"},
              path, "");
   const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   JobSpec job;
@@ -116,6 +117,13 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   if (const auto* n = root.get("retry_errors")) {
     if (!n->is_boolean()) fail(path, "retry_errors", "expected true or false");
     job.retry_errors = *n->value<bool>();
+  }
+  if (const auto shard = get_string(root, "shard", path); !shard.empty()) {
+    try {
+      std::tie(job.shard_index, job.shard_count) = parse_shard(shard);
+    } catch (const std::invalid_argument& e) {
+      fail(path, "shard", e.what());
+    }
   }
   if (const auto* e = root.get("engine")) {
     const auto* t = e->as_table();
@@ -252,6 +260,31 @@ void resolve_defaults(JobSpec& job) {
                                 {"max_content_mb", x.max_content_mb},
                                 {"max_page_content_mb", x.max_page_content_mb}})
     if (v == 0 || v > (1u << 20)) throw std::runtime_error(std::string("extract.") + name + " must be in [1, 1048576]");
+}
+
+std::pair<std::size_t, std::size_t> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  const auto number = [&](const std::string& part) -> std::size_t {
+    if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("\"" + text + "\" is not I/N (two whole numbers, 0 <= I < N)");
+    return static_cast<std::size_t>(std::stoul(part));
+  };
+  if (slash == std::string::npos) number("");
+  const std::size_t i = number(text.substr(0, slash)), n = number(text.substr(slash + 1));
+  if (n == 0 || i >= n) throw std::invalid_argument("\"" + text + "\": the shard index must be below the count (0 <= I < N)");
+  return {i, n};
+}
+
+std::size_t shard_of(const std::string& sha256_hex, const std::string& source, std::size_t count) {
+  if (count <= 1) return 0;
+  std::uint64_t h = 0;
+  if (sha256_hex.size() >= 16 && sha256_hex.find_first_not_of("0123456789abcdef") == std::string::npos) {
+    h = std::stoull(sha256_hex.substr(0, 16), nullptr, 16);
+  } else {
+    h = 14695981039346656037ull;  // FNV-1a 64
+    for (const unsigned char c : source) h = (h ^ c) * 1099511628211ull;
+  }
+  return static_cast<std::size_t>(h % count);
 }
 
 }  // namespace quarry::run

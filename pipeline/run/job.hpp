@@ -13,6 +13,7 @@
 //   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
+//   shard   = "0/3"                        # this run does shard I of N (0 <= I < N): the documents whose sha256 says so
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
 //             compute, device
 //   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace quarry::run {
@@ -76,7 +78,16 @@ struct JobSpec {
   std::size_t extract_threads = 2;
   ExtractSettings extract;
   EngineSettings engine;
+  /// Deterministic sharding (Slurm arrays, Kubernetes indexed jobs): this run does the documents of shard
+  /// shard_index of shard_count (shard_of_sha256); the others are left to the other shards' runs.
+  std::size_t shard_index = 0, shard_count = 1;
 };
+
+/// Parses "I/N" (0 <= I < N, N >= 1) into (I, N). Throws std::invalid_argument with the reason.
+std::pair<std::size_t, std::size_t> parse_shard(const std::string& text);
+/// The shard of a document among `count`: the first 64 bits of its sha256 (hex) modulo count; a
+/// document that could not be read (no sha256) goes by the FNV-1a hash of its name.
+std::size_t shard_of(const std::string& sha256_hex, const std::string& source, std::size_t count);
 
 /// Reads a TOML job file (format above). Throws std::runtime_error naming the file and the key on a
 /// parse error, an unknown key, or a value of the wrong type or range.

@@ -295,6 +295,12 @@ bool Ledger::is_done(const std::string& source, const std::string& sha256, bool 
 
 std::size_t for_each_current_record(const std::filesystem::path& outdir,
                                     const std::function<void(const std::string& line)>& fn) {
+  return for_each_current_row(outdir, [&](const std::string&, const std::string&, const std::string& line) { fn(line); });
+}
+
+std::size_t for_each_current_row(
+    const std::filesystem::path& outdir,
+    const std::function<void(const std::string& key, const std::string& sha256, const std::string& line)>& fn) {
   const auto db_path = outdir / Ledger::ledger_name;
   const auto res_path = outdir / Ledger::results_name;
   for (const char* suffix : {"", "-wal", "-shm"}) refuse_symlink(db_path.string() + suffix);
@@ -311,14 +317,20 @@ std::size_t for_each_current_record(const std::filesystem::path& outdir,
     ::close(*p);
     delete p;
   });
-  Statement q(db, db_path, "SELECT offset, length FROM documents ORDER BY offset");
-  std::string line;
+  Statement q(db, db_path, "SELECT source, sha256, offset, length FROM documents ORDER BY offset");
+  std::string line, key, sha;
+  const auto text = [&](int col) {
+    const auto* t = reinterpret_cast<const char*>(sqlite3_column_text(q.get(), col));
+    return std::string(t ? t : "", static_cast<std::size_t>(sqlite3_column_bytes(q.get(), col)));
+  };
   for (;;) {
     const int rc = sqlite3_step(q.get());
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) sql_fail(db, db_path, "read");
-    const auto off = static_cast<off_t>(sqlite3_column_int64(q.get(), 0));
-    const auto len = static_cast<std::size_t>(sqlite3_column_int64(q.get(), 1));
+    key = text(0);
+    sha = text(1);
+    const auto off = static_cast<off_t>(sqlite3_column_int64(q.get(), 2));
+    const auto len = static_cast<std::size_t>(sqlite3_column_int64(q.get(), 3));
     line.resize(len);
     std::size_t got = 0;
     while (got < len) {
@@ -327,7 +339,7 @@ std::size_t for_each_current_record(const std::filesystem::path& outdir,
       if (n <= 0) throw std::runtime_error(res_path.string() + ": cannot read a record back");
       got += static_cast<std::size_t>(n);
     }
-    fn(line);
+    fn(key, sha, line);
   }
   // All lines, superseded ones included.
   std::size_t lines = 0;

@@ -121,5 +121,10 @@ class LedgerReader {
 /// lines included).
 std::size_t for_each_current_record(const std::filesystem::path& outdir,
                                     const std::function<void(const std::string& line)>& fn);
+/// The same with each line's ledger row: its record key (`source`, `source#question_id`, or a batch
+/// request's custom_id) and sha256.
+std::size_t for_each_current_row(
+    const std::filesystem::path& outdir,
+    const std::function<void(const std::string& key, const std::string& sha256, const std::string& line)>& fn);
 
 }  // namespace quarry::run

@@ -137,7 +137,7 @@ Message decode_body(std::uint8_t tag, const json& j) {
     case 6: {
       NoticeMsg m;
       const int k = j.at(0).get<int>();
-      if (k < 0 || k > 2) throw std::runtime_error("message: unknown notice kind " + std::to_string(k));
+      if (k < 0 || k > 3) throw std::runtime_error("message: unknown notice kind " + std::to_string(k));
       m.kind = static_cast<NoticeMsg::Kind>(k);
       m.count = j.at(1).get<std::size_t>();
       m.tokens = tokens_from(j.at(2));

@@ -91,7 +91,7 @@ struct RecordMsg {
 
 /// any stage -> write: record keys accounted for without a record, or a retry.
 struct NoticeMsg {
-  enum class Kind { skipped, cancelled, retry };
+  enum class Kind { skipped, cancelled, retry, other_shard };
   Kind kind = Kind::skipped;
   std::size_t count = 1;              ///< record keys (skipped, cancelled)
   std::optional<TokenCounts> tokens;  ///< retry: the failed attempt's tokens

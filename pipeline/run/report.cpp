@@ -65,6 +65,8 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
       {"error", m.error},
       {"error_retryable", m.retryable},
       {"skipped_already_done", m.skipped},
+      {"shard", job.shard_count > 1 ? std::to_string(job.shard_index) + "/" + std::to_string(job.shard_count) : ""},
+      {"other_shards", m.other_shards},
       {"cancelled", m.cancelled},
       {"interrupted", m.interrupted},
       {"retries", m.retries},
@@ -127,6 +129,9 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
      << t["invalid"].get<std::size_t>() << ", error " << t["error"].get<std::size_t>() << ", of which "
      << t["error_retryable"].get<std::size_t>() << " caused by the settings) |\n";
   md << "| skipped (already done) | " << t["skipped_already_done"].get<std::size_t>() << " |\n";
+  if (job.shard_count > 1)
+    md << "| shard " << t["shard"].get<std::string>() << ": documents of the other shards | "
+       << t["other_shards"].get<std::size_t>() << " |\n";
   md << "| cancelled | " << t["cancelled"].get<std::size_t>() << " |\n";
   md << "| documents per minute | " << fmt(t["docs_per_min"].get<double>(), 1) << " |\n";
   md << "| model requests (incl. " << t["retries"].get<std::size_t>() << " retries) | "

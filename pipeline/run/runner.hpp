@@ -45,6 +45,7 @@ struct RunMetrics {
   std::size_t ok = 0, invalid = 0, error = 0;
   std::size_t retryable = 0;      ///< of `error`: caused by the run's settings (not done: the next run redoes them)
   std::size_t skipped = 0;        ///< already in the ledger
+  std::size_t other_shards = 0;   ///< documents of the other shards (JobSpec::shard_count > 1): not this run's
   std::size_t cancelled = 0;
   std::size_t retries = 0;        ///< extra model attempts
   std::size_t model_requests = 0;

@@ -92,7 +92,17 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
       const std::optional<int> fd =
           input->problem.empty() ? extract::open_input(input->path, settings.options.max_file_bytes, size, reason)
                                  : std::nullopt;
+      // Sharding: a document of another shard is that shard's run's (by its bytes' sha256, or by its
+      // name when it cannot be read).
+      const auto other_shard = [&](const std::string& sha) {
+        if (sh.job.shard_count <= 1 || shard_of(sha, input->source, sh.job.shard_count) == sh.job.shard_index)
+          return false;
+        sh.extract_clock.add(seconds_since(t0));
+        send(to_writer, NoticeMsg{NoticeMsg::Kind::other_shard, sh.units_per_doc, std::nullopt});
+        return true;
+      };
       if (!fd) {  // a special file or a broken link (never opened), or one that cannot be opened
+        if (other_shard("")) continue;
         sh.extract_clock.add(seconds_since(t0));
         send_errors(sh, to_writer, doc, done_for(""), "read", input->problem.empty() ? reason : input->problem);
         continue;
@@ -100,10 +110,12 @@ void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx) {
       FdGuard guard{*fd};
       const auto sha = extract::sha256_of_fd(*fd, reason);
       if (!sha) {
+        if (other_shard("")) continue;
         sh.extract_clock.add(seconds_since(t0));
         send_errors(sh, to_writer, doc, done_for(""), "read", reason);
         continue;
       }
+      if (other_shard(*sha)) continue;
       doc.sha256 = *sha;
       // Resume: keys already in the ledger are skipped (all of them: the document is not extracted).
       auto done = done_for(doc.sha256);

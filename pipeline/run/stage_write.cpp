@@ -79,6 +79,10 @@ void write_stage(Shared& sh, zmq::socket_t& in, Ledger& ledger, RunMetrics& m,
             m.cancelled += n->count;
             handled += n->count;
             break;
+          case NoticeMsg::Kind::other_shard:
+            m.other_shards += n->count;
+            handled += n->count;
+            break;
           case NoticeMsg::Kind::retry:
             ++m.retries;
             add_tokens(m, n->tokens);
