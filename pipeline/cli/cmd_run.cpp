@@ -191,6 +191,7 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   const auto out = job.output;
   std::printf("results: %s\nreport:  %s (and report.json)\n", (out / qr::Ledger::results_name).c_str(),
               (out / "report.md").c_str());
+  if (job.task == qr::Task::batch) std::printf("output:  %s (OpenAI Batch output)\n", (out / "output.jsonl").c_str());
   std::printf("%zu record(s) written in %.1f s: %zu ok, %zu invalid, %zu error; %zu already done\n", m.written, m.wall_s,
               m.ok, m.invalid, m.error, m.skipped);
   std::fflush(stdout);
@@ -284,7 +285,10 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
 /// Options given on the command line override the job file's values.
 void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   const auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
-  if (!a.task.empty()) job.task = a.task == "rag" ? qr::Task::rag : qr::Task::kie;
+  if (!a.task.empty()) {
+    job.task = a.task == "rag" ? qr::Task::rag : a.task == "batch" ? qr::Task::batch : qr::Task::kie;
+    job.task_set = true;
+  }
   if (given("--schema")) job.schema = a.schema;
   if (given("--prompts")) job.prompts = a.prompts;
   if (given("--model")) job.model = a.model;
@@ -340,8 +344,10 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
       "130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
-  sub->add_option("--task", a->task, "kie (one record per document) or rag (needs --questions)")
-      ->check(CLI::IsMember({"kie", "rag"}));
+  sub->add_option("--task", a->task,
+                  "kie (one record per document), rag (needs --questions) or batch (OpenAI Batch .jsonl files: one "
+                  "record per request, OUTDIR/output.jsonl; chosen by itself for such a file)")
+      ->check(CLI::IsMember({"kie", "rag", "batch"}));
   sub->add_option("--questions", a->questions, "rag: questions file (one per line, or JSON lines with \"question\")")
       ->check(CLI::ExistingFile);
   add_common_options(sub, *a);

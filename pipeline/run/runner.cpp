@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/tokenizer/tokenizer.hpp"
+#include "pipeline/run/batch.hpp"
 #include "pipeline/run/engine_worker.hpp"
 #include "pipeline/run/stages.hpp"
 #include "schemas/rules.hpp"
@@ -84,7 +85,8 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   auto discover_out = make_socket(zctx, zmq::socket_type::push, 2);
   discover_out.bind(ep_extract);
   std::vector<zmq::socket_t> extract_in;
-  for (std::size_t i = 0; i < job.extract_threads; ++i) {
+  const bool batch = job.task == Task::batch;  // batch files are read by discover: nothing to extract
+  for (std::size_t i = 0; i < (batch ? 0 : job.extract_threads); ++i) {
     extract_in.push_back(make_socket(zctx, zmq::socket_type::pull, 1));
     extract_in.back().connect(ep_extract);
   }
@@ -115,7 +117,10 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
     guarded(sh, "validate", [&] { validate_stage(sh, std::move(sock), zctx, validator, schema_ordered); });
   });
   std::thread discover_thread([&] {
-    guarded(sh, "discover", [&] { discover_stage(sh, discover_out); });
+    guarded(sh, "discover", [&] {
+      if (batch) batch_discover_stage(sh, zctx);
+      else discover_stage(sh, discover_out);
+    });
     sh.discover_done = true;
   });
 
@@ -139,6 +144,12 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   metrics.write_s = sh.write_clock.seconds();
   metrics.interrupted = control.stop_level.load() > 0 && !sh.failed;
   if (sh.failed) throw std::runtime_error(sh.fatal);
+  if (batch) {
+    // Every run (an interrupted one too) leaves output.jsonl matching results.jsonl; a run killed
+    // before this point leaves the previous one, and the next run rebuilds it.
+    const auto lines = rebuild_batch_output(job);
+    log("batch: " + std::to_string(lines) + " line(s) in " + (job.output / k_batch_output_name).string());
+  }
   return metrics;
 }
 
