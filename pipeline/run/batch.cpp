@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -92,11 +93,11 @@ bool BatchScanner::read_more() {
 std::optional<BatchItem> BatchScanner::next() {
   if (fd_ < 0) return std::nullopt;
   for (;;) {
-    // One line: up to '\n' (or the end of the file), at most k_max_batch_line_bytes kept.
+    // One line: up to '\n' (or the end of the file), at most max_line_ bytes kept.
     std::size_t nl;
     bool too_long = false;
     while ((nl = buf_.find('\n', pos_)) == std::string::npos) {
-      if (buf_.size() - pos_ > k_max_batch_line_bytes) {
+      if (buf_.size() - pos_ > max_line_) {
         too_long = true;  // skip the rest of this line without keeping it
         break;
       }
@@ -104,7 +105,7 @@ std::optional<BatchItem> BatchScanner::next() {
     }
     if (too_long) {
       ++number_;
-      const std::string head = buf_.substr(pos_, 4096);
+      const std::string head = buf_.substr(pos_, std::min<std::size_t>(max_line_, 4096));
       for (;;) {
         buf_.clear();
         pos_ = 0;
@@ -117,8 +118,8 @@ std::optional<BatchItem> BatchScanner::next() {
       BatchItem item;
       item.source = source_;
       item.line.number = number_;
-      item.line.problem = "line " + std::to_string(number_) + ": longer than " +
-                          std::to_string(k_max_batch_line_bytes >> 20) + " MiB";
+      item.line.problem = "line " + std::to_string(number_) + ": longer than the limit of " +
+                          std::to_string(max_line_) + " bytes";
       item.key = line_key(source_, number_);
       item.sha256 = sha256_hex(head);  // stable for the same line (the head and the limit)
       return item;

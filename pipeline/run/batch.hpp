@@ -46,6 +46,10 @@ struct BatchItem {
 /// the file when it cannot be opened or read.
 class BatchScanner {
  public:
+  /// `max_line_bytes`: a longer line is not kept in memory and becomes an error item.
+  explicit BatchScanner(std::size_t max_line_bytes = k_max_batch_line_bytes) : max_line_(max_line_bytes) {}
+  BatchScanner(const BatchScanner&) = delete;
+  BatchScanner& operator=(const BatchScanner&) = delete;
   /// Starts on `path` (the next file of the scan; duplicates are checked across files).
   void open(const std::filesystem::path& path);
   /// The next non-blank line of the current file; nullopt at its end.
@@ -53,6 +57,7 @@ class BatchScanner {
   ~BatchScanner();
 
  private:
+  std::size_t max_line_;
   int fd_ = -1;
   std::string source_;
   std::string buf_;

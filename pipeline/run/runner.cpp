@@ -100,6 +100,14 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   validate_in.bind(ep_validate);
   auto writer_in = make_socket(zctx, zmq::socket_type::pull, 64);
   writer_in.bind(ep_write);
+  // batch: discover sends request lines to build and line errors to write, through sockets that stay
+  // open until the context is shut down (as discover_out does).
+  auto batch_to_build = make_socket(zctx, zmq::socket_type::push, 4);
+  auto batch_to_writer = make_socket(zctx, zmq::socket_type::push, 16);
+  if (batch) {
+    batch_to_build.connect(ep_build);
+    batch_to_writer.connect(ep_write);
+  }
 
   std::vector<std::thread> threads;
   for (auto& s : extract_in)
@@ -118,7 +126,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   });
   std::thread discover_thread([&] {
     guarded(sh, "discover", [&] {
-      if (batch) batch_discover_stage(sh, zctx);
+      if (batch) batch_discover_stage(sh, batch_to_build, batch_to_writer);
       else discover_stage(sh, discover_out);
     });
     sh.discover_done = true;
@@ -130,6 +138,8 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   discover_thread.join();
   for (auto& t : threads) t.join();
   discover_out.close();
+  batch_to_build.close();
+  batch_to_writer.close();
   writer_in.close();
   zctx.close();
 

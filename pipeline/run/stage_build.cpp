@@ -44,8 +44,10 @@ std::optional<RecordMsg> build_batch_task(const Shared& sh, const BuildContext& 
                                           const BatchRequestMsg& m, ModelTaskMsg& task) {
   const std::string where = m.subject.source + ": line " + std::to_string(m.line) + ": ";
   const auto refused = [&](const openai::ApiError& e) {
-    return batch_error_record(m.subject, m.line, m.custom_id, "request", where + e.what(),
-                              openai::batch_response_line(m.custom_id, e.status, openai::error_body(e)));
+    // The error body names the line too, as the error line of a line that is not a request does.
+    const openai::ApiError named(e.status, e.type, where + e.what(), e.param, e.code);
+    return batch_error_record(m.subject, m.line, m.custom_id, "request", named.what(),
+                              openai::batch_response_line(m.custom_id, e.status, openai::error_body(named)));
   };
   try {
     const auto endpoint = openai::endpoint_of_url(m.url);

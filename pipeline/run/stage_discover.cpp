@@ -130,11 +130,7 @@ class Discoverer {
 
 void discover_stage(Shared& sh, zmq::socket_t& out) { Discoverer(sh, out).run(); }
 
-void batch_discover_stage(Shared& sh, zmq::context_t& zctx) {
-  auto to_build = make_socket(zctx, zmq::socket_type::push, 4);
-  to_build.connect(ep_build);
-  auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
-  to_writer.connect(ep_write);
+void batch_discover_stage(Shared& sh, zmq::socket_t& to_build, zmq::socket_t& to_writer) {
   LedgerReader ledger(sh.job.output, sh.job.retry_errors);
   BatchScanner scan;
   for (const auto& input : sh.job.inputs) {

@@ -118,6 +118,28 @@ TEST(BatchScanner, LineNumbersBlankLinesAndDuplicates) {
   EXPECT_FALSE(scan.next());
 }
 
+TEST(BatchScanner, ALineLongerThanTheLimitIsAnErrorAndTheNextLineIsRead) {
+  Scratch s("batch_scan_long");
+  const std::string big = "{\"custom_id\": \"" + std::string(300000, 'x') + "\"}";
+  write(s.dir / "a.jsonl", big + "\n" + k_chat_line + "\n" + big);
+  BatchScanner scan(1000);
+  scan.open(s.dir / "a.jsonl");
+  const auto a = scan.next();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->line.problem, "line 1: longer than the limit of 1000 bytes");
+  const auto b = scan.next();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->line.number, 2u);
+  EXPECT_TRUE(b->line.problem.empty()) << b->line.problem;
+  EXPECT_EQ(b->key, "r1");
+  const auto c = scan.next();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->line.number, 3u);
+  EXPECT_FALSE(c->line.problem.empty());
+  EXPECT_NE(c->key, a->key);
+  EXPECT_FALSE(scan.next());
+}
+
 TEST(BatchScanner, RefusesWhatIsNotARegularFile) {
   Scratch s("batch_scan_dir");
   BatchScanner scan;
