@@ -103,16 +103,21 @@ std::optional<BatchItem> BatchScanner::next() {
       }
       if (!read_more()) break;
     }
-    if (too_long) {
+    const std::size_t len = (nl == std::string::npos ? buf_.size() : nl) - pos_;
+    if (too_long || len > max_line_) {
       ++number_;
       const std::string head = buf_.substr(pos_, std::min<std::size_t>(max_line_, 4096));
-      for (;;) {
-        buf_.clear();
-        pos_ = 0;
-        if (!read_more()) break;
-        if ((nl = buf_.find('\n')) != std::string::npos) {
-          pos_ = nl + 1;
-          break;
+      if (!too_long) {
+        pos_ = nl == std::string::npos ? buf_.size() : nl + 1;  // the whole line is in the buffer
+      } else {
+        for (;;) {  // skip to the end of the line, a chunk at a time
+          buf_.clear();
+          pos_ = 0;
+          if (!read_more()) break;
+          if ((nl = buf_.find('\n')) != std::string::npos) {
+            pos_ = nl + 1;
+            break;
+          }
         }
       }
       BatchItem item;

@@ -121,7 +121,8 @@ TEST(BatchScanner, LineNumbersBlankLinesAndDuplicates) {
 TEST(BatchScanner, ALineLongerThanTheLimitIsAnErrorAndTheNextLineIsRead) {
   Scratch s("batch_scan_long");
   const std::string big = "{\"custom_id\": \"" + std::string(300000, 'x') + "\"}";
-  write(s.dir / "a.jsonl", big + "\n" + k_chat_line + "\n" + big);
+  const std::string medium = std::string(2000, ' ') + k_chat_line;  // over the limit, within one read
+  write(s.dir / "a.jsonl", big + "\n" + k_chat_line + "\n" + big + "\n" + medium + "\n" + medium);
   BatchScanner scan(1000);
   scan.open(s.dir / "a.jsonl");
   const auto a = scan.next();
@@ -137,6 +138,12 @@ TEST(BatchScanner, ALineLongerThanTheLimitIsAnErrorAndTheNextLineIsRead) {
   EXPECT_EQ(c->line.number, 3u);
   EXPECT_FALSE(c->line.problem.empty());
   EXPECT_NE(c->key, a->key);
+  for (std::size_t number : {4u, 5u}) {
+    const auto d = scan.next();
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->line.number, number);
+    EXPECT_EQ(d->line.problem, "line " + std::to_string(number) + ": longer than the limit of 1000 bytes");
+  }
   EXPECT_FALSE(scan.next());
 }
 
