@@ -7,6 +7,7 @@
 
 #include "pipeline/openai/batch_format.hpp"
 #include "pipeline/run/batch.hpp"
+#include "pipeline/run/job.hpp"
 #include "pipeline/run/ledger.hpp"
 #include "pipeline/run/messages.hpp"
 #include "pipeline/run/records.hpp"
@@ -152,6 +153,44 @@ TEST(BatchScanner, RefusesWhatIsNotARegularFile) {
   BatchScanner scan;
   EXPECT_THROW(scan.open(s.dir), std::runtime_error);
   EXPECT_THROW(scan.open(s.dir / "missing.jsonl"), std::runtime_error);
+}
+
+TEST(BatchJob, TheTaskIsChosenFromTheFileOrGiven) {
+  Scratch s("batch_job");
+  write(s.dir / "requests.jsonl", std::string(k_chat_line) + "\n");
+  write(s.dir / "other.jsonl", "{\"text\": \"not a request\"}\n");
+  JobSpec job;
+  job.inputs = {(s.dir / "requests.jsonl").string()};
+  job.output = s.dir / "out";
+  resolve_defaults(job);
+  EXPECT_EQ(job.task, Task::batch);
+  JobSpec other;
+  other.inputs = {(s.dir / "other.jsonl").string()};
+  other.output = s.dir / "out";
+  resolve_defaults(other);
+  EXPECT_EQ(other.task, Task::kie);
+  JobSpec given;  // --task kie on a batch file: the task given wins
+  given.inputs = job.inputs;
+  given.output = s.dir / "out";
+  given.task_set = true;
+  resolve_defaults(given);
+  EXPECT_EQ(given.task, Task::kie);
+  JobSpec folder;
+  folder.inputs = {s.dir.string()};
+  folder.output = s.dir / "out";
+  folder.task = Task::batch;
+  folder.task_set = true;
+  try {
+    resolve_defaults(folder);
+    ADD_FAILURE() << "a folder is not a batch input";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a batch input must be a regular file"), std::string::npos) << e.what();
+  }
+  write(s.dir / "job.toml", "inputs = [\"requests.jsonl\"]\noutput = \"out\"\ntask = \"batch\"\n");
+  const auto from_file = load_job_file(s.dir / "job.toml");
+  EXPECT_EQ(from_file.task, Task::batch);
+  EXPECT_TRUE(from_file.task_set);
+  EXPECT_STREQ(task_name(Task::batch), "batch");
 }
 
 TEST(BatchMessages, RoundTrip) {

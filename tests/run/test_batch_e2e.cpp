@@ -72,6 +72,7 @@ struct Expect {
   std::optional<std::string> custom_id;
   int kind = -1;            ///< 0..4: a schema request; -1 text; -2 json_object; -3 a line error; -4 a 400
   std::size_t line = 0;
+  std::string param = {};   ///< -4: the member the 400 names
 };
 
 std::size_t requests_from_env() {
@@ -107,7 +108,12 @@ std::vector<Expect> make_batch(const fs::path& file, std::size_t n, bool extras)
     if (i == 11) {
       json r = chat_request("bad-temp", 0, i);
       r["body"]["temperature"] = 5;
-      put(r.dump(), Expect{"bad-temp", -4});
+      put(r.dump(), Expect{"bad-temp", -4, 0, "temperature"});
+      // A schema the validator refuses (a backreference RE2 cannot run in linear time): refused before
+      // generation, like a body the API would refuse.
+      json bs = chat_request("bad-schema", 0, i);
+      bs["body"]["response_format"]["json_schema"]["schema"] = {{"type", "string"}, {"pattern", "(a)\\1"}};
+      put(bs.dump(), Expect{"bad-schema", -4, 0, "response_format.json_schema.schema"});
       put(R"({"custom_id": "emb", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}})",
           Expect{"emb", -3});
     }
@@ -203,7 +209,7 @@ TEST(RunBatch, KillNineHalfwayResumeExactlyOnceSchemaValid) {
     EXPECT_EQ(resp["request_id"].get<std::string>().rfind("req_", 0), 0u);
     if (e.kind == -4) {
       EXPECT_EQ(resp["status_code"], 400);
-      EXPECT_EQ(resp["body"]["error"]["param"], "temperature");
+      EXPECT_EQ(resp["body"]["error"]["param"], e.param);
       EXPECT_NE(resp["body"]["error"]["message"].get<std::string>().find("line " + std::to_string(e.line)),
                 std::string::npos);
       continue;
