@@ -1,6 +1,7 @@
 // `quarry run` and `quarry ask`: the batch job (pipeline/run/runner.hpp).
 //
-// run:  quarry run PATH... [--task kie] [--schema FILE] [--model DIR] -o OUTDIR
+// run:  quarry run PATH... [--task kie|rag|batch] [--schema FILE] [--model DIR] -o OUTDIR
+//       (an OpenAI Batch .jsonl file selects --task batch by itself: OUTDIR/output.jsonl)
 //       quarry run JOBFILE.toml [overrides]
 // ask:  quarry ask DOC... --questions FILE [--schema FILE] [-o OUTDIR]      (task rag)
 //
@@ -341,6 +342,8 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
       "max_pages, max_content_mb, max_page_content_mb).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
+      "OpenAI Batch files (.jsonl, one {custom_id, method, url, body} request per line) run as task batch:\n"
+      "OUTDIR/output.jsonl holds one OpenAI Batch output line per request, in the file's order.\n"
       "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
       "130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
