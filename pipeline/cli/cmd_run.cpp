@@ -1,6 +1,7 @@
 // `quarry run` and `quarry ask`: the batch job (pipeline/run/runner.hpp).
 //
-// run:  quarry run PATH... [--task kie] [--schema FILE] [--model DIR] -o OUTDIR
+// run:  quarry run PATH... [--task kie|rag|batch] [--schema FILE] [--model DIR] -o OUTDIR
+//       (an OpenAI Batch .jsonl file selects --task batch by itself: OUTDIR/output.jsonl)
 //       quarry run JOBFILE.toml [overrides]
 // ask:  quarry ask DOC... --questions FILE [--schema FILE] [-o OUTDIR]      (task rag)
 //
@@ -193,6 +194,7 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   const auto out = job.output;
   std::printf("results: %s\nreport:  %s (and report.json)\n", (out / qr::Ledger::results_name).c_str(),
               (out / "report.md").c_str());
+  if (job.task == qr::Task::batch) std::printf("output:  %s (OpenAI Batch output)\n", (out / "output.jsonl").c_str());
   std::printf("%zu record(s) written in %.1f s: %zu ok, %zu invalid, %zu error; %zu already done\n", m.written, m.wall_s,
               m.ok, m.invalid, m.error, m.skipped);
   std::fflush(stdout);
@@ -297,7 +299,10 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
 /// Options given on the command line override the job file's values.
 void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   const auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
-  if (!a.task.empty()) job.task = a.task == "rag" ? qr::Task::rag : qr::Task::kie;
+  if (!a.task.empty()) {
+    job.task = a.task == "rag" ? qr::Task::rag : a.task == "batch" ? qr::Task::batch : qr::Task::kie;
+    job.task_set = true;
+  }
   if (given("--schema")) job.schema = a.schema;
   if (given("--prompts")) job.prompts = a.prompts;
   if (given("--model")) job.model = a.model;
@@ -351,11 +356,15 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
       "max_pages, max_content_mb, max_page_content_mb).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
+      "OpenAI Batch files (.jsonl, one {custom_id, method, url, body} request per line) run as task batch:\n"
+      "OUTDIR/output.jsonl holds one OpenAI Batch output line per request, in the file's order.\n"
       "Exit codes: 0 all ok; 2 some records invalid or errors, or OUTDIR in use by another run; 1 setup error;\n"
       "130 interrupted.");
   sub->add_option("inputs", a->inputs, "Files, folders, glob patterns, or one JOBFILE.toml")->required();
-  sub->add_option("--task", a->task, "kie (one record per document) or rag (needs --questions)")
-      ->check(CLI::IsMember({"kie", "rag"}));
+  sub->add_option("--task", a->task,
+                  "kie (one record per document), rag (needs --questions) or batch (OpenAI Batch .jsonl files: one "
+                  "record per request, OUTDIR/output.jsonl; chosen by itself for such a file)")
+      ->check(CLI::IsMember({"kie", "rag", "batch"}));
   sub->add_option("--questions", a->questions, "rag: questions file (one per line, or JSON lines with \"question\")")
       ->check(CLI::ExistingFile);
   add_common_options(sub, *a);

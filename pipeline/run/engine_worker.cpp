@@ -1,7 +1,9 @@
 #include "pipeline/run/engine_worker.hpp"
 
+#include <ctime>
 #include <stdexcept>
 
+#include "pipeline/openai/openai_api.hpp"
 
 namespace quarry::run {
 
@@ -59,6 +61,19 @@ eng::GenerationRequest EngineWorker::make_request(const ModelTaskMsg& task) {
   r.prompt = task.prompt;
   r.max_tokens = task.max_tokens;
   const std::size_t attempt = task.attempt;
+  if (const auto& b = task.batch) {
+    // A batch request's own sampling, stop strings and response_format; a retry (its output failed the
+    // schema) resamples at the job's retry temperature with the next seed.
+    r.sampling.temperature = attempt == 0 ? b->temperature : job_.engine.retry_temperature;
+    r.sampling.top_p = b->top_p;
+    r.sampling.top_k = b->top_k;
+    r.sampling.min_p = b->min_p;
+    r.sampling.seed = b->seed.value_or(job_.engine.seed) + attempt;
+    r.stop = b->stop;
+    // Compiled grammars are cached per schema text by the engine: requests sharing a schema share it.
+    if (!b->schema_text.empty()) r.constraint = engine_->json_schema_constraint(b->schema_text, true);
+    return r;
+  }
   r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
   r.sampling.seed = job_.engine.seed + attempt;
   r.constraint = engine_->json_schema_constraint(schema_text_, true);
@@ -79,6 +94,15 @@ GeneratedMsg generated(ModelTaskMsg task, const eng::GenerationResult* r, const 
     g.stats["prompt_tokens"] = task.prompt.size();
   }
   g.error = error;
+  if (r && task.batch && error.empty()) {
+    openai::Request req;  // what response_body reads of the request: the endpoint and the model's name
+    req.endpoint = task.batch->url == openai::endpoint_url(openai::Endpoint::completions) ? openai::Endpoint::completions
+                                                                                           : openai::Endpoint::chat_completions;
+    req.model = task.batch->model;
+    g.response = openai::response_body(
+        req, openai::make_id(req.endpoint == openai::Endpoint::completions ? "cmpl-" : "chatcmpl-"),
+        static_cast<std::int64_t>(std::time(nullptr)), *r);
+  }
   g.task = std::move(task);
   return g;
 }
@@ -89,6 +113,10 @@ void EngineWorker::submit(ModelTaskMsg task) {
   try {
     const auto id = engine_->submit(make_request(task));
     running_.emplace(id, std::move(task));
+  } catch (const std::invalid_argument& e) {
+    // The request itself is refused (a batch request's schema the grammar compiler rejects).
+    refused_.push_back(generated(std::move(task), nullptr, e.what()));
+    refused_.back().bad_request = refused_.back().task.batch.has_value();
   } catch (const std::exception& e) {
     refused_.push_back(generated(std::move(task), nullptr, e.what()));
   }

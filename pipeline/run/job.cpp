@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "engine/backend/backend.hpp"
+#include "pipeline/openai/batch_format.hpp"
 #include "pipeline/paths.hpp"
 #include "schemas/schemas.hpp"
 
@@ -19,7 +20,14 @@ namespace quarry::run {
 
 namespace eng = quarry::engine;
 
-const char* task_name(Task t) { return t == Task::kie ? "kie" : "rag"; }
+const char* task_name(Task t) {
+  switch (t) {
+    case Task::kie: return "kie";
+    case Task::rag: return "rag";
+    case Task::batch: return "batch";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -101,7 +109,9 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   if (const auto task = get_string(root, "task", path); !task.empty()) {
     if (task == "kie") job.task = Task::kie;
     else if (task == "rag") job.task = Task::rag;
-    else fail(path, "task", "\"" + task + "\" is not one of \"kie\", \"rag\"");
+    else if (task == "batch") job.task = Task::batch;
+    else fail(path, "task", "\"" + task + "\" is not one of \"kie\", \"rag\", \"batch\"");
+    job.task_set = true;
   }
   job.schema = relative_to(base, get_string(root, "schema", path));
   job.prompts = relative_to(base, get_string(root, "prompts", path));
@@ -231,6 +241,13 @@ std::vector<std::string> fit_to_this_machine(JobSpec& job) {
 void resolve_defaults(JobSpec& job) {
   if (job.inputs.empty()) throw std::runtime_error("no inputs given (paths, folders or glob patterns)");
   if (job.output.empty()) throw std::runtime_error("no output folder given (-o DIR, or `output` in the job file)");
+  if (!job.task_set &&
+      std::any_of(job.inputs.begin(), job.inputs.end(), [](const std::string& p) { return openai::looks_like_batch_file(p); }))
+    job.task = Task::batch;
+  if (job.task == Task::batch)
+    for (const auto& p : job.inputs)
+      if (!std::filesystem::is_regular_file(p))
+        throw std::runtime_error(p + ": a batch input must be a regular file (an OpenAI Batch .jsonl file)");
   if (job.model.empty()) job.model = quarry::default_model_dir();
   if (!std::filesystem::is_directory(job.model))
     throw std::runtime_error(job.model.string() + ": model folder not found (give --model DIR or set QUARRY_HOME)");

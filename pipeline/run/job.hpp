@@ -4,7 +4,9 @@
 // `inputs` and `output`; relative paths are relative to the job file's folder):
 //
 //   inputs  = ["invoices", "more/*.pdf"]   # files, folders (walked recursively), or glob(3) patterns
-//   task    = "kie"                        # "kie" (one record per document) or "rag" (per document x question)
+//   task    = "kie"                        # "kie" (one record per document), "rag" (per document x question) or
+//                                          # "batch" (OpenAI Batch files: one record per request line; chosen by
+//                                          # itself when an input is such a .jsonl file and no task is given)
 //   schema  = "schemas/invoice.schema.json"  # default: invoice (kie) or rag_answer (rag) of the shipped schemas
 //   prompts = "prompts.json"               # prompt templates; default: the model folder's prompts.json
 //   questions = "questions.txt"            # rag only: one question per line, or JSON lines with "question"
@@ -30,7 +32,7 @@
 
 namespace quarry::run {
 
-enum class Task { kie, rag };
+enum class Task { kie, rag, batch };
 enum class Prefer { automatic, model };
 
 const char* task_name(Task t);
@@ -67,6 +69,7 @@ struct ExtractSettings {
 struct JobSpec {
   std::vector<std::string> inputs;  ///< paths, folders, glob patterns (as the user wrote them)
   Task task = Task::kie;
+  bool task_set = false;            ///< the task was given (job file or --task); else resolve_defaults may pick batch
   std::filesystem::path schema;     ///< empty: the shipped default for the task
   std::filesystem::path prompts;    ///< empty: model/prompts.json
   std::filesystem::path questions;  ///< rag: the questions file
@@ -113,7 +116,9 @@ std::vector<std::string> fit_to_this_machine(JobSpec& job);
 /// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard one; returns the soft limit now.
 std::uint64_t raise_open_file_limit();
 
-/// Fills the defaults that need the file system (model folder, schema, prompts) and checks the job:
+/// Fills the defaults that need the file system (model folder, schema, prompts) and checks the job.
+/// Without a task given, picks `batch` when an input looks like an OpenAI Batch file
+/// (openai::looks_like_batch_file); a batch job's inputs must be regular files (no folders or patterns).
 /// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a
 /// missing model folder, schema, prompts or questions file.
 void resolve_defaults(JobSpec& job);

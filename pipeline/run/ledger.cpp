@@ -203,8 +203,10 @@ void Ledger::repair() {
           attempts = j["stats"]["attempts"].get<std::int64_t>();
         // The ledger key: the record's source (already the display form of a name that is not
         // UTF-8), with "#question_id" for a rag record, as the writer keys it.
+        // A batch record names its key (the request's custom_id) itself.
         std::string key = str("source");
         if (j.contains("question_id") && j["question_id"].is_string()) key += "#" + j["question_id"].get<std::string>();
+        if (j.contains("ledger_key") && j["ledger_key"].is_string()) key = j["ledger_key"].get<std::string>();
         ins.reset();
         ins.bind(1, key);
         ins.bind(2, str("sha256"));

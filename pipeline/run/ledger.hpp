@@ -10,7 +10,7 @@
 // A kill -9 between 1 and 2 leaves complete lines that the ledger does not know; a kill during 1 may
 // leave a torn last line. Opening repairs both before anything else happens:
 //   - lines after the end of the last ledger row are read back: every complete line that parses gets
-//     its ledger row (so it is not written twice); the first torn or unparseable line and everything
+//     its ledger row (keyed by "ledger_key" when the record has one: batch records, keyed by custom_id) (so it is not written twice); the first torn or unparseable line and everything
 //     after it are cut off (those documents were never reported done, and are redone);
 //   - ledger rows pointing past the end of the file (the file was truncated by hand) are dropped.
 // So a document is reported done only after both its line and its row are durable, and a document is

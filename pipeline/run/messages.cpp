@@ -55,8 +55,33 @@ Subject subject_from(const json& j) {
   return s;
 }
 
+json batch_to(const std::optional<BatchSpec>& b) {
+  if (!b) return nullptr;
+  return json::array({b->custom_id, b->line, b->url, b->model, b->format, b->schema_text, b->temperature, b->top_p,
+                      b->min_p, b->top_k, b->seed ? json(*b->seed) : json(nullptr), b->stop});
+}
+
+std::optional<BatchSpec> batch_from(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  BatchSpec b;
+  b.custom_id = j.at(0).get<std::string>();
+  b.line = j.at(1).get<std::size_t>();
+  b.url = j.at(2).get<std::string>();
+  b.model = j.at(3).get<std::string>();
+  b.format = j.at(4).get<int>();
+  b.schema_text = j.at(5).get<std::string>();
+  b.temperature = j.at(6).get<float>();
+  b.top_p = j.at(7).get<float>();
+  b.min_p = j.at(8).get<float>();
+  b.top_k = j.at(9).get<std::size_t>();
+  if (!j.at(10).is_null()) b.seed = j.at(10).get<std::uint64_t>();
+  b.stop = j.at(11).get<std::vector<std::string>>();
+  return b;
+}
+
 json task_to(const ModelTaskMsg& t) {
-  return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text});
+  return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text,
+                      batch_to(t.batch)});
 }
 
 ModelTaskMsg task_from(const json& j) {
@@ -67,6 +92,7 @@ ModelTaskMsg task_from(const json& j) {
   t.attempt = j.at(3).get<std::size_t>();
   t.whole_document = j.at(4).get<bool>();
   t.document_text = j.at(5).get<std::string>();
+  t.batch = batch_from(j.at(6));
   return t;
 }
 
@@ -80,12 +106,15 @@ struct Encoder {
   }
   json operator()(const ModelTaskMsg& m) const { return task_to(m); }
   json operator()(const GeneratedMsg& m) const {
-    return json::array({task_to(m.task), m.text, m.finish, m.stats, m.error});
+    return json::array({task_to(m.task), m.text, m.finish, m.stats, m.error, m.bad_request, m.response});
   }
   json operator()(const MappedMsg& m) const { return json::array({subject_to(m.subject), m.method, m.data}); }
   json operator()(const RecordMsg& m) const { return json::array({m.key, m.record, tokens_to(m.tokens)}); }
   json operator()(const NoticeMsg& m) const {
     return json::array({static_cast<int>(m.kind), m.count, tokens_to(m.tokens)});
+  }
+  json operator()(const BatchRequestMsg& m) const {
+    return json::array({subject_to(m.subject), m.line, m.custom_id, m.url, m.body});
   }
 };
 
@@ -118,6 +147,8 @@ Message decode_body(std::uint8_t tag, const json& j) {
       m.finish = j.at(2).get<std::string>();
       m.stats = j.at(3);
       m.error = j.at(4).get<std::string>();
+      m.bad_request = j.at(5).get<bool>();
+      m.response = j.at(6);
       return m;
     }
     case 4: {
@@ -141,6 +172,15 @@ Message decode_body(std::uint8_t tag, const json& j) {
       m.kind = static_cast<NoticeMsg::Kind>(k);
       m.count = j.at(1).get<std::size_t>();
       m.tokens = tokens_from(j.at(2));
+      return m;
+    }
+    case 7: {
+      BatchRequestMsg m;
+      m.subject = subject_from(j.at(0));
+      m.line = j.at(1).get<std::size_t>();
+      m.custom_id = j.at(2).get<std::string>();
+      m.url = j.at(3).get<std::string>();
+      m.body = j.at(4).get<std::string>();
       return m;
     }
     default:

@@ -4,6 +4,7 @@
 //                                                        \--MappedMsg--------------------------------/   |
 //   validate --ModelTaskMsg (retry)--> engine                                                             |
 //   every stage --RecordMsg / NoticeMsg--> write  <----------------------------------------------------'
+//   batch task: discover --BatchRequestMsg--> build --ModelTaskMsg (with its BatchSpec)--> engine ...
 //
 // Each message is a plain struct; encode()/decode() in messages.cpp are the only place that knows
 // their wire form (MessagePack through nlohmann::json, a one-byte type tag first; the same bytes
@@ -56,6 +57,31 @@ struct ExtractedMsg {
   std::vector<bool> done;                          ///< per question (rag): already in the ledger
 };
 
+/// discover -> build (batch task): one request line of an OpenAI Batch file, its envelope checked.
+struct BatchRequestMsg {
+  Subject subject;        ///< key: the custom_id; source: the batch file; sha256: of the line's bytes
+  std::size_t line = 0;   ///< 1-based line number
+  std::string custom_id;
+  std::string url;        ///< "/v1/chat/completions" or "/v1/completions"
+  std::string body;       ///< the request body, compact JSON
+};
+
+/// What a request of a batch file asks for beyond its prompt (pipeline/openai/openai_api.hpp Request):
+/// the engine worker uses it instead of the job's schema and sampling, validate checks the output
+/// against `schema_text`, and the response body is built from `url` and `model`.
+struct BatchSpec {
+  std::string custom_id;
+  std::size_t line = 0;
+  std::string url;           ///< the endpoint
+  std::string model;         ///< the body's "model", echoed in the response
+  int format = 0;            ///< openai::ResponseFormat: 0 text, 1 json_object, 2 json_schema
+  std::string schema_text;   ///< compact JSON Schema (json_object: {"type":"object"}); empty for text
+  float temperature = 1.f, top_p = 1.f, min_p = 0.f;
+  std::size_t top_k = 0;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+};
+
 /// build -> engine (and validate -> engine for a retry): one model request.
 struct ModelTaskMsg {
   Subject subject;
@@ -64,6 +90,7 @@ struct ModelTaskMsg {
   std::size_t attempt = 0;           ///< 0: first; i: i-th retry (another seed and temperature)
   bool whole_document = false;       ///< rag: the prompt holds the whole document
   std::string document_text;         ///< rag: the document, for the evidence check
+  std::optional<BatchSpec> batch;    ///< batch task: the request's own format, schema and sampling
 };
 
 /// engine -> validate: one finished model request.
@@ -73,6 +100,8 @@ struct GeneratedMsg {
   std::string finish;              ///< finish reason name (engine::finish_reason_name), or "error"
   nlohmann::ordered_json stats;    ///< record stats (EngineWorker::stats_json)
   std::string error;               ///< non-empty: the engine refused or failed the request
+  bool bad_request = false;        ///< with `error`: the request itself was refused (its schema does not compile)
+  nlohmann::ordered_json response; ///< batch task: the response body (chat.completion / text_completion), else null
 };
 
 /// build -> validate: a structured e-invoice mapped without the model.
@@ -97,7 +126,8 @@ struct NoticeMsg {
   std::optional<TokenCounts> tokens;  ///< retry: the failed attempt's tokens
 };
 
-using Message = std::variant<InputMsg, ExtractedMsg, ModelTaskMsg, GeneratedMsg, MappedMsg, RecordMsg, NoticeMsg>;
+using Message = std::variant<InputMsg, ExtractedMsg, ModelTaskMsg, GeneratedMsg, MappedMsg, RecordMsg, NoticeMsg,
+                             BatchRequestMsg>;
 
 /// The wire form of a message. decode() throws std::runtime_error on bytes encode() did not make.
 std::vector<std::uint8_t> encode(const Message& m);

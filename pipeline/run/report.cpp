@@ -46,7 +46,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
   json r;
   r["job"] = {{"task", task_name(job.task)},
               {"inputs", job.inputs},
-              {"schema", job.schema.string()},
+              {"schema", job.task == Task::batch ? std::string("each request's response_format") : job.schema.string()},
               {"model", job.model.string()},
               {"prefer", job.prefer == Prefer::model ? "model" : "auto"},
               {"retries", job.retries}};
@@ -124,7 +124,8 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   md << "\n## This run\n\n";
   md << "| | |\n| --- | ---: |\n";
   md << "| wall time | " << fmt(t["wall_s"].get<double>(), 2) << " s |\n";
-  md << "| inputs found | " << t["discovered"].get<std::size_t>() << " |\n";
+  md << "| " << (job.task == Task::batch ? "request lines found" : "inputs found") << " | "
+     << t["discovered"].get<std::size_t>() << " |\n";
   md << "| records written | " << t["written"].get<std::size_t>() << " (ok " << t["ok"].get<std::size_t>() << ", invalid "
      << t["invalid"].get<std::size_t>() << ", error " << t["error"].get<std::size_t>() << ", of which "
      << t["error_retryable"].get<std::size_t>() << " caused by the settings) |\n";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/tokenizer/tokenizer.hpp"
+#include "pipeline/run/batch.hpp"
 #include "pipeline/run/engine_worker.hpp"
 #include "pipeline/run/stages.hpp"
 #include "schemas/rules.hpp"
@@ -84,7 +85,8 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   auto discover_out = make_socket(zctx, zmq::socket_type::push, 2);
   discover_out.bind(ep_extract);
   std::vector<zmq::socket_t> extract_in;
-  for (std::size_t i = 0; i < job.extract_threads; ++i) {
+  const bool batch = job.task == Task::batch;  // batch files are read by discover: nothing to extract
+  for (std::size_t i = 0; i < (batch ? 0 : job.extract_threads); ++i) {
     extract_in.push_back(make_socket(zctx, zmq::socket_type::pull, 1));
     extract_in.back().connect(ep_extract);
   }
@@ -98,6 +100,14 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   validate_in.bind(ep_validate);
   auto writer_in = make_socket(zctx, zmq::socket_type::pull, 64);
   writer_in.bind(ep_write);
+  // batch: discover sends request lines to build and line errors to write, through sockets that stay
+  // open until the context is shut down (as discover_out does).
+  auto batch_to_build = make_socket(zctx, zmq::socket_type::push, 4);
+  auto batch_to_writer = make_socket(zctx, zmq::socket_type::push, 16);
+  if (batch) {
+    batch_to_build.connect(ep_build);
+    batch_to_writer.connect(ep_write);
+  }
 
   std::vector<std::thread> threads;
   for (auto& s : extract_in)
@@ -115,7 +125,10 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
     guarded(sh, "validate", [&] { validate_stage(sh, std::move(sock), zctx, validator, schema_ordered); });
   });
   std::thread discover_thread([&] {
-    guarded(sh, "discover", [&] { discover_stage(sh, discover_out); });
+    guarded(sh, "discover", [&] {
+      if (batch) batch_discover_stage(sh, batch_to_build, batch_to_writer);
+      else discover_stage(sh, discover_out);
+    });
     sh.discover_done = true;
   });
 
@@ -125,6 +138,8 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   discover_thread.join();
   for (auto& t : threads) t.join();
   discover_out.close();
+  batch_to_build.close();
+  batch_to_writer.close();
   writer_in.close();
   zctx.close();
 
@@ -139,6 +154,12 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   metrics.write_s = sh.write_clock.seconds();
   metrics.interrupted = control.stop_level.load() > 0 && !sh.failed;
   if (sh.failed) throw std::runtime_error(sh.fatal);
+  if (batch) {
+    // Every run (an interrupted one too) leaves output.jsonl matching results.jsonl; a run killed
+    // before this point leaves the previous one, and the next run rebuilds it.
+    const auto lines = rebuild_batch_output(job);
+    log("batch: " + std::to_string(lines) + " line(s) in " + (job.output / k_batch_output_name).string());
+  }
   return metrics;
 }
 

@@ -13,6 +13,10 @@
 // expected key was accounted for.
 //
 // Records: one JSON line each in OUTDIR/results.jsonl (records.hpp gives the format).
+//
+// The batch task (OpenAI Batch files, batch.hpp) skips extract: discover reads the request lines and
+// sends them to build, which parses each body (pipeline/openai); the engine worker and validate use the
+// request's own schema and sampling; at the end of the run OUTDIR/output.jsonl is rebuilt.
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,9 @@
 // build task: document -> mapper record (to validate) or model request(s) (to the engine worker).
 #include <algorithm>
+#include <unordered_map>
 
+#include "pipeline/openai/batch_format.hpp"
+#include "pipeline/run/batch.hpp"
 #include "pipeline/run/stages.hpp"
 
 namespace quarry::run::stages {
@@ -15,6 +18,76 @@ std::size_t rag_answer_tokens(const JobSpec& job) { return std::min<std::size_t>
 /// A prompt leaves at least this much room for the output (or max_tokens if smaller), else it is an error.
 constexpr std::size_t k_min_output_tokens = 256;
 
+/// Whether a request's response_format schema can be validated: checked (schema_check.hpp limits, $ref
+/// cycles, patterns RE2 cannot run) and compiled once per schema text; the reason when it cannot.
+class SchemaChecks {
+ public:
+  std::string problem(const std::string& schema_text) {
+    if (auto it = seen_.find(schema_text); it != seen_.end()) return it->second;
+    std::string why;
+    try {
+      const auto schema = schemas::parse_schema_text(schema_text, "response_format.json_schema.schema");
+      schemas::Validator v(schema, "response_format.json_schema.schema");
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (seen_.size() < 4096) seen_.emplace(schema_text, why);
+    return why;
+  }
+
+ private:
+  std::unordered_map<std::string, std::string> seen_;
+};
+
+/// A batch request line -> its model task, or the error record of a body the API would refuse (400).
+std::optional<RecordMsg> build_batch_task(const Shared& sh, const BuildContext& bc, SchemaChecks& checks,
+                                          const BatchRequestMsg& m, ModelTaskMsg& task) {
+  const std::string where = m.subject.source + ": line " + std::to_string(m.line) + ": ";
+  const auto refused = [&](const openai::ApiError& e) {
+    // The error body names the line too, as the error line of a line that is not a request does.
+    const openai::ApiError named(e.status, e.type, where + e.what(), e.param, e.code);
+    return batch_error_record(m.subject, m.line, m.custom_id, "request", named.what(),
+                              openai::batch_response_line(m.custom_id, e.status, openai::error_body(named)));
+  };
+  try {
+    const auto endpoint = openai::endpoint_of_url(m.url);
+    if (!endpoint) throw openai::ApiError(404, "invalid_request_error", "url " + m.url + " is not supported");
+    const auto body = nlohmann::json::parse(m.body);
+    const openai::Request r = openai::parse_request(body, *endpoint);
+    if (r.stream)
+      throw openai::ApiError(400, "invalid_request_error", "'stream' is not supported in a batch", "stream");
+    if (r.format != openai::ResponseFormat::text)
+      if (const auto why = checks.problem(r.schema_text); !why.empty())
+        throw openai::ApiError(400, "invalid_request_error", why, "response_format.json_schema.schema");
+    // Without max_tokens a request may use what the context leaves, capped by --max-tokens.
+    const auto g = openai::to_generation_request(r, *bc.tokenizer, bc.context_tokens,
+                                                 r.max_tokens ? 0 : sh.job.engine.max_tokens);
+    task.subject = m.subject;
+    task.prompt = g.prompt;
+    task.max_tokens = g.max_tokens;
+    task.attempt = 0;
+    BatchSpec b;
+    b.custom_id = m.custom_id;
+    b.line = m.line;
+    b.url = m.url;
+    b.model = r.model;
+    b.format = static_cast<int>(r.format);
+    if (r.format != openai::ResponseFormat::text) b.schema_text = r.schema_text;
+    b.temperature = r.temperature;
+    b.top_p = r.top_p;
+    b.min_p = r.min_p;
+    b.top_k = r.top_k;
+    b.seed = r.seed;
+    b.stop = r.stop;
+    task.batch = std::move(b);
+    return std::nullopt;
+  } catch (const openai::ApiError& e) {
+    return refused(e);
+  } catch (const nlohmann::json::exception& e) {
+    return refused(openai::ApiError(400, "invalid_request_error", std::string("body: ") + e.what(), "body"));
+  }
+}
+
 }  // namespace
 
 void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const BuildContext& bc) {
@@ -24,9 +97,30 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
   to_validate.connect(ep_validate);
   auto to_writer = make_socket(zctx, zmq::socket_type::push, 16);
   to_writer.connect(ep_write);
+  SchemaChecks schema_checks;
   for (;;) {
     auto m = recv(in);
     if (!m) continue;
+    if (auto* req = std::get_if<BatchRequestMsg>(&*m)) {
+      if (sh.stop() >= 1) {  // stopping: nothing new starts
+        send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, 1, std::nullopt});
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      ModelTaskMsg task;
+      std::optional<RecordMsg> record;
+      try {
+        record = build_batch_task(sh, bc, schema_checks, *req, task);
+      } catch (const std::exception& e) {
+        record = batch_error_record(req->subject, req->line, req->custom_id, "internal", e.what(),
+                                    openai::batch_response_line(req->custom_id, 500,
+                                                                openai::error_body(openai::ApiError(500, "server_error", e.what()))));
+      }
+      sh.build_clock.add(seconds_since(t0));
+      if (record) send(to_writer, *record);
+      else send(to_engine, task);
+      continue;
+    }
     auto* doc = std::get_if<ExtractedMsg>(&*m);
     if (!doc) throw std::runtime_error("build: unexpected message");
     if (sh.stop() >= 1) {  // stopping: nothing new starts

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "pipeline/extract/input_file.hpp"
+#include "pipeline/run/batch.hpp"
 #include "pipeline/run/source_name.hpp"
 #include "pipeline/run/stages.hpp"
 
@@ -128,5 +129,42 @@ class Discoverer {
 }  // namespace
 
 void discover_stage(Shared& sh, zmq::socket_t& out) { Discoverer(sh, out).run(); }
+
+void batch_discover_stage(Shared& sh, zmq::socket_t& to_build, zmq::socket_t& to_writer) {
+  LedgerReader ledger(sh.job.output, sh.job.retry_errors);
+  BatchScanner scan;
+  for (const auto& input : sh.job.inputs) {
+    if (sh.stop() > 0) return;
+    scan.open(input);
+    for (;;) {
+      if (sh.stop() > 0) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto item = scan.next();
+      if (!item) break;
+      Subject s;
+      s.key = item->key;
+      s.source = item->source;
+      s.sha256 = item->sha256;
+      const bool done = ledger.is_done(s.key, s.sha256);
+      sh.discover_clock.add(seconds_since(t0));
+      if (done) {
+        send(to_writer, NoticeMsg{NoticeMsg::Kind::skipped, 1, std::nullopt});
+      } else if (!item->line.problem.empty()) {
+        send(to_writer, batch_error_record(s, item->line.number, item->line.custom_id, "request", item->line.problem,
+                                           openai::batch_error_line(item->line.custom_id, "invalid_request",
+                                                                    item->source + ": " + item->line.problem)));
+      } else {
+        BatchRequestMsg m;
+        m.subject = std::move(s);
+        m.line = item->line.number;
+        m.custom_id = *item->line.custom_id;
+        m.url = item->line.url;
+        m.body = item->line.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        send(to_build, m);
+      }
+      sh.discovered.fetch_add(1);
+    }
+  }
+}
 
 }  // namespace quarry::run::stages

@@ -1,4 +1,11 @@
 // validate: JSON Schema + business rules (+ the evidence check for rag); the retry policy; the record.
+// Batch requests: the output is checked against the request's own response_format schema (one
+// Validator per schema text, cached); text responses are not validated.
+#include <memory>
+#include <unordered_map>
+
+#include "pipeline/openai/batch_format.hpp"
+#include "pipeline/run/batch.hpp"
 #include "pipeline/run/stages.hpp"
 
 namespace quarry::run::stages {
@@ -27,6 +34,30 @@ std::string with_run_option_names(std::string message) {
   return message;
 }
 
+/// One compiled Validator per response_format schema text (build checked that it compiles).
+class BatchValidators {
+ public:
+  const schemas::Validator& get(const std::string& schema_text) {
+    if (auto it = cache_.find(schema_text); it != cache_.end()) return *it->second;
+    if (cache_.size() >= 1024) cache_.clear();  // bounded: many distinct schemas compile again
+    auto v = std::make_unique<schemas::Validator>(
+        schemas::parse_schema_text(schema_text, "response_format.json_schema.schema"),
+        "response_format.json_schema.schema");
+    return *cache_.emplace(schema_text, std::move(v)).first->second;
+  }
+
+ private:
+  std::unordered_map<std::string, std::unique_ptr<schemas::Validator>> cache_;
+};
+
+/// The output line of a batch request the engine failed (500; the record is retryable when the run's
+/// settings caused it) or refused (400).
+json failed_output(const BatchSpec& b, bool bad_request, const std::string& message) {
+  const openai::ApiError e = bad_request ? openai::ApiError(400, "invalid_request_error", message, "response_format")
+                                         : openai::ApiError(500, "server_error", message);
+  return openai::batch_response_line(b.custom_id, e.status, openai::error_body(e));
+}
+
 }  // namespace
 
 void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
@@ -36,6 +67,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
   auto to_retry = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded: never blocks (no cycle)
   to_retry.connect(ep_retry);
   const std::size_t retries = sh.job.retries;
+  BatchValidators batch_validators;
   for (;;) {
     auto m = recv(in);
     if (!m) continue;
@@ -66,9 +98,40 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
     const TokenCounts tokens = tokens_of(stats);
     RecordMsg out;
     bool retry = false;
+    const BatchSpec* batch = g->task.batch ? &*g->task.batch : nullptr;
     try {
       json errors = json::array();
-      if (!g->error.empty()) {
+      if (batch && !g->error.empty()) {
+        const std::string message = with_run_option_names(g->error);
+        out = make_record(subject, "error", "model", nullptr,
+                          json::array({g->bad_request ? error_entry("", "request", message)
+                                                      : settings_error_entry("engine", message)}),
+                          stats);
+        out = batch_record(std::move(out), batch->line, batch->custom_id, failed_output(*batch, g->bad_request, message));
+      } else if (batch) {
+        json data = nullptr;
+        if (batch->format != static_cast<int>(openai::ResponseFormat::text)) {
+          data = json::parse(g->text, nullptr, false);
+          if (data.is_discarded()) {
+            data = nullptr;
+            errors.push_back(error_entry("", "json",
+                                         "the model output is not complete JSON (finish: " + g->finish + ", " +
+                                             std::to_string(g->text.size()) + " bytes)"));
+          } else {
+            for (const auto& v : batch_validators.get(batch->schema_text).validate(to_plain(data)))
+              errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+          }
+        }
+        if (!errors.empty() && attempt < retries && g->finish != "length") {
+          retry = true;
+        } else {
+          // OpenAI semantics: the request was answered (200 with the text) even when the text fails
+          // the schema; the record says invalid.
+          out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+          out = batch_record(std::move(out), batch->line, batch->custom_id,
+                             openai::batch_response_line(batch->custom_id, 200, g->response));
+        }
+      } else if (!g->error.empty()) {
         // The engine refuses or fails a request for the run's settings (KV cache, context): retryable.
         out = make_record(subject, "error", "model", nullptr,
                           json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
@@ -96,6 +159,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
     } catch (const std::exception& e) {
       out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),
                         stats_without_model(subject, 0));
+      if (batch) out = batch_record(std::move(out), batch->line, batch->custom_id, failed_output(*batch, false, e.what()));
       retry = false;
     }
     sh.validate_clock.add(seconds_since(t0));

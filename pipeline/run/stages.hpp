@@ -118,6 +118,13 @@ extract::Settings extract_settings(const JobSpec& job);
 
 /// discover: walks the inputs and sends one InputMsg per file to `out` (ep_extract).
 void discover_stage(Shared& sh, zmq::socket_t& out);
+
+/// discover (batch task): reads the batch files line by line (BatchScanner); per request line a
+/// "skipped" notice (done in the ledger), an error record (a line that is not a request, a duplicate
+/// custom_id) or a BatchRequestMsg to build. The sockets (connected to ep_build and ep_write) are the
+/// coordinator's: they outlive the stage, so that nothing sent is dropped when it returns (linger 0).
+void batch_discover_stage(Shared& sh, zmq::socket_t& to_build, zmq::socket_t& to_writer);
+
 /// extract (one per extract thread): InputMsg -> ExtractedMsg (build), or a record / notice (write).
 void extract_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx);
 /// build task: ExtractedMsg -> MappedMsg (validate), ModelTaskMsg(s) (engine) or records (write).
