@@ -244,6 +244,8 @@ void resolve_defaults(JobSpec& job) {
   if (!job.task_set &&
       std::any_of(job.inputs.begin(), job.inputs.end(), [](const std::string& p) { return openai::looks_like_batch_file(p); }))
     job.task = Task::batch;
+  if (job.task == Task::batch && job.shard_count > 1)
+    throw std::runtime_error("--shard is not supported for OpenAI Batch files yet (split the file instead)");
   if (job.task == Task::batch)
     for (const auto& p : job.inputs)
       if (!std::filesystem::is_regular_file(p))
