@@ -25,5 +25,6 @@ void add_schema_command(CLI::App& app, Context& ctx);
 void add_run_command(CLI::App& app, Context& ctx);
 void add_ask_command(CLI::App& app, Context& ctx);
 void add_bench_command(CLI::App& app, Context& ctx);
+void add_serve_command(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli
