@@ -44,7 +44,7 @@ const json kSchema = json::parse(R"({
     "issue_date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
     "seller_name": {"type": "string", "maxLength": 40},
     "currency": {"type": "string", "enum": ["EUR", "HUF", "USD", "GBP"]},
-    "total": {"type": "number"}
+    "total": {"type": "string", "maxLength": 16}
   },
   "required": ["invoice_number", "issue_date", "seller_name", "currency", "total"],
   "additionalProperties": false})");

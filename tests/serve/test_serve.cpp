@@ -49,10 +49,11 @@ json chat(const std::string& content, std::size_t max_tokens = 24) {
           {"temperature", 0}};
 }
 
+// Every value bounded (maxLength, enum): a number could run on for as long as the small model likes.
 const json kInvoiceSchema = json::parse(R"({
   "type": "object",
   "properties": {"invoice_number": {"type": "string", "maxLength": 20},
-                 "total": {"type": "number"},
+                 "total": {"type": "string", "maxLength": 16},
                  "currency": {"type": "string", "enum": ["EUR", "HUF", "USD"]}},
   "required": ["invoice_number", "total", "currency"],
   "additionalProperties": false})");
