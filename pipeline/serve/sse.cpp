@@ -34,12 +34,23 @@ std::size_t utf8_complete_prefix(std::string_view text, std::size_t limit) {
 }
 
 TextDeltas::TextDeltas(const std::vector<std::string>& stop_strings) {
-  for (const auto& s : stop_strings) holdback_ = std::max(holdback_, s.empty() ? 0 : s.size() - 1);
+  for (const auto& s : stop_strings) {
+    if (s.empty()) continue;
+    stops_.push_back(s);
+    holdback_ = std::max(holdback_, s.size() - 1);
+  }
 }
 
 std::string TextDeltas::next(std::string_view text) {
   if (text.size() <= sent_ + holdback_) return {};
-  const std::size_t end = utf8_complete_prefix(text, text.size() - holdback_);
+  std::size_t limit = text.size() - holdback_;
+  // The engine reports a token before it looks for stop strings in the text: a stop string may be
+  // complete in `text` already. What precedes its first occurrence is final, the rest is cut.
+  const std::size_t from = sent_ > holdback_ ? sent_ - holdback_ : 0;
+  for (const auto& s : stops_)
+    if (const std::size_t at = text.find(s, from); at != std::string_view::npos) limit = std::min(limit, at);
+  if (limit <= sent_) return {};
+  const std::size_t end = utf8_complete_prefix(text, limit);
   if (end <= sent_) return {};
   std::string out(text.substr(sent_, end - sent_));
   sent_ = end;

@@ -28,9 +28,10 @@ std::size_t utf8_complete_prefix(std::string_view text, std::size_t limit);
 
 /// Text deltas of one streamed generation. The engine reports token ids one at a time; the text of the
 /// tokens so far may end in the middle of a UTF-8 character, or in the first bytes of a stop string
-/// that the engine will cut from the final text. next() sends only what can no longer change: up to a
-/// UTF-8 boundary and short of the last (longest stop string - 1) bytes (vLLM's detokenizer holds back
-/// the same); finish() sends the rest of the engine's final text.
+/// that the engine will cut from the final text (or a whole stop string: the token is reported before
+/// the engine looks for stop strings). next() sends only what can no longer change: up to a UTF-8
+/// boundary, short of the last (longest stop string - 1) bytes (vLLM's detokenizer holds back the
+/// same) and before the first stop string in the text; finish() sends the rest of the engine's final text.
 class TextDeltas {
  public:
   explicit TextDeltas(const std::vector<std::string>& stop_strings);
@@ -42,6 +43,7 @@ class TextDeltas {
   std::size_t sent() const { return sent_; }
 
  private:
+  std::vector<std::string> stops_;
   std::size_t holdback_ = 0;
   std::size_t sent_ = 0;
 };

@@ -346,6 +346,10 @@ TEST(Serve, TextDeltasHoldBackPartialUtf8AndStopPrefixes) {
   EXPECT_EQ(d.next("abcd\xC3"), "c");
   EXPECT_EQ(d.next("abcd\xC3\xA9xy"), "d\xC3\xA9");
   EXPECT_EQ(d.finish("abcd\xC3\xA9xy"), "xy");
+  TextDeltas stop({"000"});                  // the token that completes a stop string is reported
+  EXPECT_EQ(stop.next("x000"), "x");           // before the engine cuts it
+  EXPECT_EQ(stop.next("x0000"), "");
+  EXPECT_EQ(stop.finish("x"), "");
   TextDeltas plain({});
   EXPECT_EQ(plain.next("a\xE2\x82"), "a");  // the euro sign is not complete yet
   EXPECT_EQ(plain.next("a\xE2\x82\xAC"), "\xE2\x82\xAC");
