@@ -8,6 +8,8 @@
 //   bench_serve [--url http://127.0.0.1:8000] [--clients 64] [--duration 60] [--max-tokens 160]
 //               [--model DIR] [--threads N] [--device cpu] [-o results.json]
 //
+// -o writes the figures as JSON and the server's /metrics after the run beside it (results.metrics.txt).
+//
 // Without --url it starts the server in this process (the bundled model) on a free port of 127.0.0.1.
 #include <httplib.h>
 
@@ -318,7 +320,9 @@ int main(int argc, char** argv) {
   std::cout << out.dump(2) << "\n";
   if (!out_path.empty()) {
     std::ofstream(out_path) << out.dump(2) << "\n";
-    std::ofstream(out_path + ".metrics.txt") << metrics_text;
+    std::filesystem::path metrics_path = out_path;
+    metrics_path.replace_extension(".metrics.txt");
+    std::ofstream(metrics_path) << metrics_text;  // the server's /metrics after the run
   }
   return samples.size() == ok && ok > 0 ? 0 : 2;
 }
