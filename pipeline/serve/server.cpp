@@ -39,6 +39,9 @@ using ojson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using openai::ApiError;
 
+/// JSON nesting levels a request body may have (the schema checks' limit, schemas/schema_check.hpp).
+constexpr std::size_t kMaxBodyDepth = 512;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // ---------------------------------------------------------------- the connection's socket
@@ -233,6 +236,28 @@ ApiError server_error(int status, const std::string& message) {
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// Whether the JSON text nests arrays / objects deeper than `limit` (a linear scan, strings skipped).
+/// Bodies are refused past it before they are parsed: a parsed value's serialisation recurses once
+/// per level, and a 16 MiB body can nest millions of levels.
+bool nests_deeper_than(std::string_view text, std::size_t limit) {
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
 }
 
 /// Constant-time comparison (an API key must not leak through timing).
@@ -476,6 +501,9 @@ struct Server::Impl {
     auto job = std::make_shared<Job>();
     job->arrived = arrived;
     try {
+      if (nests_deeper_than(req.body, kMaxBodyDepth))
+        throw ApiError(400, "invalid_request_error",
+                       "the request body nests JSON deeper than " + std::to_string(kMaxBodyDepth) + " levels");
       json body;
       try {
         body = json::parse(req.body);

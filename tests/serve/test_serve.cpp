@@ -380,6 +380,15 @@ TEST(Serve, BadRequestsGetOpenAiErrors) {
   body["response_format"] = {{"type", "json_schema"},
                              {"json_schema", {{"name", "bad"}, {"schema", {{"type", "object"}, {"$ref", "#/nope"}}}}}};
   expect_error(post(*c, "/v1/chat/completions", body), 400, "invalid_request_error");
+  // A schema nested a million levels deep (a 6 MB body): refused before it is parsed, not a stack
+  // overflow in the server.
+  std::string deep = R"({"model": "quarry-extract-11m", "messages": [{"role": "user", "content": "x"}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": )";
+  for (int i = 0; i < 1000000; ++i) deep += "{\"a\":";
+  deep += "1";
+  deep += std::string(1000000, '}');
+  deep += "}}}";
+  expect_error(c->Post("/v1/chat/completions", deep, "application/json"), 400, "invalid_request_error");
   // The server still answers.
   EXPECT_EQ(post(*c, "/v1/chat/completions", chat("y", 4))->status, 200);
 }
