@@ -778,18 +778,22 @@ void Server::serve() {
   auto& im = *impl_;
   if (im.bound_port < 0) bind();
   im.engine_thread = std::thread([&im] { im.engine_loop(); });
-  // httplib's stop() does nothing before the listener runs: a stop() that comes between bind() and
-  // the listener's start is repeated here once the listener is up.
+  // The listener is stopped from here, once: httplib's stop() does nothing before the listener runs
+  // (a stop() between bind() and its start would be lost), and must not run twice at once.
   std::atomic<bool> listening_done{false};
   std::thread stopper([&im, &listening_done] {
+    bool stopped = false;
     while (!listening_done) {
       bool stopping;
       {
         std::lock_guard lock(im.inbox_mu);
         stopping = im.stopping;
       }
-      if (stopping && im.http.is_running()) im.http.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (stopping && !stopped && im.http.is_running()) {
+        im.http.stop();
+        stopped = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
   im.http.listen_after_bind();
@@ -809,8 +813,7 @@ void Server::stop() {
     std::lock_guard lock(im.inbox_mu);
     im.stopping = true;
   }
-  im.inbox_cv.notify_all();
-  im.http.stop();
+  im.inbox_cv.notify_all();  // the engine thread answers what is in flight; serve()'s stopper stops the listener
 }
 
 }  // namespace quarry::serve
