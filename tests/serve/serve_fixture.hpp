@@ -21,11 +21,12 @@ inline const std::string kModelName = "quarry-extract-11m";
 
 class TestServer {
  public:
-  explicit TestServer(ServeOptions opt = {}, std::size_t max_num_seqs = 8) {
+  explicit TestServer(ServeOptions opt = {}, std::size_t max_num_seqs = 8, std::size_t mtp_depth = 0) {
     auto tok = engine::Tokenizer::from_dir(kModelDir);
     engine::EngineOptions eo;
     eo.n_threads = 2;
     eo.max_num_seqs = max_num_seqs;
+    eo.mtp_depth = mtp_depth;
     eo.device = engine::parse_device("cpu");
     auto eng = engine::Engine::open(kModelDir, tok, eo);
     opt.host = "127.0.0.1";

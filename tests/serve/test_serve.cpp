@@ -601,6 +601,23 @@ TEST(ServeOpenAiNpm, ChatCompletionsCreatePlainStreamingJsonSchemaAndBadKey) {
   EXPECT_EQ(out["bad_key"]["code"], "invalid_api_key");
 }
 
+TEST(Serve, MtpDraftsAreCountedAndLossless) {
+  TestServer s({}, 8, /*mtp_depth=*/2);
+  auto c = s.client();
+  const json body = chat("Invoice A-17 total 120 EUR", 40);
+  const auto r = post(*c, "/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  // Drafting does not change greedy output: the same text as the engine without drafts.
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], engine_text(body, openai::Endpoint::chat_completions));
+  const auto m = scrape(s);
+  const double drafts = metric(m, "quarry:spec_decode_num_draft_tokens_total{" + kLabel + "}");
+  const double accepted = metric(m, "quarry:spec_decode_num_accepted_tokens_total{" + kLabel + "}");
+  EXPECT_GT(drafts, 0);
+  EXPECT_LE(accepted, drafts);
+  EXPECT_DOUBLE_EQ(metric(m, "quarry:spec_decode_draft_acceptance_rate{" + kLabel + "}"), accepted / drafts);
+}
+
 // ---------------------------------------------------------------- the program
 
 TEST(Serve, QuarryServeStopsOnSigterm) {
