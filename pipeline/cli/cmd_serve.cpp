@@ -126,8 +126,8 @@ void add_serve_command(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
       ->capture_default_str();
   sub->add_option("--max-concurrent", a->server.max_concurrent,
-                  "Requests in the server at once, queued and running; more are answered 429")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
+                  "Requests in the server at once, queued and running; more are answered 429 (one connection thread each)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
       ->capture_default_str();
   sub->add_option("--queue-timeout", a->server.queue_timeout_s,
                   "Seconds a request may wait for the engine before it is answered 503")
