@@ -1,4 +1,4 @@
-// The OpenAI Batch file format (https://platform.openai.com/docs/guides/batch): one request per line,
+// The OpenAI Batch file format: one request per line,
 // {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body": {...}},
 // and one output line per request, {"id", "custom_id", "response": {"status_code", "request_id",
 // "body"}, "error"}: `response` for a request the API answered (200 with the completion, or 4xx/5xx
