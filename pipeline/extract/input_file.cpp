@@ -60,6 +60,24 @@ std::optional<int> open_input(const std::string& path, std::uint64_t max_file_by
   return fd;
 }
 
+namespace {
+
+/// The finished digest of `ctx` in lowercase hex.
+std::string hex_digest(EVP_MD_CTX* ctx) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx, md, &len) != 1) throw std::runtime_error("SHA-256 is not available");
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<std::string> sha256_of_fd(int fd, std::string& reason) {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
@@ -79,16 +97,15 @@ std::optional<std::string> sha256_of_fd(int fd, std::string& reason) {
     EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n));
     off += n;
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return hex_digest(ctx.get());
+}
+
+std::string sha256_of_bytes(std::string_view bytes) {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1)
+    throw std::runtime_error("SHA-256 is not available");
+  return hex_digest(ctx.get());
 }
 
 }  // namespace quarry::extract

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace quarry::extract {
 
@@ -24,5 +25,7 @@ std::string special_file_reason(mode_t mode);
 /// SHA-256 of an open file's bytes (pread from offset 0, streamed in 64 KiB pieces; FIPS 180-4 by
 /// OpenSSL's EVP interface) as 64 lowercase hex digits; nullopt with `reason` on a read error.
 std::optional<std::string> sha256_of_fd(int fd, std::string& reason);
+/// SHA-256 of `bytes`, lowercase hex. Throws std::runtime_error when the digest is not available.
+std::string sha256_of_bytes(std::string_view bytes);
 
 }  // namespace quarry::extract

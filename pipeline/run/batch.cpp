@@ -1,7 +1,6 @@
 #include "pipeline/run/batch.hpp"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "pipeline/extract/input_file.hpp"
 #include "pipeline/run/ledger.hpp"
 #include "pipeline/run/outdir.hpp"
 #include "pipeline/run/records.hpp"
@@ -33,21 +33,7 @@ std::string line_key(const std::string& source, std::size_t number) {
 
 }  // namespace
 
-std::string sha256_hex(std::string_view bytes) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1 || EVP_DigestFinal_ex(ctx.get(), md, &len) != 1)
-    throw std::runtime_error("SHA-256 is not available");
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
+std::string sha256_hex(std::string_view bytes) { return extract::sha256_of_bytes(bytes); }
 
 BatchScanner::~BatchScanner() {
   if (fd_ >= 0) ::close(fd_);

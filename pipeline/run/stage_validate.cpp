@@ -58,6 +58,20 @@ json failed_output(const BatchSpec& b, bool bad_request, const std::string& mess
   return openai::batch_response_line(b.custom_id, e.status, openai::error_body(e));
 }
 
+/// The model's output parsed as JSON and checked against `validator` (errors appended); null when the
+/// output is not complete JSON (then one "json" error says so).
+json parse_and_validate(const GeneratedMsg& g, const schemas::Validator& validator, json& errors) {
+  json data = json::parse(g.text, nullptr, false);
+  if (data.is_discarded()) {
+    errors.push_back(error_entry("", "json",
+                                 "the model output is not complete JSON (finish: " + g.finish + ", " +
+                                     std::to_string(g.text.size()) + " bytes)"));
+    return nullptr;
+  }
+  for (const auto& v : validator.validate(to_plain(data))) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+  return data;
+}
+
 }  // namespace
 
 void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
@@ -110,18 +124,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         out = batch_record(std::move(out), batch->line, batch->custom_id, failed_output(*batch, g->bad_request, message));
       } else if (batch) {
         json data = nullptr;
-        if (batch->format != static_cast<int>(openai::ResponseFormat::text)) {
-          data = json::parse(g->text, nullptr, false);
-          if (data.is_discarded()) {
-            data = nullptr;
-            errors.push_back(error_entry("", "json",
-                                         "the model output is not complete JSON (finish: " + g->finish + ", " +
-                                             std::to_string(g->text.size()) + " bytes)"));
-          } else {
-            for (const auto& v : batch_validators.get(batch->schema_text).validate(to_plain(data)))
-              errors.push_back(error_entry(v.pointer, v.keyword, v.message));
-          }
-        }
+        if (batch->format != static_cast<int>(openai::ResponseFormat::text))
+          data = parse_and_validate(*g, batch_validators.get(batch->schema_text), errors);
         if (!errors.empty() && attempt < retries && g->finish != "length") {
           retry = true;
         } else {
@@ -136,15 +140,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         out = make_record(subject, "error", "model", nullptr,
                           json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
       } else {
-        json data = json::parse(g->text, nullptr, false);
-        if (data.is_discarded()) {
-          data = nullptr;
-          errors.push_back(error_entry("", "json",
-                                       "the model output is not complete JSON (finish: " + g->finish + ", " +
-                                           std::to_string(g->text.size()) + " bytes)"));
-        } else {
-          for (const auto& v : validator.validate(to_plain(data)))
-            errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+        json data = parse_and_validate(*g, validator, errors);
+        if (!data.is_null()) {
           if (sh.job.task == Task::rag && !g->task.document_text.empty()) {
             const Document d = document_from_text(subject.source, g->task.document_text);
             for (const auto& v : rag::check_evidence(to_plain(data), d))
