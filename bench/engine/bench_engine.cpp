@@ -279,13 +279,7 @@ int main(int argc, char** argv) {
               << compute_name(engine->model().compute()) << "\n";
 
     const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
-    // Linear parameters one token multiplies by (the router and its top-k experts in a sparse layer).
-    double linear = 0;
-    for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
-      linear += H * D * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads) +
-                (c.is_sparse_layer(l) ? H * static_cast<double>(c.num_experts) +
-                                            3.0 * H * static_cast<double>(c.num_experts_per_tok * c.moe_intermediate_size)
-                                      : 3.0 * H * static_cast<double>(c.intermediate_size));
+    const double linear = c.active_linear_parameters();
     auto prefill_flops = [&](double n) {
       return 2.0 * linear * n + 4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * D * n * (n + 1) / 2 +
              2.0 * H * static_cast<double>(V);

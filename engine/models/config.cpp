@@ -133,6 +133,17 @@ bool ModelConfig::is_sparse_layer(std::size_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
+double ModelConfig::active_linear_parameters() const {
+  const double H = static_cast<double>(hidden_size), D = static_cast<double>(head_dim);
+  double n = 0;
+  for (std::size_t l = 0; l < num_hidden_layers; ++l)
+    n += H * D * static_cast<double>(2 * num_attention_heads + 2 * num_key_value_heads) +
+         (is_sparse_layer(l)
+              ? H * static_cast<double>(num_experts) + 3.0 * H * static_cast<double>(num_experts_per_tok * moe_intermediate_size)
+              : 3.0 * H * static_cast<double>(intermediate_size));
+  return n;
+}
+
 ModelConfig load_model_config(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open (missing or unreadable)");

@@ -43,6 +43,10 @@ struct ModelConfig {
   std::vector<std::size_t> mlp_only_layers;  ///< ... and l is not listed here
   /// Whether decoder layer `layer` has the sparse MoE block (else the dense SwiGLU MLP).
   bool is_sparse_layer(std::size_t layer) const;
+  /// Weights of the linear layers one token is multiplied by over all decoder layers: the q/k/v/o
+  /// projections, and the dense MLP or, in a sparse layer, the router and num_experts_per_tok experts
+  /// (a MoE's active parameters). The LM head is not counted. FLOPs per token = 2 x this + attention.
+  double active_linear_parameters() const;
 
   // Multi-token prediction (MTP) heads (ARCHITECTURE.md "MTP").
   /// Qwen3-Next / Qwen3.5 layout: decoder layers of the one `mtp.*` module (0: none; only 1 is supported).

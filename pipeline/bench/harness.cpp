@@ -162,20 +162,12 @@ eng::DType weight_type(const std::string& dtype) {
 // ---------------------------------------------------------------------------------------------------
 // Model figures
 
-/// Parameters of the linear layers one token passes through (FLOPs per token = 2 x this + attention).
-double linear_params(const eng::ModelConfig& c) {
-  const double H = static_cast<double>(c.hidden_size), D = static_cast<double>(c.head_dim);
-  return static_cast<double>(c.num_hidden_layers) *
-         (H * D * static_cast<double>(2 * c.num_attention_heads + 2 * c.num_key_value_heads) +
-          3.0 * H * static_cast<double>(c.intermediate_size));
-}
-
 /// FLOPs of computing `n` prompt tokens after `past` cached ones: linear layers, causal attention
 /// (QK^T and PV: 4 x heads x head_dim per attended position), and one LM-head row.
 double prefill_flops(const eng::ModelConfig& c, std::size_t past, std::size_t n) {
   const double pn = static_cast<double>(past), nn = static_cast<double>(n);
   const double attended = nn * pn + nn * (nn + 1) / 2;
-  return 2.0 * linear_params(c) * nn +
+  return 2.0 * c.active_linear_parameters() * nn +
          4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * attended +
          2.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.vocab_size);
 }
@@ -197,7 +189,7 @@ json model_info(const eng::Engine& engine, const fs::path& dir, const std::strin
   m["head_dim"] = c.head_dim;
   m["vocab_size"] = c.vocab_size;
   m["max_position_embeddings"] = c.max_position_embeddings;
-  m["linear_parameters"] = linear_params(c);
+  m["linear_parameters"] = c.active_linear_parameters();
   m["compute"] = eng::compute_name(engine.model().compute());
   m["device"] = engine.backend().description();
   m["weight_bytes_per_step"] = engine.model().weight_bytes_per_step();

@@ -32,6 +32,17 @@ TEST(MoeConfig, KeysAndSparseLayers) {
   EXPECT_EQ(sparse, (std::vector<bool>{false, true, false, false, false, true}));
 }
 
+TEST(MoeConfig, ActiveLinearParametersCountTheRoutedExpertsOnly) {
+  const auto c = parse_model_config(kMoeConfig, "config.json");
+  const double attn = 64.0 * 16 * (2 * 4 + 2 * 2);   // q, o: 4 heads of 16; k, v: 2
+  const double dense = 3.0 * 64 * 96;
+  const double sparse = 64.0 * 8 + 3.0 * 64 * 2 * 32;  // router + 2 of 8 experts of width 32
+  EXPECT_DOUBLE_EQ(c.active_linear_parameters(), 6 * attn + 4 * dense + 2 * sparse);  // layers 1 and 5 sparse
+  auto j = nlohmann::json::parse(kMoeConfig);
+  j.erase("num_experts");
+  EXPECT_DOUBLE_EQ(parse_model_config(j.dump(), "config.json").active_linear_parameters(), 6 * (attn + dense));
+}
+
 TEST(MoeConfig, NumLocalExpertsIsTheSameKey) {
   auto j = nlohmann::json::parse(kMoeConfig);
   j.erase("num_experts");
