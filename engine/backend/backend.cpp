@@ -118,6 +118,125 @@ void Backend::head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads
   rope(x, n_tokens, n_heads, head_dim, ld, rotary_dim, cos, sin);
 }
 
+namespace {
+/// Device data as host memory: the pointer itself on a host-memory backend, else a downloaded copy that
+/// upload_back() writes back.
+struct HostView {
+  Backend& b;
+  float* device;
+  std::size_t n;
+  std::vector<float> copy;
+  float* p = nullptr;
+  HostView(Backend& be, const float* d, std::size_t count) : b(be), device(const_cast<float*>(d)), n(count) {
+    if (b.host_memory()) p = device;
+    else {
+      copy.resize(n);
+      if (n) b.download(copy.data(), device, n * sizeof(float));
+      p = copy.data();
+    }
+  }
+  void upload_back() {
+    if (!b.host_memory() && n) b.upload(device, copy.data(), n * sizeof(float));
+  }
+};
+
+float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplusf(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold 20
+}  // namespace
+
+void Backend::sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
+                          std::size_t rows, std::size_t n) {
+  if (rows == 0 || n == 0) return;
+  if (gate_cols != 1 && gate_cols != n) throw std::invalid_argument("sigmoid_mul: gate_cols must be 1 or n");
+  HostView g(*this, gate, (rows - 1) * ldg + gate_cols);
+  HostView v(*this, x, (rows - 1) * ldx + n);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < n; ++i) v.p[r * ldx + i] *= sigmoidf(g.p[r * ldg + (gate_cols == 1 ? 0 : i)]);
+  v.upload_back();
+}
+
+void Backend::gated_delta_net(const GatedDeltaNetShape& s, const float* qkv, std::size_t ldqkv, const float* a,
+                              const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
+                              const float* dt_bias, const StagedBatch& batch, std::span<float* const> states,
+                              float* out, std::size_t ldo) {
+  const std::size_t T = batch.n_tokens;
+  if (T == 0) return;
+  const std::size_t nk = s.n_k_heads, nv = s.n_v_heads, dk = s.k_head_dim, dv = s.v_head_dim, K = s.conv_kernel;
+  if (nk == 0 || nv == 0 || dk == 0 || dv == 0 || K < 1 || nv % nk != 0)
+    throw std::invalid_argument("gated_delta_net: bad shape (heads, head dims, conv kernel; nv a multiple of nk)");
+  if (states.size() < batch.n_seqs) throw std::invalid_argument("gated_delta_net: one state per sequence needed");
+  const std::size_t C = s.conv_dim(), conv_floats = (K - 1) * C, S_floats = nv * dk * dv;
+  HostView x(*this, qkv, (T - 1) * ldqkv + C);
+  HostView av(*this, a, (T - 1) * ldab + nv), bv(*this, b, (T - 1) * ldab + nv);
+  HostView w(*this, conv_weight, C * K), al(*this, A_log, nv), dt(*this, dt_bias, nv);
+  HostView o(*this, out, (T - 1) * ldo + nv * dv);
+  std::vector<HostView> st;
+  st.reserve(batch.n_seqs);
+  for (std::size_t i = 0; i < batch.n_seqs; ++i) st.emplace_back(*this, states[i], conv_floats + S_floats);
+  std::vector<float> y(C), kv_mem(dv), delta(dv);
+  const std::size_t ratio = nv / nk;
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::size_t seq = static_cast<std::size_t>(batch.host_seq_index[t]);
+    float* conv = st[seq].p;
+    float* S = conv + conv_floats;
+    if (batch.host_positions[t] == 0) std::fill(conv, conv + conv_floats + S_floats, 0.0f);
+    const float* xt = x.p + t * ldqkv;
+    // Depthwise causal conv over the window [K - 1 stored inputs, this input], then SiLU.
+    for (std::size_t c = 0; c < C; ++c) {
+      float acc = 0.0f;
+      for (std::size_t j = 0; j + 1 < K; ++j) acc += w.p[c * K + j] * conv[j * C + c];
+      acc += w.p[c * K + K - 1] * xt[c];
+      y[c] = acc * sigmoidf(acc);
+    }
+    if (K > 1) {
+      std::copy(conv + C, conv + conv_floats, conv);
+      std::copy(xt, xt + C, conv + (K - 2) * C);
+    }
+    // l2 norms of q and k per key head (FLA's l2norm: x * rsqrt(sum x^2 + 1e-6)); q scaled.
+    for (std::size_t h = 0; h < 2 * nk; ++h) {
+      float* v = y.data() + h * dk;
+      float ss = 0.0f;
+      for (std::size_t i = 0; i < dk; ++i) ss += v[i] * v[i];
+      const float inv = 1.0f / std::sqrt(ss + 1e-6f) * (h < nk ? qscale : 1.0f);
+      for (std::size_t i = 0; i < dk; ++i) v[i] *= inv;
+    }
+    const float* q = y.data();
+    const float* k = y.data() + nk * dk;
+    const float* v = y.data() + 2 * nk * dk;
+    float* ot = o.p + t * ldo;
+    for (std::size_t h = 0; h < nv; ++h) {
+      const float* qh = q + (h / ratio) * dk;
+      const float* kh = k + (h / ratio) * dk;
+      const float* vh = v + h * dv;
+      float* Sh = S + h * dk * dv;
+      const float beta = sigmoidf(bv.p[t * ldab + h]);
+      const float g = -std::exp(al.p[h]) * softplusf(av.p[t * ldab + h] + dt.p[h]);
+      const float decay = std::exp(g);
+      std::fill(kv_mem.begin(), kv_mem.end(), 0.0f);
+      for (std::size_t i = 0; i < dk; ++i) {
+        float* row = Sh + i * dv;
+        for (std::size_t j = 0; j < dv; ++j) {
+          row[j] *= decay;
+          kv_mem[j] += row[j] * kh[i];
+        }
+      }
+      for (std::size_t j = 0; j < dv; ++j) delta[j] = (vh[j] - kv_mem[j]) * beta;
+      float* oh = ot + h * dv;
+      std::fill(oh, oh + dv, 0.0f);
+      for (std::size_t i = 0; i < dk; ++i) {
+        float* row = Sh + i * dv;
+        for (std::size_t j = 0; j < dv; ++j) {
+          row[j] += kh[i] * delta[j];
+          oh[j] += row[j] * qh[i];
+        }
+      }
+    }
+  }
+  o.upload_back();
+  for (auto& h : st) h.upload_back();
+}
+
 void Backend::moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k,
                         bool renormalize, std::int32_t* ids, float* weights) {
   if (n_tokens == 0) return;

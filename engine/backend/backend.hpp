@@ -121,6 +121,9 @@ struct KvSpec {
   std::size_t n_layers = 0, n_kv_heads = 0, head_dim = 0;
   std::size_t block_size = 16;  ///< tokens per block
   DType dtype = DType::f32;     ///< f32 or bf16
+  /// Hybrid models: f32 values of recurrent state each sequence keeps beside its pages (the conv windows
+  /// and delta-rule states of every linear-attention layer); 0 for pure attention models.
+  std::size_t state_floats = 0;
   /// Bytes one token occupies over all layers (K and V).
   std::size_t bytes_per_token() const { return 2 * n_layers * n_kv_heads * head_dim * dtype_size(dtype); }
   bool operator==(const KvSpec&) const = default;
@@ -241,6 +244,37 @@ class Backend : public std::enable_shared_from_this<Backend> {
     (void)n_tokens;
     return false;
   }
+  // Hybrid models' token mixing (Qwen3-Next, Qwen3.5). The defaults compute on the host (downloading and
+  // uploading where device memory is not host memory); a backend overrides them with device kernels.
+  /// x[r, i] *= sigmoid(gate[r, gate_cols == 1 ? 0 : i]) for r < rows, i < n (the output gate of gated
+  /// attention, gate_cols = n; the shared expert's scalar gate, gate_cols = 1). Strides in elements.
+  virtual void sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
+                           std::size_t rows, std::size_t n);
+  /// Gated DeltaNet token mixing (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks"; HF
+  /// Qwen3NextGatedDeltaNet with its recurrent rule torch_recurrent_gated_delta_rule) over the staged
+  /// batch, token by token in batch order, each token reading and updating its sequence's state:
+  ///   conv:  y = silu(sum_{j<K} w[c, j] * window[j, c]), window = the sequence's last K-1 inputs then
+  ///          qkv[t] (a depthwise causal conv1d over the conv_dim = 2 nk dk + nv dv channels, no bias);
+  ///   split: q, k [nk, dk] (l2-normalised per head, eps 1e-6; q scaled by 1/sqrt(dk)), v [nv, dv];
+  ///   per value head h (key head h / (nv / nk)): beta = sigmoid(b[t, h]),
+  ///          g = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]);  S_h [dk, dv]:
+  ///          S = exp(g) S;  S += k (beta (v - S^T k))^T;  out[t, h] = S^T q.
+  /// qkv [n_tokens, conv_dim] (stride ldqkv), a and b [n_tokens, nv] (strides ldab), conv_weight
+  /// [conv_dim, K], A_log and dt_bias [nv] (f32, device); out [n_tokens, nv * dv] (stride ldo).
+  /// `states` (host array of device pointers, one per row of the batch's block tables = staged
+  /// seq_index): each sequence's state of this layer, gated_delta_net_state_floats() floats laid out as
+  /// conv window [K - 1, conv_dim] then S [nv, dk, dv]; a token at position 0 zeroes its state first.
+  struct GatedDeltaNetShape {
+    std::size_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
+    std::size_t conv_dim() const { return 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim; }
+  };
+  static std::size_t gated_delta_net_state_floats(const GatedDeltaNetShape& s) {
+    return (s.conv_kernel - 1) * s.conv_dim() + s.n_v_heads * s.k_head_dim * s.v_head_dim;
+  }
+  virtual void gated_delta_net(const GatedDeltaNetShape& shape, const float* qkv, std::size_t ldqkv, const float* a,
+                               const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
+                               const float* dt_bias, const StagedBatch& batch, std::span<float* const> states,
+                               float* out, std::size_t ldo);
   /// x[i] = value for i < n.
   virtual void fill(float* x, std::size_t n, float value) = 0;
   /// Waits for every op issued before.

@@ -21,7 +21,36 @@ KvCache::KvCache(const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOp
 
 KvCache::KvCache(Backend& backend, const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOptions& prefix)
     : KvCache(spec, max_tokens, prefix,
-              backend.make_kv_storage(spec, spec.block_size ? (max_tokens + spec.block_size - 1) / spec.block_size : 0)) {}
+              backend.make_kv_storage(spec, spec.block_size ? (max_tokens + spec.block_size - 1) / spec.block_size : 0)) {
+  backend_ = &backend;
+}
+
+namespace {
+constexpr std::size_t kStateSlotsPerChunk = 8;
+}
+
+std::size_t KvCache::take_state_slot() {
+  if (shape_.state_floats == 0) return SIZE_MAX;
+  if (!free_slots_.empty()) {
+    const std::size_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  if (backend_ && n_slots_ % kStateSlotsPerChunk == 0)
+    state_chunks_.push_back(backend_->alloc(kStateSlotsPerChunk * shape_.state_floats * sizeof(float)));
+  return n_slots_++;
+}
+
+float* KvCache::slot_pointer(std::size_t slot) const {
+  if (slot == SIZE_MAX || state_chunks_.empty()) return nullptr;
+  return state_chunks_[slot / kStateSlotsPerChunk].as<float>() + (slot % kStateSlotsPerChunk) * shape_.state_floats;
+}
+
+float* KvCache::recurrent_state(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) throw std::out_of_range("KvCache: unknown sequence " + std::to_string(id));
+  return slot_pointer(it->second.state_slot);
+}
 
 KvStorage& KvCache::storage() {
   if (!storage_) throw std::logic_error("KvCache: no block storage (bookkeeping only)");
@@ -48,6 +77,7 @@ KvCache::SeqState& KvCache::state(SeqId id) {
 SeqId KvCache::create_sequence() {
   SeqId id = next_id_++;
   seqs_[id].last_hash = root_hash();
+  seqs_[id].state_slot = take_state_slot();
   return id;
 }
 
@@ -56,6 +86,10 @@ SeqId KvCache::fork_sequence(SeqId src) {
   for (BlockId b : copy.table) alloc_.retain(b);
   SeqId id = next_id_++;
   seqs_[id] = copy;
+  seqs_[id].state_slot = take_state_slot();
+  float* to = slot_pointer(seqs_[id].state_slot);
+  const float* from = slot_pointer(copy.state_slot);
+  if (to && from) backend_->copy_rows(to, shape_.state_floats, from, shape_.state_floats, 1, shape_.state_floats);
   return id;
 }
 
@@ -64,6 +98,7 @@ void KvCache::free_sequence(SeqId id) {
   if (it == seqs_.end()) return;
   const auto& table = it->second.table;
   for (auto b = table.rbegin(); b != table.rend(); ++b) alloc_.release(*b);
+  if (it->second.state_slot != SIZE_MAX) free_slots_.push_back(it->second.state_slot);
   seqs_.erase(it);
 }
 

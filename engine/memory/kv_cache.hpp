@@ -111,6 +111,14 @@ class KvCache {
   /// Number of leading blocks of the sequence that are committed (keyed or attached).
   std::size_t n_committed_blocks(SeqId id) const;
 
+  // ---- recurrent state (hybrid models: spec().state_floats > 0) ----
+  /// The sequence's recurrent state in the backend's memory: spec().state_floats f32 values, zeroed by
+  /// the model when the sequence's position 0 is computed; null without state or on a bookkeeping-only
+  /// cache. A fork copies it; truncate() does not roll it back (stateful sequences are never truncated
+  /// below what was computed: the engine runs no MTP drafts and no prefix reuse for such models).
+  /// Throws std::out_of_range on an unknown id.
+  float* recurrent_state(SeqId id) const;
+
   /// The K/V block storage (throws std::logic_error on a bookkeeping-only cache).
   KvStorage& storage();
   const KvStorage& storage() const;
@@ -122,7 +130,15 @@ class KvCache {
     std::vector<BlockId> table;
     std::size_t n_committed = 0;  ///< leading blocks whose keys are known
     BlockHash last_hash = 0;      ///< key of block n_committed - 1 (the salt-derived root if none)
+    std::size_t state_slot = SIZE_MAX;  ///< recurrent-state slot (hybrid models)
   };
+  /// A free recurrent-state slot, growing the slot chunks as needed (no-op without state).
+  std::size_t take_state_slot();
+  float* slot_pointer(std::size_t slot) const;
+  Backend* backend_ = nullptr;             ///< allocates the recurrent state (null: bookkeeping only)
+  std::vector<DeviceBuffer> state_chunks_; ///< kStateSlotsPerChunk slots each
+  std::vector<std::size_t> free_slots_;
+  std::size_t n_slots_ = 0;
   BlockHash root_hash() const;
   SeqState& state(SeqId id);
   KvSpec shape_;

@@ -55,7 +55,10 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
   if (c.architecture.empty() && c.model_type.empty()) fail(origin, "neither \"architectures\" nor \"model_type\" is set");
   c.vocab_size = get_size(j, "vocab_size", origin);
   c.hidden_size = get_size(j, "hidden_size", origin);
-  c.intermediate_size = get_size(j, "intermediate_size", origin);
+  // MoE-only models (Qwen3.5-MoE) have no dense width.
+  c.intermediate_size = j.contains("intermediate_size") || !(j.contains("num_experts") || j.contains("num_local_experts"))
+                            ? get_size(j, "intermediate_size", origin)
+                            : 0;
   c.num_hidden_layers = get_size(j, "num_hidden_layers", origin);
   c.num_attention_heads = get_size(j, "num_attention_heads", origin);
   c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
@@ -94,7 +97,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
   if (c.num_experts > 0) {
     c.num_experts_per_tok = get_size(j, "num_experts_per_tok", origin);
     c.moe_intermediate_size = get_size(j, "moe_intermediate_size", origin);
-    c.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false, origin);
+    // Qwen3-Next defaults to renormalising; Qwen3.5-MoE always does (its router has no switch).
+    const bool qwen35_moe = c.model_type.rfind("qwen3_5_moe", 0) == 0 || c.architecture.rfind("Qwen3_5Moe", 0) == 0;
+    c.norm_topk_prob = qwen35_moe || get_or<bool>(j, "norm_topk_prob", c.model_type == "qwen3_next", origin);
     c.decoder_sparse_step = get_or<std::size_t>(j, "decoder_sparse_step", 1, origin);
     c.mlp_only_layers = get_or<std::vector<std::size_t>>(j, "mlp_only_layers", {}, origin);
     if (c.num_experts_per_tok == 0 || c.num_experts_per_tok > c.num_experts)
@@ -102,6 +107,36 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
                        std::to_string(c.num_experts) + ")");
     if (c.decoder_sparse_step == 0) fail(origin, "decoder_sparse_step must be at least 1");
   }
+
+  // Hybrid layers (HF Qwen3NextConfig: layer_types, else every full_attention_interval-th layer full).
+  if (j.contains("linear_num_value_heads") || j.contains("layer_types")) {
+    c.layer_types = get_or<std::vector<std::string>>(j, "layer_types", {}, origin);
+    if (c.layer_types.empty()) {
+      const std::size_t interval = get_or<std::size_t>(j, "full_attention_interval", 4, origin);
+      if (interval == 0) fail(origin, "full_attention_interval must be at least 1");
+      for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+        c.layer_types.push_back((l + 1) % interval ? "linear_attention" : "full_attention");
+    }
+    if (c.layer_types.size() != c.num_hidden_layers)
+      fail(origin, "layer_types has " + std::to_string(c.layer_types.size()) + " entries for " +
+                       std::to_string(c.num_hidden_layers) + " layers");
+    bool linear = false;
+    for (const auto& t : c.layer_types) {
+      if (t != "linear_attention" && t != "full_attention")
+        fail(origin, "unsupported layer type \"" + t + "\" (supported: linear_attention, full_attention)");
+      linear = linear || t == "linear_attention";
+    }
+    if (linear) {
+      c.linear_num_key_heads = get_size(j, "linear_num_key_heads", origin);
+      c.linear_num_value_heads = get_size(j, "linear_num_value_heads", origin);
+      c.linear_key_head_dim = get_size(j, "linear_key_head_dim", origin);
+      c.linear_value_head_dim = get_size(j, "linear_value_head_dim", origin);
+      c.linear_conv_kernel_dim = get_size(j, "linear_conv_kernel_dim", origin);
+      if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+        fail(origin, "linear_num_value_heads is not a multiple of linear_num_key_heads");
+    }
+  }
+  c.shared_expert_intermediate_size = get_or<std::size_t>(j, "shared_expert_intermediate_size", 0, origin);
 
   c.mtp_num_hidden_layers = get_or<std::size_t>(j, "mtp_num_hidden_layers", 0, origin);
   c.num_nextn_predict_layers = get_or<std::size_t>(j, "num_nextn_predict_layers", 0, origin);
@@ -136,8 +171,18 @@ bool ModelConfig::is_sparse_layer(std::size_t layer) const {
 double ModelConfig::active_linear_parameters() const {
   const double H = static_cast<double>(hidden_size), D = static_cast<double>(head_dim);
   double n = 0;
+  const double key_dim = static_cast<double>(linear_num_key_heads * linear_key_head_dim);
+  const double value_dim = static_cast<double>(linear_num_value_heads * linear_value_head_dim);
+  const double gated_q = layer_types.empty() ? 0.0 : H * D * static_cast<double>(num_attention_heads);
   for (std::size_t l = 0; l < num_hidden_layers; ++l)
-    n += H * D * static_cast<double>(2 * num_attention_heads + 2 * num_key_value_heads) +
+    n += (is_linear_attention_layer(l)
+              // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
+              ? H * (2 * key_dim + 2 * value_dim + 2.0 * static_cast<double>(linear_num_value_heads)) + value_dim * H
+              // q (twice its width with the output gate of hybrid models), k, v, o
+              : H * D * static_cast<double>(2 * num_attention_heads + 2 * num_key_value_heads) + gated_q) +
+         (shared_expert_intermediate_size > 0 && is_sparse_layer(l)
+              ? 3.0 * H * static_cast<double>(shared_expert_intermediate_size) + H
+              : 0.0) +
          (is_sparse_layer(l)
               ? H * static_cast<double>(num_experts) + 3.0 * H * static_cast<double>(num_experts_per_tok * moe_intermediate_size)
               : 3.0 * H * static_cast<double>(intermediate_size));

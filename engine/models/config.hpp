@@ -48,6 +48,26 @@ struct ModelConfig {
   /// (a MoE's active parameters). The LM head is not counted. FLOPs per token = 2 x this + attention.
   double active_linear_parameters() const;
 
+  // Hybrid models (Qwen3-Next, Qwen3.5): Gated DeltaNet ("linear_attention") layers beside gated
+  // attention ("full_attention") layers, zero-centred RMSNorms, an optional shared expert.
+  /// Per layer "linear_attention" or "full_attention" (layer_types, or every full_attention_interval-th
+  /// layer full); empty for models without linear attention.
+  std::vector<std::string> layer_types;
+  std::size_t linear_num_key_heads = 0, linear_num_value_heads = 0;
+  std::size_t linear_key_head_dim = 0, linear_value_head_dim = 0;
+  std::size_t linear_conv_kernel_dim = 0;
+  std::size_t shared_expert_intermediate_size = 0;  ///< 0: no shared expert
+  /// Decoder layers that keep K/V (every layer but the linear-attention ones).
+  std::size_t attention_layers() const {
+    std::size_t n = 0;
+    for (std::size_t l = 0; l < num_hidden_layers; ++l) n += is_linear_attention_layer(l) ? 0 : 1;
+    return n;
+  }
+  /// Whether layer `layer` is a Gated DeltaNet layer.
+  bool is_linear_attention_layer(std::size_t layer) const {
+    return layer < layer_types.size() && layer_types[layer] == "linear_attention";
+  }
+
   // Multi-token prediction (MTP) heads (ARCHITECTURE.md "MTP").
   /// Qwen3-Next / Qwen3.5 layout: decoder layers of the one `mtp.*` module (0: none; only 1 is supported).
   std::size_t mtp_num_hidden_layers = 0;

@@ -43,6 +43,8 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
     const auto& table = kv.block_table(seqs[s]);
     std::copy(table.begin(), table.end(), tables.begin() + static_cast<std::ptrdiff_t>(s * max_blocks));
   }
+  if (kv.spec().state_floats > 0)
+    for (const SeqId s : seqs) states_.push_back(kv.recurrent_state(s));
   BatchInputs in;
   in.tokens = b.tokens;
   in.positions = b.positions;
@@ -104,7 +106,7 @@ void Model::mtp_forward(std::size_t depth, const Batch& batch, const float* hidd
 std::unique_ptr<KvCache> Model::make_kv_cache(std::size_t max_tokens, std::size_t mtp_layers,
                                               const PrefixCacheOptions& prefix) const {
   KvSpec spec = kv_spec();
-  spec.n_layers = config().num_hidden_layers + std::min(mtp_layers, mtp_depths());
+  spec.n_layers = config().attention_layers() + std::min(mtp_layers, mtp_depths());
   return std::make_unique<KvCache>(backend(), spec, max_tokens, prefix);
 }
 

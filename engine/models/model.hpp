@@ -38,8 +38,12 @@ class ForwardBatch {
   std::size_t table_stride() const { return staged_->max_blocks; }
   std::size_t size() const { return n_tokens_; }
   std::size_t n_logits() const { return n_logits_; }
+  /// Hybrid models: each sequence's recurrent state (KvCache::recurrent_state), one device pointer per
+  /// row of the staged block tables (staged().seq_index); empty when the cache keeps no state.
+  std::span<float* const> recurrent_states() const { return states_; }
 
  private:
+  std::vector<float*> states_;
   const StagedBatch* staged_ = nullptr;
   std::size_t n_tokens_ = 0, n_logits_ = 0;
 };

@@ -37,5 +37,9 @@ std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<Ten
                                   std::shared_ptr<Backend> backend, Compute compute);
 std::unique_ptr<Model> make_qwen3_moe(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                       std::shared_ptr<Backend> backend, Compute compute);
+/// Hybrid Gated DeltaNet + gated attention models (qwen3_next.cpp): Qwen3NextForCausalLM,
+/// Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM.
+std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                        std::shared_ptr<Backend> backend, Compute compute);
 
 }  // namespace quarry::engine

@@ -99,7 +99,9 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   ro.max_kv_tokens = options_.max_kv_tokens;
   ro.kv_cache_mb = options_.kv_cache_mb;
   ro.mtp_layers = mtp_depth_;
-  ro.prefix.enabled = options_.enable_prefix_caching;
+  // A model with recurrent state (hybrid) cannot resume from cached K/V blocks alone: no prefix reuse.
+  const bool stateful = model->kv_spec().state_floats > 0;
+  ro.prefix.enabled = options_.enable_prefix_caching && !stateful;
   ro.prefix.salt = model_salt(*model);
   runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
   SchedulerOptions so;
@@ -119,7 +121,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
                  std::to_string(kv.allocator().max_blocks() * kv.spec().block_size) + " tokens (" +
                  std::to_string(kv.allocator().max_blocks() * kv.bytes_per_block() >> 20) + " MiB " +
                  dtype_name(kv.spec().dtype) + "), prefix caching " +
-                 (options_.enable_prefix_caching ? "on" : "off"));
+                 (kv.prefix_options().enabled ? "on" : stateful ? "off (recurrent state)" : "off"));
   }
 }
 

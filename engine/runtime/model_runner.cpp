@@ -6,7 +6,7 @@ namespace quarry::engine {
 
 ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions& options) : model_(std::move(model)) {
   KvSpec spec = model_->kv_spec();
-  spec.n_layers = model_->config().num_hidden_layers + std::min(options.mtp_layers, model_->mtp_depths());
+  spec.n_layers = model_->config().attention_layers() + std::min(options.mtp_layers, model_->mtp_depths());
   std::size_t kv_tokens = options.max_kv_tokens;
   if (options.kv_cache_mb > 0) {
     const std::size_t block_bytes = spec.bytes_per_token() * spec.block_size;

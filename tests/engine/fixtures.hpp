@@ -20,7 +20,9 @@ inline const std::vector<std::string>& fixture_models() {
   static const std::vector<std::string> m = {"tiny_gqa_tied_f32",   "tiny_mha_untied_sharded_f32",
                                              "tiny_gqa_untied_bf16", "tiny_moe_f32",
                                              "tiny_moe_f32_fused",   "tiny_moe_bf16",
-                                             "tiny_moe_bf16_fused"};
+                                             "tiny_moe_bf16_fused",  "tiny_next_f32",
+                                             "tiny_next_bf16",       "tiny_qwen35_f32",
+                                             "tiny_qwen35moe_f32"};
   return m;
 }
 

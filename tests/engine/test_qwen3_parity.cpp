@@ -108,7 +108,8 @@ TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
   auto one = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size());
   for (std::size_t chunk : {1u, 7u, 16u}) {
     auto chunked = prefill(*model, kv, kv.create_sequence(), prompt, chunk);
-    EXPECT_LE(max_abs_diff(chunked.data(), one), 1e-5f) << "chunk " << chunk;
+    // 2e-5: products over other row counts may block differently (hybrid models add a few layers' worth).
+    EXPECT_LE(max_abs_diff(chunked.data(), one), 2e-5f) << "chunk " << chunk;
   }
 }
 

@@ -1,0 +1,392 @@
+// Hybrid Qwen models: Qwen3NextForCausalLM (Qwen3-Next-80B-A3B) and the text models of Qwen3.5
+// (Qwen3_5ForCausalLM, dense; Qwen3_5MoeForCausalLM, sparse), after HF transformers
+// models/qwen3_next/modeling_qwen3_next.py and models/qwen3_5{,_moe}/modeling_qwen3_5{,_moe}.py.
+//   x = embed(tokens)
+//   per layer (config.layer_types): h = RMSNorm1p(x) with RMSNorm1p(v) = RMSNorm(v) * (1 + w) (zero-centred)
+//     linear_attention: qkv, z, b, a = h W^T;  core = GatedDeltaNet(qkv, a, b) (Backend::gated_delta_net:
+//       causal conv1d + SiLU, l2-normalised q/k, gated delta rule with per-sequence recurrent state);
+//       x += (RMSNorm(core per value head) * w * silu(z)) W_out^T
+//     full_attention: q|gate = h Wq^T (per head: head_dim query values, then head_dim gate values);
+//       q, k = RMSNorm1p per head, partial RoPE (partial_rotary_factor); o = attention (GQA, paged KV);
+//       x += (o * sigmoid(gate)) Wo^T
+//     h = RMSNorm1p(x); x += dense SwiGLU, or the sparse MoE block plus, when shared_expert_intermediate_size
+//       is set, sigmoid(h g^T) * SharedSwiGLU(h)
+//   logits = RMSNorm1p(x) W_lm^T
+// Qwen3-Next stores the linear-attention input projections grouped per key head (in_proj_qkvz: per key
+// head [q, k, v, z]; in_proj_ba: per key head [b, a]); they are regrouped at load into the Qwen3.5 layout
+// (in_proj_qkv = all q, all k, all v; in_proj_z; in_proj_b; in_proj_a), so one forward serves both.
+// The recurrent state lives in the KV cache per sequence (KvCache::recurrent_state); such models run
+// without prefix reuse and without MTP drafting (the `mtp.*` module is not loaded).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/core/dtype.hpp"
+#include "engine/models/layers.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/registry.hpp"
+#include "engine/models/safetensors.hpp"
+
+namespace quarry::engine {
+
+namespace {
+
+using layers::WeightLoader;
+
+/// A weight made from selected rows of a checkpoint tensor (regrouped projections). The rows are copied
+/// into `host`, which the weight may read in place and which therefore lives as long as it.
+struct RowsWeight {
+  std::vector<unsigned char> host;
+  std::unique_ptr<Weight> w;
+};
+
+RowsWeight rows_of(const WeightLoader& w, const TensorView& t, const std::vector<std::size_t>& rows, std::size_t cols) {
+  RowsWeight r;
+  const std::size_t row_bytes = cols * dtype_size(t.dtype);
+  r.host.resize(rows.size() * row_bytes);
+  const auto* src = static_cast<const unsigned char*>(t.data);
+  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(r.host.data() + i * row_bytes, src + rows[i] * row_bytes, row_bytes);
+  r.w = w.backend().load_matrix(r.host.data(), t.dtype, rows.size(), cols, WeightUse::matmul, w.compute());
+  return r;
+}
+
+/// A vector widened to f32, plus `offset` (1 for the zero-centred RMSNorm weights: (1 + w)).
+DeviceBuffer vector_plus(const WeightLoader& w, const std::string& name, const std::vector<std::size_t>& shape,
+                         float offset) {
+  const TensorView& t = w.store().get(name, shape);
+  std::vector<float> v(t.numel());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = element_as_f32(t.data, t.dtype, i) + offset;
+  return w.backend().load_vector(v);
+}
+
+struct LinearAttention {
+  DeviceBuffer input_norm;           ///< f32 [hidden], 1 + w
+  RowsWeight qkv, z, b, a;           ///< [conv_dim, H], [nv dv, H], [nv, H], [nv, H]
+  std::unique_ptr<Weight> w_out;     ///< [H, nv dv]
+  DeviceBuffer conv_weight;          ///< f32 [conv_dim, K]
+  DeviceBuffer A_log, dt_bias, norm; ///< f32 [nv], [nv], [dv] (the gated norm's plain weight)
+  std::size_t state_offset = 0;      ///< floats into the sequence's recurrent state
+  std::size_t bytes() const {
+    return qkv.w->bytes() + z.w->bytes() + b.w->bytes() + a.w->bytes() + w_out->bytes() + input_norm.bytes() +
+           conv_weight.bytes() + A_log.bytes() + dt_bias.bytes() + norm.bytes();
+  }
+};
+
+struct GatedAttention {
+  DeviceBuffer input_norm, q_norm, k_norm;  ///< f32, 1 + w
+  RowsWeight wq, wgate;                     ///< [NH D, H] each
+  std::unique_ptr<Weight> wk, wv, wo;
+  std::size_t kv_layer = 0;
+  std::size_t bytes() const {
+    return wq.w->bytes() + wgate.w->bytes() + wk->bytes() + wv->bytes() + wo->bytes() + input_norm.bytes() +
+           q_norm.bytes() + k_norm.bytes();
+  }
+};
+
+struct Layer {
+  bool linear = false;
+  LinearAttention lin;
+  GatedAttention attn;
+  layers::MlpWeights mlp;     ///< dense layers
+  layers::MoeWeights moe;     ///< sparse layers (router non-null)
+  layers::MlpWeights shared;  ///< the shared expert of a sparse layer (w_gate null: none)
+  std::unique_ptr<Weight> shared_gate;  ///< [1, H]
+  bool sparse() const { return moe.router != nullptr; }
+  std::size_t active_bytes() const {
+    std::size_t n = linear ? lin.bytes() : attn.bytes();
+    if (!sparse()) return n + mlp.bytes();
+    n += moe.active_bytes();
+    if (shared.w_gate) n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() + shared_gate->bytes();
+    return n;
+  }
+};
+
+enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch };
+
+class HybridQwen final : public Model {
+ public:
+  HybridQwen(const ModelConfig& c, std::unique_ptr<TensorStore> store, std::shared_ptr<Backend> backend, Compute requested)
+      : cfg_(c), store_(std::move(store)), backend_(std::move(backend)), ws_(*backend_) {
+    const std::size_t H = c.hidden_size;
+    const std::string origin = store_->origin().string();
+    if (c.attention_bias) throw std::runtime_error(origin + ": attention_bias=true is not supported for " + c.architecture);
+    if (c.attention_layers() == 0)
+      throw std::runtime_error(origin + ": no full_attention layer (at least one is needed)");
+    const DType ckpt = store_->get("model.embed_tokens.weight", {c.vocab_size, H}).dtype;
+    compute_ = backend_->resolve_compute(requested, ckpt);
+    const WeightLoader w(*store_, *backend_, compute_);
+    const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
+    embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
+    shape_.n_k_heads = c.linear_num_key_heads;
+    shape_.n_v_heads = c.linear_num_value_heads;
+    shape_.k_head_dim = c.linear_key_head_dim;
+    shape_.v_head_dim = c.linear_value_head_dim;
+    shape_.conv_kernel = c.linear_conv_kernel_dim;
+    std::size_t kv_layer = 0;
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      Layer L;
+      L.linear = c.is_linear_attention_layer(l);
+      if (L.linear) {
+        L.lin = load_linear(w, p);
+        L.lin.state_offset = state_floats_;
+        state_floats_ += Backend::gated_delta_net_state_floats(shape_);
+      } else {
+        L.attn = load_attention(w, p);
+        L.attn.kv_layer = kv_layer++;
+      }
+      if (c.is_sparse_layer(l)) {
+        L.moe = layers::load_moe(w, p, c);
+        if (c.shared_expert_intermediate_size > 0) {
+          const std::size_t S = c.shared_expert_intermediate_size;
+          L.shared.w_gate = w.matrix(p + "mlp.shared_expert.gate_proj.weight", S, H);
+          L.shared.w_up = w.matrix(p + "mlp.shared_expert.up_proj.weight", S, H);
+          L.shared.w_down = w.matrix(p + "mlp.shared_expert.down_proj.weight", H, S);
+          L.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
+        }
+      } else {
+        L.mlp = layers::load_swiglu(w, p, c);
+      }
+      // Every decoder RMSNorm of these models is zero-centred: (1 + w).
+      (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
+      layers_.push_back(std::move(L));
+    }
+    final_norm_ = vector_plus(w, "model.norm.weight", {H}, 1.0f);
+    if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
+    const std::size_t rdim = c.rotary_dim();
+    std::vector<float> inv_freq(rdim / 2);
+    for (std::size_t i = 0; i < rdim / 2; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(rdim);
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(e)));
+    }
+    inv_freq_ = backend_->load_vector(inv_freq);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  Backend& backend() const override { return *backend_; }
+  Compute compute() const override { return compute_; }
+
+  KvSpec kv_spec() const override {
+    KvSpec s;
+    s.n_layers = cfg_.attention_layers();
+    s.n_kv_heads = cfg_.num_key_value_heads;
+    s.head_dim = cfg_.head_dim;
+    s.dtype = backend_->kv_dtype(compute_, cfg_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
+    s.state_floats = state_floats_;
+    return s;
+  }
+
+  std::size_t weight_bytes_per_step() const override {
+    std::size_t n = lm_head().bytes() + embed_->cols * dtype_size(embed_->dtype) + final_norm_.bytes();
+    for (const auto& L : layers_) n += L.active_bytes();
+    return n;
+  }
+
+  // The token mixing's default ops go through the host; nothing here is recorded.
+  bool supports_capture(std::size_t) const override { return false; }
+  bool supports_lm_head_groups() const override { return backend_->supports_matmul_groups(lm_head()); }
+
+  using Model::forward;
+
+  bool forward(const ForwardBatch& b, KvCache& kv, const ForwardOutputs& out,
+               std::span<const std::uint32_t> lm_head_groups) override {
+    const std::size_t T = b.size();
+    if (T == 0) return false;
+    if (b.recurrent_states().size() != b.n_seqs())
+      throw std::invalid_argument("forward: the KV cache keeps no recurrent state for " + cfg_.architecture +
+                                  " (a cache made for another model?)");
+    const std::size_t H = cfg_.hidden_size;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    Backend& be = *backend_;
+    float* x = ws_.get(kX, T * H);
+    const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
+    be.embedding(b.staged().tokens, T, *embed_, x, H);
+    for (const auto& L : layers_) {
+      if (L.linear) linear_attention(L.lin, x, b);
+      else gated_attention(L.attn, x, b, kv, rope);
+      ffn(L, x, T);
+    }
+    if (out.hidden) be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
+    float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
+                           lm_head_groups, {});
+  }
+
+ private:
+  LinearAttention load_linear(const WeightLoader& w, const std::string& p) {
+    const std::size_t H = cfg_.hidden_size, nk = shape_.n_k_heads, nv = shape_.n_v_heads;
+    const std::size_t dk = shape_.k_head_dim, dv = shape_.v_head_dim, K = shape_.conv_kernel;
+    const std::size_t C = shape_.conv_dim(), r = nv / nk;
+    const std::string q = p + "linear_attn.";
+    LinearAttention a;
+    a.input_norm = vector_plus(w, p + "input_layernorm.weight", {H}, 1.0f);
+    const auto iota = [](std::size_t from, std::size_t n, std::vector<std::size_t>& v) {
+      for (std::size_t i = 0; i < n; ++i) v.push_back(from + i);
+    };
+    if (store_->has(q + "in_proj_qkvz.weight")) {  // Qwen3-Next: grouped per key head
+      const std::size_t G = 2 * dk + 2 * r * dv;
+      const TensorView& t = store_->get(q + "in_proj_qkvz.weight", {nk * G, H});
+      std::vector<std::size_t> qkv_rows, z_rows;
+      for (std::size_t g = 0; g < nk; ++g) iota(g * G, dk, qkv_rows);
+      for (std::size_t g = 0; g < nk; ++g) iota(g * G + dk, dk, qkv_rows);
+      for (std::size_t g = 0; g < nk; ++g) iota(g * G + 2 * dk, r * dv, qkv_rows);
+      for (std::size_t g = 0; g < nk; ++g) iota(g * G + 2 * dk + r * dv, r * dv, z_rows);
+      a.qkv = rows_of(w, t, qkv_rows, H);
+      a.z = rows_of(w, t, z_rows, H);
+      const TensorView& ba = store_->get(q + "in_proj_ba.weight", {2 * nv, H});
+      std::vector<std::size_t> b_rows, a_rows;
+      for (std::size_t g = 0; g < nk; ++g) {
+        iota(g * 2 * r, r, b_rows);
+        iota(g * 2 * r + r, r, a_rows);
+      }
+      a.b = rows_of(w, ba, b_rows, H);
+      a.a = rows_of(w, ba, a_rows, H);
+    } else {  // Qwen3.5: separate projections, already in order
+      const auto whole = [&](const std::string& name, std::size_t rows) {
+        std::vector<std::size_t> all;
+        iota(0, rows, all);
+        return rows_of(w, store_->get(name, {rows, H}), all, H);
+      };
+      a.qkv = whole(q + "in_proj_qkv.weight", C);
+      a.z = whole(q + "in_proj_z.weight", nv * dv);
+      a.b = whole(q + "in_proj_b.weight", nv);
+      a.a = whole(q + "in_proj_a.weight", nv);
+    }
+    a.w_out = w.matrix(q + "out_proj.weight", H, nv * dv);
+    a.conv_weight = vector_plus(w, q + "conv1d.weight", {C, 1, K}, 0.0f);
+    a.A_log = vector_plus(w, q + "A_log", {nv}, 0.0f);
+    a.dt_bias = vector_plus(w, q + "dt_bias", {nv}, 0.0f);
+    a.norm = vector_plus(w, q + "norm.weight", {dv}, 0.0f);
+    return a;
+  }
+
+  GatedAttention load_attention(const WeightLoader& w, const std::string& p) {
+    const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, NH = cfg_.num_attention_heads;
+    const std::size_t KD = cfg_.num_key_value_heads * D;
+    GatedAttention a;
+    a.input_norm = vector_plus(w, p + "input_layernorm.weight", {H}, 1.0f);
+    a.q_norm = vector_plus(w, p + "self_attn.q_norm.weight", {D}, 1.0f);
+    a.k_norm = vector_plus(w, p + "self_attn.k_norm.weight", {D}, 1.0f);
+    const TensorView& t = store_->get(p + "self_attn.q_proj.weight", {2 * NH * D, H});
+    std::vector<std::size_t> q_rows, g_rows;
+    for (std::size_t h = 0; h < NH; ++h)
+      for (std::size_t i = 0; i < D; ++i) {
+        q_rows.push_back(h * 2 * D + i);
+        g_rows.push_back(h * 2 * D + D + i);
+      }
+    a.wq = rows_of(w, t, q_rows, H);
+    a.wgate = rows_of(w, t, g_rows, H);
+    a.wk = w.matrix(p + "self_attn.k_proj.weight", KD, H);
+    a.wv = w.matrix(p + "self_attn.v_proj.weight", KD, H);
+    a.wo = w.matrix(p + "self_attn.o_proj.weight", H, NH * D);
+    return a;
+  }
+
+  void linear_attention(const LinearAttention& L, float* x, const ForwardBatch& batch) {
+    Backend& be = *backend_;
+    const std::size_t T = batch.size(), H = cfg_.hidden_size, nv = shape_.n_v_heads, dv = shape_.v_head_dim;
+    const std::size_t C = shape_.conv_dim(), VD = nv * dv;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    float* h = ws_.get(layers::kH, T * H);
+    float* qkv = ws_.get(layers::kQ, T * C);
+    float* z = ws_.get(kZ, T * VD);
+    float* bb = ws_.get(kB, T * nv);
+    float* aa = ws_.get(kA, T * nv);
+    float* core = ws_.get(kCore, T * VD);
+    be.rms_norm(x, h, T, H, H, L.input_norm.as<float>(), eps);
+    const Backend::MatmulOut outs[] = {{L.qkv.w.get(), qkv, C}, {L.z.w.get(), z, VD}, {L.b.w.get(), bb, nv}, {L.a.w.get(), aa, nv}};
+    be.matmul_many(h, T, H, outs);
+    std::vector<float*> states(batch.recurrent_states().begin(), batch.recurrent_states().end());
+    for (auto& s : states) s += L.state_offset;
+    be.gated_delta_net(shape_, qkv, C, aa, bb, nv, L.conv_weight.as<float>(), L.A_log.as<float>(), L.dt_bias.as<float>(),
+                       batch.staged(), states, core, VD);
+    // Gated RMSNorm per value head: RMSNorm(core) * w * silu(z).
+    be.rms_norm(core, core, T * nv, dv, dv, L.norm.as<float>(), eps);
+    be.silu_mul(z, VD, core, VD, core, VD, T, VD);
+    be.matmul_add(core, T, VD, *L.w_out, x, H, h);
+  }
+
+  void gated_attention(const GatedAttention& A, float* x, const ForwardBatch& batch, KvCache& kv,
+                       const layers::RopeTables& rope) {
+    Backend& be = *backend_;
+    const std::size_t T = batch.size(), H = cfg_.hidden_size, D = cfg_.head_dim;
+    const std::size_t NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads;
+    const std::size_t QD = NH * D, KD = NKV * D;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    float* h = ws_.get(layers::kH, T * H);
+    float* q = ws_.get(layers::kQ, T * QD);
+    float* gate = ws_.get(kGateQ, T * QD);
+    float* k = ws_.get(layers::kK, T * KD);
+    float* v = ws_.get(layers::kV, T * KD);
+    float* attn = ws_.get(layers::kAttn, T * QD);
+    be.rms_norm(x, h, T, H, H, A.input_norm.as<float>(), eps);
+    const Backend::MatmulOut outs[] = {{A.wq.w.get(), q, QD}, {A.wgate.w.get(), gate, QD}, {A.wk.get(), k, KD}, {A.wv.get(), v, KD}};
+    be.matmul_many(h, T, H, outs);
+    be.head_norm_rope(q, T, NH, D, QD, A.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
+    be.head_norm_rope(k, T, NKV, D, KD, A.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
+    be.kv_store(k, v, KD, batch.staged(), kv.storage(), A.kv_layer);
+    be.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), A.kv_layer, scale);
+    be.sigmoid_mul(gate, QD, QD, attn, QD, T, QD);
+    be.matmul_add(attn, T, QD, *A.wo, x, H, h);
+  }
+
+  void ffn(const Layer& L, float* x, std::size_t T) {
+    Backend& be = *backend_;
+    if (!L.sparse()) {
+      layers::swiglu_block(be, ws_, L.mlp, cfg_, x, T);
+      return;
+    }
+    const std::size_t H = cfg_.hidden_size;
+    float* shared = nullptr;
+    if (L.shared.w_gate) {  // sigmoid(h g^T) * SwiGLU_shared(h), from the same h as the routed experts
+      const std::size_t S = L.shared.w_gate->rows;
+      const float eps = static_cast<float>(cfg_.rms_norm_eps);
+      float* h = ws_.get(layers::kH, T * H);
+      float* g = ws_.get(kScratch, T * std::max(S, H));
+      float* scratch = ws_.get(layers::kUp, T * std::max(S, H));
+      float* sg = ws_.get(kSharedGate, T);
+      shared = ws_.get(kShared, T * H);
+      be.rms_norm(x, h, T, H, H, L.moe.post_norm.as<float>(), eps);
+      be.matmul_swiglu(h, T, H, *L.shared.w_gate, *L.shared.w_up, g, S, scratch);
+      be.matmul(g, T, S, *L.shared.w_down, H, shared, H);
+      be.matmul(h, T, H, *L.shared_gate, 1, sg, 1);
+      be.sigmoid_mul(sg, 1, 1, shared, H, T, H);
+    }
+    layers::moe_block(be, ws_, L.moe, cfg_, x, T);
+    if (shared) be.add(x, shared, T * H);
+  }
+
+  const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
+
+  ModelConfig cfg_;
+  std::unique_ptr<TensorStore> store_;
+  std::shared_ptr<Backend> backend_;
+  Compute compute_ = Compute::exact;
+  mutable layers::Workspace ws_;
+  Backend::GatedDeltaNetShape shape_;
+  std::size_t state_floats_ = 0;
+  std::unique_ptr<Weight> embed_, own_lm_head_;
+  std::vector<Layer> layers_;
+  DeviceBuffer final_norm_, inv_freq_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                        std::shared_ptr<Backend> backend, Compute compute) {
+  const bool moe_arch = config.architecture.find("Moe") != std::string::npos || config.architecture == "Qwen3NextForCausalLM";
+  if (moe_arch && config.num_experts == 0)
+    throw std::runtime_error(store->origin().string() + ": " + config.architecture +
+                             " without num_experts (or num_local_experts) in config.json");
+  if (config.layer_types.empty())
+    throw std::runtime_error(store->origin().string() + ": " + config.architecture +
+                             " without layer_types (linear_attention / full_attention) in config.json");
+  return std::make_unique<HybridQwen>(config, std::move(store), std::move(backend), compute);
+}
+
+}  // namespace quarry::engine
