@@ -51,6 +51,19 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
   ModelConfig c;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     c.architecture = (*it)[0].get<std::string>();
+  // Multimodal wrappers (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration): the text
+  // model's keys sit in text_config (top-level keys fill what it lacks, e.g. tie_word_embeddings) and its
+  // weights under model.language_model.*; the vision tower is not loaded.
+  const std::string wrapper = "ForConditionalGeneration";
+  if (auto it = j.find("text_config"); it != j.end() && it->is_object() && c.architecture.size() > wrapper.size() &&
+                                       c.architecture.ends_with(wrapper)) {
+    nlohmann::json text = *it;
+    for (const auto& [k, v] : j.items())
+      if (!text.contains(k) && k != "text_config" && k != "vision_config" && k != "model_type") text[k] = v;
+    c.architecture = c.architecture.substr(0, c.architecture.size() - wrapper.size()) + "ForCausalLM";
+    c.weight_prefix = "model.language_model.";
+    j = std::move(text);
+  }
   c.model_type = get_or<std::string>(j, "model_type", "", origin);
   if (c.architecture.empty() && c.model_type.empty()) fail(origin, "neither \"architectures\" nor \"model_type\" is set");
   c.vocab_size = get_size(j, "vocab_size", origin);

@@ -15,6 +15,9 @@ namespace quarry::engine {
 struct ModelConfig {
   std::string architecture;      ///< architectures[0], e.g. "Qwen3ForCausalLM"
   std::string model_type;        ///< e.g. "qwen3"
+  /// Where the decoder's tensors are named: "model." (…CausalLM), "model.language_model." (the text model
+  /// of a …ForConditionalGeneration checkpoint, whose architecture is then reported as …ForCausalLM).
+  std::string weight_prefix = "model.";
   std::size_t vocab_size = 0;
   std::size_t hidden_size = 0;
   std::size_t intermediate_size = 0;

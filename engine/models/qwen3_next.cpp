@@ -116,11 +116,11 @@ class HybridQwen final : public Model {
     if (c.attention_bias) throw std::runtime_error(origin + ": attention_bias=true is not supported for " + c.architecture);
     if (c.attention_layers() == 0)
       throw std::runtime_error(origin + ": no full_attention layer (at least one is needed)");
-    const DType ckpt = store_->get("model.embed_tokens.weight", {c.vocab_size, H}).dtype;
+    const DType ckpt = store_->get(c.weight_prefix + "embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
     const WeightLoader w(*store_, *backend_, compute_);
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
-    embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
+    embed_ = w.matrix(c.weight_prefix + "embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
     shape_.n_k_heads = c.linear_num_key_heads;
     shape_.n_v_heads = c.linear_num_value_heads;
     shape_.k_head_dim = c.linear_key_head_dim;
@@ -128,7 +128,7 @@ class HybridQwen final : public Model {
     shape_.conv_kernel = c.linear_conv_kernel_dim;
     std::size_t kv_layer = 0;
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::string p = c.weight_prefix + "layers." + std::to_string(l) + ".";
       Layer L;
       L.linear = c.is_linear_attention_layer(l);
       if (L.linear) {
@@ -155,7 +155,7 @@ class HybridQwen final : public Model {
       (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
       layers_.push_back(std::move(L));
     }
-    final_norm_ = vector_plus(w, "model.norm.weight", {H}, 1.0f);
+    final_norm_ = vector_plus(w, c.weight_prefix + "norm.weight", {H}, 1.0f);
     if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
     const std::size_t rdim = c.rotary_dim();
     std::vector<float> inv_freq(rdim / 2);
