@@ -140,9 +140,33 @@ std::string preset_config_json(const std::string& name) {
     j["num_experts_per_tok"] = 2;
     j["moe_intermediate_size"] = 32;
     j["norm_topk_prob"] = true;
+  } else if (name == "qwen3-next-80b-a3b" || name == "tiny-next") {
+    // Qwen3-Next-80B-A3B: 48 layers, three Gated DeltaNet layers to one gated attention layer, 512 experts
+    // of width 512, top 10, a shared expert of width 512; "tiny-next" is its layout at the "tiny" size.
+    const bool tiny = name == "tiny-next";
+    if (tiny) set(64, 128, 4, 4, 2, 32);
+    else set(2048, 5120, 48, 16, 2, 256);
+    j["architectures"] = {"Qwen3NextForCausalLM"};
+    j["model_type"] = "qwen3_next";
+    j["tie_word_embeddings"] = tiny;
+    j["num_experts"] = tiny ? 8 : 512;
+    j["num_experts_per_tok"] = tiny ? 2 : 10;
+    j["moe_intermediate_size"] = tiny ? 32 : 512;
+    j["shared_expert_intermediate_size"] = tiny ? 32 : 512;
+    j["norm_topk_prob"] = true;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    j["full_attention_interval"] = 4;
+    j["linear_num_key_heads"] = tiny ? 2 : 16;
+    j["linear_num_value_heads"] = tiny ? 4 : 32;
+    j["linear_key_head_dim"] = tiny ? 16 : 128;
+    j["linear_value_head_dim"] = tiny ? 16 : 128;
+    j["linear_conv_kernel_dim"] = 4;
+    j["rope_parameters"] = {{"rope_theta", 10000000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
   } else
     throw std::invalid_argument("unknown checkpoint preset \"" + name +
-                                "\" (tiny, tiny-moe, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b)");
+                                "\" (tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
+                                "qwen3-next-80b-a3b)");
   return j.dump(2);
 }
 
@@ -163,20 +187,43 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
   const std::size_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   std::vector<Spec> specs;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, false});
-  auto decoder_layer = [&](const std::string& p, bool sparse) {
+  const bool hybrid = !c.layer_types.empty();
+  auto decoder_layer = [&](const std::string& p, bool sparse, bool linear) {
     specs.push_back({p + "input_layernorm.weight", {H}, true});
     specs.push_back({p + "post_attention_layernorm.weight", {H}, true});
-    specs.push_back({p + "self_attn.q_norm.weight", {D}, true});
-    specs.push_back({p + "self_attn.k_norm.weight", {D}, true});
-    specs.push_back({p + "self_attn.q_proj.weight", {c.num_attention_heads * D, H}, false});
-    specs.push_back({p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H}, false});
-    specs.push_back({p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H}, false});
-    specs.push_back({p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D}, false});
+    if (linear) {  // Gated DeltaNet, Qwen3.5 layout (qwen3_next.cpp reads it for every hybrid architecture)
+      const std::size_t nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
+      const std::size_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+      const std::size_t conv = 2 * nk * dk + nv * dv;
+      specs.push_back({p + "linear_attn.in_proj_qkv.weight", {conv, H}, false});
+      specs.push_back({p + "linear_attn.in_proj_z.weight", {nv * dv, H}, false});
+      specs.push_back({p + "linear_attn.in_proj_b.weight", {nv, H}, false});
+      specs.push_back({p + "linear_attn.in_proj_a.weight", {nv, H}, false});
+      specs.push_back({p + "linear_attn.conv1d.weight", {conv, 1, c.linear_conv_kernel_dim}, false});
+      specs.push_back({p + "linear_attn.A_log", {nv}, false});
+      specs.push_back({p + "linear_attn.dt_bias", {nv}, true});
+      specs.push_back({p + "linear_attn.norm.weight", {dv}, true});
+      specs.push_back({p + "linear_attn.out_proj.weight", {H, nv * dv}, false});
+    } else {
+      specs.push_back({p + "self_attn.q_norm.weight", {D}, true});
+      specs.push_back({p + "self_attn.k_norm.weight", {D}, true});
+      // Hybrid models' gated attention: q_proj holds each head's query and output gate.
+      specs.push_back({p + "self_attn.q_proj.weight", {(hybrid ? 2 : 1) * c.num_attention_heads * D, H}, false});
+      specs.push_back({p + "self_attn.k_proj.weight", {c.num_key_value_heads * D, H}, false});
+      specs.push_back({p + "self_attn.v_proj.weight", {c.num_key_value_heads * D, H}, false});
+      specs.push_back({p + "self_attn.o_proj.weight", {H, c.num_attention_heads * D}, false});
+    }
     if (sparse) {  // router and the experts as fused 3-D tensors (layers::load_moe reads both layouts)
       const std::size_t E = c.num_experts, EI = c.moe_intermediate_size;
       specs.push_back({p + "mlp.gate.weight", {E, H}, false});
       specs.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * EI, H}, false});
       specs.push_back({p + "mlp.experts.down_proj", {E, H, EI}, false});
+      if (const std::size_t S = c.shared_expert_intermediate_size; S > 0) {
+        specs.push_back({p + "mlp.shared_expert.gate_proj.weight", {S, H}, false});
+        specs.push_back({p + "mlp.shared_expert.up_proj.weight", {S, H}, false});
+        specs.push_back({p + "mlp.shared_expert.down_proj.weight", {H, S}, false});
+        specs.push_back({p + "mlp.shared_expert_gate.weight", {1, H}, false});
+      }
       return;
     }
     specs.push_back({p + "mlp.gate_proj.weight", {I, H}, false});
@@ -184,14 +231,14 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
     specs.push_back({p + "mlp.down_proj.weight", {H, I}, false});
   };
   for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
-    decoder_layer("model.layers." + std::to_string(l) + ".", c.is_sparse_layer(l));
+    decoder_layer("model.layers." + std::to_string(l) + ".", c.is_sparse_layer(l), c.is_linear_attention_layer(l));
   specs.push_back({"model.norm.weight", {H}, true});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}, false});
   if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5 MTP layout
     specs.push_back({"mtp.fc.weight", {H, 2 * H}, false});
     specs.push_back({"mtp.pre_fc_norm_embedding.weight", {H}, true});
     specs.push_back({"mtp.pre_fc_norm_hidden.weight", {H}, true});
-    decoder_layer("mtp.layers.0.", c.num_experts > 0);
+    decoder_layer("mtp.layers.0.", c.num_experts > 0, false);
     specs.push_back({"mtp.norm.weight", {H}, true});
   }
   for (std::size_t k = 0; k < c.num_nextn_predict_layers; ++k) {  // DeepSeek-V3 MTP layout
@@ -199,7 +246,7 @@ void write_random_checkpoint(const std::string& config_json, const std::filesyst
     specs.push_back({p + "eh_proj.weight", {H, 2 * H}, false});
     specs.push_back({p + "enorm.weight", {H}, true});
     specs.push_back({p + "hnorm.weight", {H}, true});
-    decoder_layer(p, c.num_experts > 0);
+    decoder_layer(p, c.num_experts > 0, false);
     specs.push_back({p + "shared_head.norm.weight", {H}, true});
   }
 

@@ -3,11 +3,13 @@
 // in the KV cache (per sequence, reset at position 0, copied by a fork), and the engine running them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "engine/models/config.hpp"
 #include "engine/models/model.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
 #include "tests/common/device.hpp"
@@ -139,6 +141,27 @@ TEST(HybridModel, StateIsPerSequenceResetAtPositionZeroAndCopiedByFork) {
   const SeqId u = kv->create_sequence();  // reuses a freed slot: starts clean at position 0
   run(u, 0, a.size(), again);
   EXPECT_EQ(again, whole);
+}
+
+TEST(HybridModel, RandomCheckpointPresetsHaveTheHybridLayout) {
+  const auto big = parse_model_config(preset_config_json("qwen3-next-80b-a3b"), "preset");
+  EXPECT_EQ(big.attention_layers(), 12u);
+  EXPECT_EQ(big.rotary_dim(), 64u);
+  // Active linear weights per token: about 3B, as the model's name says (the LM head not counted).
+  EXPECT_GT(big.active_linear_parameters(), 2.5e9);
+  EXPECT_LT(big.active_linear_parameters(), 3.5e9);
+  const auto dir = testing::scratch_dir("hybrid_random");
+  write_random_checkpoint(preset_config_json("tiny-next"), dir, DType::bf16, 11);
+  auto m = load_model(dir, testing::test_backend(), Compute::exact);
+  auto kv = m->make_kv_cache(64);
+  const SeqId s = kv->create_sequence();
+  ASSERT_TRUE(kv->reserve(s, 20));
+  Batch b;
+  for (int i = 0; i < 20; ++i) b.add(100 + 7 * i, i, s, i == 19);
+  std::vector<float> logits(m->config().vocab_size);
+  m->forward(b, *kv, logits.data());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_GT(m->weight_bytes_per_step(), 0u);
 }
 
 TEST(HybridEngine, GreedyBatchMatchesTransformersWithoutPrefixReuseOrDrafts) {
