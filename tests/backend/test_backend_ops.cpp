@@ -541,6 +541,147 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
       }
 }
 
+// ------------------------------------------------------------------------------- hybrid token mixing
+
+TEST_F(BackendOps, SigmoidMulPerElementAndScalarGates) {
+  const std::size_t rows = 7, n = 300, ld = n + 3;
+  const auto g = randn(rows * ld, 5, 3.f), x = randn(rows * ld, 6);
+  for (const std::size_t gate_cols : {n, std::size_t{1}}) {
+    auto gb = dev_.put(g), xb = dev_.put(x);
+    under_test_->sigmoid_mul(gb.as<float>(), ld, gate_cols, xb.as<float>(), ld, rows, n);
+    const auto o = dev_.get(xb, rows * ld);
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < n; ++i) {
+        got.push_back(o[r * ld + i]);
+        ref.push_back(x[r * ld + i] / (1 + std::exp(-static_cast<double>(g[r * ld + (gate_cols == 1 ? 0 : i)]))));
+      }
+    EXPECT_LT(nmse(got, ref), 1e-12) << "gate_cols " << gate_cols;
+  }
+}
+
+/// The gated delta rule of Backend::gated_delta_net in double, token by token (HF
+/// torch_recurrent_gated_delta_rule after torch_causal_conv1d_update): out [T, nv dv].
+std::vector<double> ref_gated_delta(const Backend::GatedDeltaNetShape& sh, const std::vector<float>& qkv,
+                                    const std::vector<float>& a, const std::vector<float>& b,
+                                    const std::vector<float>& w, const std::vector<float>& A_log,
+                                    const std::vector<float>& dt, const std::vector<std::int32_t>& pos,
+                                    const std::vector<std::int32_t>& seq, std::size_t n_seqs) {
+  const std::size_t T = pos.size(), C = sh.conv_dim(), K = sh.conv_kernel, nk = sh.n_k_heads, nv = sh.n_v_heads;
+  const std::size_t dk = sh.k_head_dim, dv = sh.v_head_dim;
+  std::vector<std::vector<double>> win(n_seqs, std::vector<double>((K - 1) * C)), S(n_seqs, std::vector<double>(nv * dk * dv));
+  std::vector<double> out(T * nv * dv);
+  for (std::size_t t = 0; t < T; ++t) {
+    auto& W = win[static_cast<std::size_t>(seq[t])];
+    auto& St = S[static_cast<std::size_t>(seq[t])];
+    if (pos[t] == 0) {
+      std::fill(W.begin(), W.end(), 0.0);
+      std::fill(St.begin(), St.end(), 0.0);
+    }
+    std::vector<double> y(C);
+    for (std::size_t c = 0; c < C; ++c) {
+      double acc = w[c * K + K - 1] * static_cast<double>(qkv[t * C + c]);
+      for (std::size_t j = 0; j + 1 < K; ++j) acc += w[c * K + j] * W[j * C + c];
+      y[c] = acc / (1 + std::exp(-acc));
+    }
+    for (std::size_t j = 0; j + 2 < K; ++j)
+      for (std::size_t c = 0; c < C; ++c) W[j * C + c] = W[(j + 1) * C + c];
+    if (K > 1)
+      for (std::size_t c = 0; c < C; ++c) W[(K - 2) * C + c] = qkv[t * C + c];
+    for (std::size_t hh = 0; hh < 2 * nk; ++hh) {
+      double ss = 0;
+      for (std::size_t i = 0; i < dk; ++i) ss += y[hh * dk + i] * y[hh * dk + i];
+      const double inv = 1 / std::sqrt(ss + 1e-6) * (hh < nk ? 1 / std::sqrt(static_cast<double>(dk)) : 1.0);
+      for (std::size_t i = 0; i < dk; ++i) y[hh * dk + i] *= inv;
+    }
+    for (std::size_t h = 0; h < nv; ++h) {
+      const std::size_t kh = h / (nv / nk);
+      const double* q = &y[kh * dk];
+      const double* k = &y[nk * dk + kh * dk];
+      const double* v = &y[2 * nk * dk + h * dv];
+      const double beta = 1 / (1 + std::exp(-static_cast<double>(b[t * nv + h])));
+      const double x = a[t * nv + h] + static_cast<double>(dt[h]);
+      const double g = -std::exp(static_cast<double>(A_log[h])) * (x > 20 ? x : std::log1p(std::exp(x)));
+      double* Sh = &St[h * dk * dv];
+      for (std::size_t i = 0; i < dk * dv; ++i) Sh[i] *= std::exp(g);
+      for (std::size_t j = 0; j < dv; ++j) {
+        double kv = 0;
+        for (std::size_t i = 0; i < dk; ++i) kv += Sh[i * dv + j] * k[i];
+        const double delta = (v[j] - kv) * beta;
+        for (std::size_t i = 0; i < dk; ++i) Sh[i * dv + j] += k[i] * delta;
+      }
+      for (std::size_t j = 0; j < dv; ++j) {
+        double o = 0;
+        for (std::size_t i = 0; i < dk; ++i) o += Sh[i * dv + j] * q[i];
+        out[t * nv * dv + h * dv + j] = o;
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
+  struct Case {
+    Backend::GatedDeltaNetShape shape;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {{2, 4, 16, 16, 4}, "GQA 2:1, dk 16, dv 16 (fewer columns than a block's 32)"},
+      {{1, 2, 128, 128, 4}, "Qwen3-Next heads: dk 128, dv 128"},
+      {{2, 2, 24, 32, 3}, "dk 24, kernel 3 (the host path on a GPU)"},
+  };
+  for (const auto& c : cases) {
+    const auto& sh = c.shape;
+    const std::size_t C = sh.conv_dim(), nv = sh.n_v_heads, VD = nv * sh.v_head_dim;
+    // Two calls over two sequences: positions 0..5 of sequence 0 and 0..2 of sequence 1 interleaved, then
+    // 6..8 of sequence 0 and 3 of sequence 1 (the state carries over), then sequence 1 restarts at 0.
+    const std::vector<std::vector<std::int32_t>> call_pos = {{0, 0, 1, 1, 2, 2, 3, 4, 5}, {6, 3, 7, 8}, {0, 1}};
+    const std::vector<std::vector<std::int32_t>> call_seq = {{0, 1, 0, 1, 0, 1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1}};
+    const std::size_t state = Backend::gated_delta_net_state_floats(sh);
+    auto states_buf = dev_.zeros(2 * state, 0.f);
+    const auto w = randn(C * sh.conv_kernel, 41, 0.5f), A_log = randn(nv, 42, 0.5f), dt = randn(nv, 43, 0.5f);
+    auto wb = dev_.put(w), alb = dev_.put(A_log), dtb = dev_.put(dt);
+    std::vector<float> all_qkv, all_a, all_b;
+    std::vector<std::int32_t> all_pos, all_seq;
+    std::vector<float> got;
+    for (std::size_t call = 0; call < call_pos.size(); ++call) {
+      const std::size_t T = call_pos[call].size();
+      const auto qkv = randn(T * C, 50 + call), a = randn(T * nv, 60 + call), b = randn(T * nv, 70 + call);
+      // Rows of the staged tables: sequence ids in order of first appearance in the call.
+      std::vector<std::int32_t> rows(T), seqs;
+      for (std::size_t t = 0; t < T; ++t) {
+        auto it = std::find(seqs.begin(), seqs.end(), call_seq[call][t]);
+        if (it == seqs.end()) it = seqs.insert(seqs.end(), call_seq[call][t]);
+        rows[t] = static_cast<std::int32_t>(it - seqs.begin());
+      }
+      std::vector<TokenId> tokens(T, 0);
+      std::vector<std::int32_t> tables(seqs.size() * 16, -1);
+      BatchInputs in;
+      in.tokens = tokens;
+      in.positions = call_pos[call];
+      in.seq_index = rows;
+      in.block_tables = tables;
+      in.max_blocks = 16;
+      const StagedBatch& st = under_test_->stage(in);
+      std::vector<float*> states;
+      for (auto sq : seqs) states.push_back(states_buf.as<float>() + static_cast<std::size_t>(sq) * state);
+      auto xb = dev_.put(qkv), ab = dev_.put(a), bb = dev_.put(b), ob = dev_.zeros(T * VD);
+      under_test_->gated_delta_net(sh, xb.as<float>(), C, ab.as<float>(), bb.as<float>(), nv, wb.as<float>(),
+                                   alb.as<float>(), dtb.as<float>(), st, states, ob.as<float>(), VD);
+      const auto o = dev_.get(ob, T * VD);
+      got.insert(got.end(), o.begin(), o.end());
+      all_qkv.insert(all_qkv.end(), qkv.begin(), qkv.end());
+      all_a.insert(all_a.end(), a.begin(), a.end());
+      all_b.insert(all_b.end(), b.begin(), b.end());
+      all_pos.insert(all_pos.end(), call_pos[call].begin(), call_pos[call].end());
+      all_seq.insert(all_seq.end(), call_seq[call].begin(), call_seq[call].end());
+    }
+    const auto ref = ref_gated_delta(sh, all_qkv, all_a, all_b, w, A_log, dt, all_pos, all_seq, 2);
+    EXPECT_LT(nmse(got, ref), 1e-10) << c.what;
+  }
+}
+
 TEST_F(BackendOps, ArgmaxRowsFirstOfTies) {
   const std::size_t rows = 4, n = 151936, ld = n + 16;
   auto v = randn(rows * ld, 5);

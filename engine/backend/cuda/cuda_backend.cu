@@ -315,6 +315,54 @@ class CudaBackend final : public Backend {
     a.ldx = ldx;
     launch_moe_experts(a, set.type, stream_);
   }
+  void sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
+                   std::size_t rows, std::size_t n) override {
+    if (gate_cols != 1 && gate_cols != n) throw std::invalid_argument("sigmoid_mul: gate_cols must be 1 or n");
+    launch_sigmoid_mul(gate, ldg, gate_cols, x, ldx, rows, n, stream_);
+  }
+
+  void gated_delta_net(const GatedDeltaNetShape& shape, const float* qkv, std::size_t ldqkv, const float* a,
+                       const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
+                       const float* dt_bias, const StagedBatch& batch, std::span<float* const> states, float* out,
+                       std::size_t ldo) override {
+    if (!gated_delta_supported(shape.k_head_dim, shape.conv_kernel) || shape.n_k_heads == 0 ||
+        shape.n_v_heads % shape.n_k_heads != 0 || states.size() < batch.n_seqs)
+      return Backend::gated_delta_net(shape, qkv, ldqkv, a, b, ldab, conv_weight, A_log, dt_bias, batch, states, out,
+                                      ldo);
+    if (batch.n_tokens == 0) return;
+    // The sequences' state pointers and the conv output share one scratch allocation.
+    const std::size_t C = shape.conv_dim();
+    const std::size_t ptr_bytes = (batch.n_seqs * sizeof(float*) + 255) / 256 * 256;
+    auto* base = static_cast<unsigned char*>(delta_scratch_.get(ptr_bytes + batch.n_tokens * C * sizeof(float)));
+    check(cudaMemcpyAsync(base, states.data(), batch.n_seqs * sizeof(float*), cudaMemcpyHostToDevice, stream_),
+          "gated_delta_net states");
+    GatedDeltaArgs g;
+    g.qkv = qkv;
+    g.ldqkv = ldqkv;
+    g.a = a;
+    g.b = b;
+    g.ldab = ldab;
+    g.conv_weight = conv_weight;
+    g.A_log = A_log;
+    g.dt_bias = dt_bias;
+    g.positions = batch.positions;
+    g.seq_index = batch.seq_index;
+    g.states = reinterpret_cast<float* const*>(base);
+    g.conv_out = reinterpret_cast<float*>(base + ptr_bytes);
+    g.out = out;
+    g.ldo = ldo;
+    g.n_tokens = batch.n_tokens;
+    g.conv_dim = C;
+    g.conv_floats = (shape.conv_kernel - 1) * C;
+    g.n_k_heads = shape.n_k_heads;
+    g.n_v_heads = shape.n_v_heads;
+    g.k_head_dim = shape.k_head_dim;
+    g.v_head_dim = shape.v_head_dim;
+    g.conv_kernel = static_cast<int>(shape.conv_kernel);
+    // (A copy from pageable host memory returns once the data is staged: `states` may go away after it.)
+    launch_gated_delta_net(g, batch.n_seqs, stream_);
+  }
+
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
   // ---- weights and KV storage ----
@@ -709,7 +757,7 @@ class CudaBackend final : public Backend {
   AttnBatch attn_;  ///< the staged batch's flash tiles and split-kernel tokens (StagedBatch::backend_data)
   std::uint64_t generation_ = 0;  ///< bumped by every device allocation and free (recordings go stale)
   Scratch stage_buf_{&generation_}, bf16_scratch_{&generation_}, ids_buf_{&generation_}, attn_scratch_{&generation_},
-      argmax_buf_{&generation_}, scratch_{&generation_};
+      argmax_buf_{&generation_}, scratch_{&generation_}, delta_scratch_{&generation_};
   StagedBatch staged_;
 };
 

@@ -150,4 +150,30 @@ std::size_t attention_workspace_floats(const AttnBatch& b, int n_heads, int head
 void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
                       const KvLayer& kv, float scale, float* workspace, cudaStream_t s);
 
+/// x[r, i] *= sigmoid(gate[r, gate_cols == 1 ? 0 : i]) (Backend::sigmoid_mul).
+void launch_sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
+                        std::size_t rows, std::size_t n, cudaStream_t s);
+
+/// Backend::gated_delta_net on the device (linear_attention.cu). Pointers in device memory.
+struct GatedDeltaArgs {
+  const float* qkv = nullptr;   ///< [n_tokens, conv_dim] at ldqkv: the conv's input
+  std::size_t ldqkv = 0;
+  const float* a = nullptr;     ///< [n_tokens, nv] at ldab
+  const float* b = nullptr;
+  std::size_t ldab = 0;
+  const float* conv_weight = nullptr, *A_log = nullptr, *dt_bias = nullptr;
+  const std::int32_t* positions = nullptr;  ///< [n_tokens]
+  const std::int32_t* seq_index = nullptr;  ///< [n_tokens]
+  float* const* states = nullptr;           ///< [n_seqs] each sequence's state of the layer
+  float* conv_out = nullptr;                ///< scratch [n_tokens, conv_dim]
+  float* out = nullptr;                     ///< [n_tokens, nv dv] at ldo
+  std::size_t ldo = 0;
+  std::size_t n_tokens = 0, conv_dim = 0, conv_floats = 0;
+  std::size_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0;
+  int conv_kernel = 0;
+};
+/// Whether launch_gated_delta_net takes these head and kernel sizes (dk of 16, 32, 64, 128 or 256; K <= 8).
+bool gated_delta_supported(std::size_t k_head_dim, std::size_t conv_kernel);
+void launch_gated_delta_net(const GatedDeltaArgs& a, std::size_t n_seqs, cudaStream_t s);
+
 }  // namespace quarry::engine::cuda
