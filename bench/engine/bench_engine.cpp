@@ -400,7 +400,9 @@ int main(int argc, char** argv) {
       bw.insert(bw.end(), more.begin(), more.end());
     }
     const double bw_best = *std::max_element(bw.begin(), bw.end());
-    const double tg_bytes = weight_bytes + kv_per_token * static_cast<double>(o.depth + o.tg / 2);
+    // Hybrid models also read and write their recurrent state (conv windows, delta-rule states) per step.
+    const double state_bytes = 2.0 * sizeof(float) * static_cast<double>(engine->kv_cache().spec().state_floats);
+    const double tg_bytes = weight_bytes + kv_per_token * static_cast<double>(o.depth + o.tg / 2) + state_bytes;
     tg["bytes_per_step"] = tg_bytes;
     tg["roofline_tok_s"] = bw_best * 1e9 / tg_bytes;
     tg["fraction_of_bandwidth"] = tg["tok_s"].get<double>() * tg_bytes / (bw_best * 1e9);

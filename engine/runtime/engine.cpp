@@ -422,7 +422,9 @@ std::vector<FinishedRequest> Engine::step() {
       stats_.decode_tokens += emitted;
       stats_.decode_s += dt + step_draft_s_ + accept_s;
       ++stats_.decode_steps;
-      stats_.decode_bytes += runner_->model().weight_bytes_per_step() + sched.kv_read_bytes;
+      // Hybrid models also read and write each sequence's recurrent state once per step.
+      const std::uint64_t state_bytes = 2 * sizeof(float) * runner_->kv().spec().state_floats * sched.scheduled.size();
+      stats_.decode_bytes += runner_->model().weight_bytes_per_step() + sched.kv_read_bytes + state_bytes;
     }
     if (sched.draft_rows > 0) stats_.verify_s += dt + accept_s;
   } else {

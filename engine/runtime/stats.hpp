@@ -50,7 +50,8 @@ struct EngineStats {
   /// (EngineOptions::grammar_lm_head), and the LM-head groups of 16 rows they computed / skipped.
   std::size_t grammar_lm_head_steps = 0, lm_head_groups_computed = 0, lm_head_groups_skipped = 0;
   double decode_s = 0.0;
-  /// Bytes decode steps read: weights once per step + the K/V of every context position attended.
+  /// Bytes decode steps read: weights once per step + the K/V of every context position attended (+ the
+  /// recurrent state of each sequence, read and written, in hybrid models).
   std::uint64_t decode_bytes = 0;
   std::size_t requests_finished = 0;
   // Prefix cache.
