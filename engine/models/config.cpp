@@ -122,7 +122,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
   }
 
   // Hybrid layers (HF Qwen3NextConfig: layer_types, else every full_attention_interval-th layer full).
-  if (j.contains("linear_num_value_heads") || j.contains("layer_types")) {
+  // (Other architectures' layer_types -- Qwen3's full / sliding attention under transformers 5 -- are not
+  // this: only configs with linear-attention heads are hybrid.)
+  if (j.contains("linear_num_value_heads")) {
     c.layer_types = get_or<std::vector<std::string>>(j, "layer_types", {}, origin);
     if (c.layer_types.empty()) {
       const std::size_t interval = get_or<std::size_t>(j, "full_attention_interval", 4, origin);

@@ -40,6 +40,17 @@ TEST(HybridConfig, LayerTypesFromTheIntervalAndDefaults) {
   EXPECT_EQ(c.shared_expert_intermediate_size, 48u);
 }
 
+TEST(HybridConfig, OtherArchitecturesLayerTypesDoNotMakeThemHybrid) {
+  // transformers 5 writes layer_types into every Qwen3 config (full / sliding attention).
+  const auto c = parse_model_config(R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "layer_types": ["full_attention", "full_attention"]})", "config.json");
+  EXPECT_TRUE(c.layer_types.empty());
+  EXPECT_EQ(c.attention_layers(), 2u);
+  EXPECT_FALSE(c.is_linear_attention_layer(0));
+}
+
 TEST(HybridConfig, BadLayerTypesAreRefusedNamingTheFile) {
   auto j = nlohmann::json::parse(kNextConfig);
   j["layer_types"] = {"linear_attention", "sliding_attention"};
@@ -135,7 +146,8 @@ TEST(HybridModel, StateIsPerSequenceResetAtPositionZeroAndCopiedByFork) {
   run(t, 0, 5, half);
   const SeqId f = kv->fork_sequence(t);  // carries t's state (and shares its blocks)
   run(f, 5, a.size(), forked);
-  EXPECT_EQ(forked, whole);
+  // Products over 5 + 6 rows instead of 11 may round differently on a GPU: equal within 1e-4.
+  for (std::size_t i = 0; i < V; ++i) ASSERT_NEAR(forked[i], whole[i], 1e-4f) << "logit " << i;
   kv->free_sequence(f);
   kv->free_sequence(t);
   const SeqId u = kv->create_sequence();  // reuses a freed slot: starts clean at position 0

@@ -106,10 +106,11 @@ TEST_P(Parity, ChunkedPrefillEqualsOneShot) {
   auto kv_owner = model->make_kv_cache(1024);
   KvCache& kv = *kv_owner;
   auto one = prefill(*model, kv, kv.create_sequence(), prompt, prompt.size());
+  // Products over other row counts may block differently; a hybrid model's recurrence carries that on.
+  const float tolerance = kv.spec().state_floats > 0 ? 5e-5f : 1e-5f;
   for (std::size_t chunk : {1u, 7u, 16u}) {
     auto chunked = prefill(*model, kv, kv.create_sequence(), prompt, chunk);
-    // 2e-5: products over other row counts may block differently (hybrid models add a few layers' worth).
-    EXPECT_LE(max_abs_diff(chunked.data(), one), 2e-5f) << "chunk " << chunk;
+    EXPECT_LE(max_abs_diff(chunked.data(), one), tolerance) << "chunk " << chunk;
   }
 }
 
