@@ -68,6 +68,12 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
 
   BuildContext bc;
   bc.prompts = PromptTemplates::load(job.prompts);
+  const bool invoice_schema = schema_json.value("$id", "") == "https://quarry.invalid/schemas/invoice.schema.json";
+  if (job.task == Task::kie && !invoice_schema && bc.prompts.has_schema_template()) {
+    bc.schema_prompt = schema_for_prompt(nlohmann::ordered_json::parse(schema_text));
+    log("run: the prompt shows the schema " + job.schema.string() + " (the \"schema\" template of " +
+        job.prompts.string() + ")");
+  }
   if (job.task == Task::rag) {
     auto qs = rag::read_questions(job.questions);
     if (!qs) throw std::runtime_error(qs.error().message());

@@ -134,12 +134,14 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
     std::size_t skipped = 0;
     try {
       if (sh.job.task == Task::kie) {
-        if (sh.job.prefer == Prefer::automatic && doc->einvoice) {
+        if (sh.job.prefer == Prefer::automatic && doc->einvoice && bc.schema_prompt.empty()) {
           mapped.push_back(MappedMsg{sh.unit(doc->doc, 0), "einvoice-" + doc->einvoice_format, *doc->einvoice});
         } else {
           ModelTaskMsg t;
           t.subject = sh.unit(doc->doc, 0);
-          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(bc.prompts.kie_messages(doc->text), true, false));
+          const auto messages = bc.schema_prompt.empty() ? bc.prompts.kie_messages(doc->text)
+                                                         : bc.prompts.schema_messages(doc->text, bc.schema_prompt);
+          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages, true, false));
           tasks.push_back(std::move(t));
         }
       } else {

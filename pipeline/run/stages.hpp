@@ -108,6 +108,9 @@ struct Shared {
 struct BuildContext {
   std::shared_ptr<const engine::Tokenizer> tokenizer;
   PromptTemplates prompts;
+  /// A user's own schema (not the invoice schema) with a model that has the "schema" template: the
+  /// prompt shows this text (schema_for_prompt) and e-invoice XML is not mapped; empty otherwise.
+  std::string schema_prompt;
   std::size_t context_tokens = 0;  ///< the model's max_position_embeddings
   std::vector<rag::Question> rag_questions;
   rag::RagTemplate rag_template;
