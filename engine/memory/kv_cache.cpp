@@ -46,6 +46,22 @@ float* KvCache::slot_pointer(std::size_t slot) const {
   return state_chunks_[slot / kStateSlotsPerChunk].as<float>() + (slot % kStateSlotsPerChunk) * shape_.state_floats;
 }
 
+void KvCache::save_state(SeqId id) {
+  SeqState& st = state(id);
+  if (shape_.state_floats == 0 || !backend_) return;
+  if (st.backup_slot == SIZE_MAX) st.backup_slot = take_state_slot();
+  backend_->copy_rows(slot_pointer(st.backup_slot), shape_.state_floats, slot_pointer(st.state_slot),
+                      shape_.state_floats, 1, shape_.state_floats);
+}
+
+void KvCache::restore_state(SeqId id) {
+  SeqState& st = state(id);
+  if (shape_.state_floats == 0 || !backend_) return;
+  if (st.backup_slot == SIZE_MAX) throw std::logic_error("KvCache: restore_state without save_state");
+  backend_->copy_rows(slot_pointer(st.state_slot), shape_.state_floats, slot_pointer(st.backup_slot),
+                      shape_.state_floats, 1, shape_.state_floats);
+}
+
 float* KvCache::recurrent_state(SeqId id) const {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) throw std::out_of_range("KvCache: unknown sequence " + std::to_string(id));
@@ -87,6 +103,7 @@ SeqId KvCache::fork_sequence(SeqId src) {
   SeqId id = next_id_++;
   seqs_[id] = copy;
   seqs_[id].state_slot = take_state_slot();
+  seqs_[id].backup_slot = SIZE_MAX;
   float* to = slot_pointer(seqs_[id].state_slot);
   const float* from = slot_pointer(copy.state_slot);
   if (to && from) backend_->copy_rows(to, shape_.state_floats, from, shape_.state_floats, 1, shape_.state_floats);
@@ -99,6 +116,7 @@ void KvCache::free_sequence(SeqId id) {
   const auto& table = it->second.table;
   for (auto b = table.rbegin(); b != table.rend(); ++b) alloc_.release(*b);
   if (it->second.state_slot != SIZE_MAX) free_slots_.push_back(it->second.state_slot);
+  if (it->second.backup_slot != SIZE_MAX) free_slots_.push_back(it->second.backup_slot);
   seqs_.erase(it);
 }
 

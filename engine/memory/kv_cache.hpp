@@ -118,6 +118,11 @@ class KvCache {
   /// below what was computed: the engine runs no MTP drafts and no prefix reuse for such models).
   /// Throws std::out_of_range on an unknown id.
   float* recurrent_state(SeqId id) const;
+  /// Copies the sequence's recurrent state aside (save) and back (restore): a hybrid model's speculative
+  /// verification saves before a step with drafts and restores when some are rejected, then recomputes
+  /// the accepted ones. No-op without state; restore without a save throws std::logic_error.
+  void save_state(SeqId id);
+  void restore_state(SeqId id);
 
   /// The K/V block storage (throws std::logic_error on a bookkeeping-only cache).
   KvStorage& storage();
@@ -130,7 +135,8 @@ class KvCache {
     std::vector<BlockId> table;
     std::size_t n_committed = 0;  ///< leading blocks whose keys are known
     BlockHash last_hash = 0;      ///< key of block n_committed - 1 (the salt-derived root if none)
-    std::size_t state_slot = SIZE_MAX;  ///< recurrent-state slot (hybrid models)
+    std::size_t state_slot = SIZE_MAX;   ///< recurrent-state slot (hybrid models)
+    std::size_t backup_slot = SIZE_MAX;  ///< its saved copy (save_state), taken on first use
   };
   /// A free recurrent-state slot, growing the slot chunks as needed (no-op without state).
   std::size_t take_state_slot();

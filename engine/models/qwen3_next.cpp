@@ -16,7 +16,8 @@
 // head [q, k, v, z]; in_proj_ba: per key head [b, a]); they are regrouped at load into the Qwen3.5 layout
 // (in_proj_qkv = all q, all k, all v; in_proj_z; in_proj_b; in_proj_a), so one forward serves both.
 // The recurrent state lives in the KV cache per sequence (KvCache::recurrent_state); such models run
-// without prefix reuse and without MTP drafting (the `mtp.*` module is not loaded).
+// without prefix reuse. MTP drafting works as for Qwen3 (the `mtp.*` module, recursive); a verify step
+// that rejects drafts restores the state saved before it and feeds the accepted tokens again (engine.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -105,7 +106,16 @@ struct Layer {
   }
 };
 
-enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch };
+enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat };
+
+/// The one MTP module is applied recursively; this caps the KV layers reserved for its depths.
+constexpr std::size_t kMaxRecursiveMtpDepth = 8;
+
+struct Mtp {
+  DeviceBuffer norm_e, norm_h, norm;  ///< f32 [hidden], 1 + w
+  std::unique_ptr<Weight> fc;         ///< [H, 2H]
+  Layer layer;                        ///< gated attention + FFN
+};
 
 class HybridQwen final : public Model {
  public:
@@ -139,21 +149,20 @@ class HybridQwen final : public Model {
         L.attn = load_attention(w, p);
         L.attn.kv_layer = kv_layer++;
       }
-      if (c.is_sparse_layer(l)) {
-        L.moe = layers::load_moe(w, p, c);
-        if (c.shared_expert_intermediate_size > 0) {
-          const std::size_t S = c.shared_expert_intermediate_size;
-          L.shared.w_gate = w.matrix(p + "mlp.shared_expert.gate_proj.weight", S, H);
-          L.shared.w_up = w.matrix(p + "mlp.shared_expert.up_proj.weight", S, H);
-          L.shared.w_down = w.matrix(p + "mlp.shared_expert.down_proj.weight", H, S);
-          L.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
-        }
-      } else {
-        L.mlp = layers::load_swiglu(w, p, c);
-      }
-      // Every decoder RMSNorm of these models is zero-centred: (1 + w).
-      (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
+      load_ffn(w, p, c.is_sparse_layer(l), L);
       layers_.push_back(std::move(L));
+    }
+    // The MTP module (Qwen3-Next / Qwen3.5 `mtp.*`: one gated-attention decoder layer, applied recursively;
+    // vLLM qwen3_next_mtp.py): x = fc([RMSNorm1p(embed(t)), RMSNorm1p(h)]) -> layer -> RMSNorm1p -> LM head.
+    if (c.mtp_num_hidden_layers > 0) {
+      Mtp m;
+      m.fc = w.matrix("mtp.fc.weight", H, 2 * H);
+      m.norm_e = vector_plus(w, "mtp.pre_fc_norm_embedding.weight", {H}, 1.0f);
+      m.norm_h = vector_plus(w, "mtp.pre_fc_norm_hidden.weight", {H}, 1.0f);
+      m.layer.attn = load_attention(w, "mtp.layers.0.");
+      load_ffn(w, "mtp.layers.0.", c.num_experts > 0 && store_->has("mtp.layers.0.mlp.gate.weight"), m.layer);
+      m.norm = vector_plus(w, "mtp.norm.weight", {H}, 1.0f);
+      mtp_ = std::make_unique<Mtp>(std::move(m));
     }
     final_norm_ = vector_plus(w, c.weight_prefix + "norm.weight", {H}, 1.0f);
     if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
@@ -172,7 +181,7 @@ class HybridQwen final : public Model {
 
   KvSpec kv_spec() const override {
     KvSpec s;
-    s.n_layers = cfg_.attention_layers();
+    s.n_layers = cfg_.attention_layers() + mtp_depths();
     s.n_kv_heads = cfg_.num_key_value_heads;
     s.head_dim = cfg_.head_dim;
     s.dtype = backend_->kv_dtype(compute_, cfg_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
@@ -184,6 +193,49 @@ class HybridQwen final : public Model {
     std::size_t n = lm_head().bytes() + embed_->cols * dtype_size(embed_->dtype) + final_norm_.bytes();
     for (const auto& L : layers_) n += L.active_bytes();
     return n;
+  }
+
+  std::size_t mtp_depths() const override { return mtp_ ? kMaxRecursiveMtpDepth : 0; }
+
+  std::size_t mtp_weight_bytes_per_step() const override {
+    if (!mtp_) return 0;
+    return mtp_->fc->bytes() + mtp_->layer.active_bytes() + mtp_->norm_e.bytes() + mtp_->norm_h.bytes() +
+           mtp_->norm.bytes() + embed_->cols * dtype_size(embed_->dtype);
+  }
+
+  using Model::mtp_forward;
+
+  void mtp_forward(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvCache& kv,
+                   const ForwardOutputs& out, std::size_t draft_vocab,
+                   std::span<const std::vector<std::int32_t>> candidates) override {
+    if (!mtp_) throw std::invalid_argument("mtp_forward: the model has no MTP module");
+    if (depth == 0 || depth > mtp_depths())
+      throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
+                                  std::to_string(mtp_depths()));
+    const std::size_t kv_layer = cfg_.attention_layers() + depth - 1;
+    if (kv_layer >= kv.spec().n_layers)
+      throw std::invalid_argument("mtp_forward: the KV cache has no layer for draft depth " + std::to_string(depth));
+    const std::size_t T = b.size();
+    if (T == 0) return;
+    if (!out.hidden) throw std::invalid_argument("mtp_forward: the hidden output is required");
+    const std::size_t H = cfg_.hidden_size;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    Backend& be = *backend_;
+    float* cat = ws_.get(kCat, T * 2 * H);
+    float* x = ws_.get(kX, T * H);
+    be.embedding(b.staged().tokens, T, *embed_, cat, 2 * H);
+    be.copy_rows(cat + H, 2 * H, hidden_in, H, T, H);
+    be.rms_norm(cat, cat, T, H, 2 * H, mtp_->norm_e.as<float>(), eps);
+    be.rms_norm(cat + H, cat + H, T, H, 2 * H, mtp_->norm_h.as<float>(), eps);
+    be.matmul(cat, T, 2 * H, *mtp_->fc, H, x, H);
+    const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
+    gated_attention(mtp_->layer.attn, x, b, kv, rope, kv_layer);
+    ffn(mtp_->layer, x, T);
+    be.rms_norm(x, out.hidden, T, H, H, mtp_->norm.as<float>(), eps);
+    const Weight& head = lm_head();
+    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
+    float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    layers::lm_head(be, head, rows, nullptr, eps, out.hidden, H, b, sel, out.logits, {}, candidates);
   }
 
   // The token mixing's default ops go through the host; nothing here is recorded.
@@ -207,7 +259,7 @@ class HybridQwen final : public Model {
     be.embedding(b.staged().tokens, T, *embed_, x, H);
     for (const auto& L : layers_) {
       if (L.linear) linear_attention(L.lin, x, b);
-      else gated_attention(L.attn, x, b, kv, rope);
+      else gated_attention(L.attn, x, b, kv, rope, L.attn.kv_layer);
       ffn(L, x, T);
     }
     if (out.hidden) be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
@@ -217,6 +269,25 @@ class HybridQwen final : public Model {
   }
 
  private:
+  /// The FFN of a layer (prefix `p`): the MoE block (with the shared expert where the config has one) or
+  /// the dense SwiGLU, and its zero-centred post-attention norm.
+  void load_ffn(const WeightLoader& w, const std::string& p, bool sparse, Layer& L) {
+    const std::size_t H = cfg_.hidden_size;
+    if (sparse) {
+      L.moe = layers::load_moe(w, p, cfg_);
+      if (cfg_.shared_expert_intermediate_size > 0) {
+        const std::size_t S = cfg_.shared_expert_intermediate_size;
+        L.shared.w_gate = w.matrix(p + "mlp.shared_expert.gate_proj.weight", S, H);
+        L.shared.w_up = w.matrix(p + "mlp.shared_expert.up_proj.weight", S, H);
+        L.shared.w_down = w.matrix(p + "mlp.shared_expert.down_proj.weight", H, S);
+        L.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
+      }
+    } else {
+      L.mlp = layers::load_swiglu(w, p, cfg_);
+    }
+    (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
+  }
+
   LinearAttention load_linear(const WeightLoader& w, const std::string& p) {
     const std::size_t H = cfg_.hidden_size, nk = shape_.n_k_heads, nv = shape_.n_v_heads;
     const std::size_t dk = shape_.k_head_dim, dv = shape_.v_head_dim, K = shape_.conv_kernel;
@@ -311,7 +382,7 @@ class HybridQwen final : public Model {
   }
 
   void gated_attention(const GatedAttention& A, float* x, const ForwardBatch& batch, KvCache& kv,
-                       const layers::RopeTables& rope) {
+                       const layers::RopeTables& rope, std::size_t kv_layer) {
     Backend& be = *backend_;
     const std::size_t T = batch.size(), H = cfg_.hidden_size, D = cfg_.head_dim;
     const std::size_t NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads;
@@ -329,8 +400,8 @@ class HybridQwen final : public Model {
     be.matmul_many(h, T, H, outs);
     be.head_norm_rope(q, T, NH, D, QD, A.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
     be.head_norm_rope(k, T, NKV, D, KD, A.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
-    be.kv_store(k, v, KD, batch.staged(), kv.storage(), A.kv_layer);
-    be.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), A.kv_layer, scale);
+    be.kv_store(k, v, KD, batch.staged(), kv.storage(), kv_layer);
+    be.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), kv_layer, scale);
     be.sigmoid_mul(gate, QD, QD, attn, QD, T, QD);
     be.matmul_add(attn, T, QD, *A.wo, x, H, h);
   }
@@ -373,6 +444,7 @@ class HybridQwen final : public Model {
   std::unique_ptr<Weight> embed_, own_lm_head_;
   std::vector<Layer> layers_;
   DeviceBuffer final_norm_, inv_freq_;
+  std::unique_ptr<Mtp> mtp_;
 };
 
 }  // namespace

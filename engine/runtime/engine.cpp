@@ -354,8 +354,15 @@ std::size_t Engine::sample_outputs(const SchedulerOutput& sched, std::span<const
       scheduler_->finish(s, FinishReason::constraint);
       continue;
     }
-    // Rejected drafts leave the KV cache (positions from C + m on); accepted ones are computed.
+    // Rejected drafts leave the KV cache (positions from C + m on); accepted ones are computed. A
+    // hybrid model's recurrent state went through the rejected ones too: back to its copy from before
+    // the step, and the rows from the step's first position are fed again (the accepted drafts with
+    // the new token) -- their K/V rows are rewritten with the same values.
     s.n_computed = C + m;
+    if (k > m && runner_->kv().spec().state_floats > 0) {
+      runner_->kv().restore_state(s.kv);
+      s.n_computed = s.pos_first;
+    }
     if (k > m) runner_->kv().truncate(s.kv, s.n_computed);
     if (s.constraint && s.req.jump_forward && s.result.tokens.size() < s.req.max_tokens) {
       auto forced = s.constraint->take_forced_tokens();
@@ -395,6 +402,10 @@ std::vector<FinishedRequest> Engine::step() {
     std::vector<std::uint32_t> groups;
     if (options_.grammar_lm_head && runner_->model().supports_lm_head_groups())
       groups = structured_->lm_head_groups(sched.logit_owners, batch.n_logits());
+    // Hybrid models: the recurrent state of each sequence verifying drafts is copied aside first.
+    if (kv.spec().state_floats > 0)
+      for (const auto& e : sched.scheduled)
+        if (e.n_drafts > 0) kv.save_state(e.seq->kv);
     const ModelOutput result = runner_->execute(batch, want_hidden, groups);
     if (result.lm_head_restricted) {
       const std::size_t n_groups = (runner_->model().config().vocab_size + 15) / 16;

@@ -176,10 +176,11 @@ TEST(HybridModel, RandomCheckpointPresetsHaveTheHybridLayout) {
   EXPECT_GT(m->weight_bytes_per_step(), 0u);
 }
 
-TEST(HybridEngine, GreedyBatchMatchesTransformersWithoutPrefixReuseOrDrafts) {
+TEST(HybridEngine, GreedyBatchMatchesTransformersWithoutPrefixReuse) {
   for (const std::string name : {"tiny_next_f32", "tiny_qwen35_f32"}) {
     const auto ref = load_reference(name);
-    // Prefix caching and MTP drafting asked for: the engine turns them off for a stateful model.
+    // Prefix caching asked for: the engine turns it off for a stateful model (and these fixtures have no
+    // MTP module: no drafts; test_mtp_engine.cpp drafts on a hybrid model).
     auto engine = Engine::open(fixture_dir(name), nullptr,
                                {.device = testing::test_device(), .n_threads = 2, .enable_prefix_caching = true,
                                 .mtp_depth = 2, .compute = Compute::exact});

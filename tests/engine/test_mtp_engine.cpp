@@ -2,6 +2,7 @@
 //  * greedy outputs with mtp_depth 1..4 are token-identical to mtp_depth 0, on random-weight checkpoints
 //    of both MTP layouts (several sequences batched per forward call) and on the default model over the
 //    sample invoices constrained by the invoice schema (drafts, grammar-forced drafts, rollback);
+//  * the same with a hybrid model (Qwen3-Next layout), whose recurrent state verification restores;
 //  * with temperature > 0, the joint distribution of the first three generated tokens of a tiny-vocabulary
 //    random model matches the exact distribution computed from the model's own logits (chi-square at
 //    the 0.999 level), with drafts accepted and rejected along the way.
@@ -22,12 +23,13 @@ namespace {
 
 std::filesystem::path random_mtp_checkpoint(const std::string& layout, std::size_t vocab, double init,
                                             std::uint64_t seed) {
-  auto j = nlohmann::json::parse(preset_config_json("tiny"));
+  // "hybrid": Qwen3-Next's layout (Gated DeltaNet layers: verification restores their state).
+  auto j = nlohmann::json::parse(preset_config_json(layout == "hybrid" ? "tiny-next" : "tiny"));
   j["vocab_size"] = vocab;
   j["eos_token_id"] = nullptr;
   j["bos_token_id"] = nullptr;
   j["initializer_range"] = init;
-  if (layout == "next") j["mtp_num_hidden_layers"] = 1;
+  if (layout == "next" || layout == "hybrid") j["mtp_num_hidden_layers"] = 1;
   else j["num_nextn_predict_layers"] = 2;
   const auto dir = testing::scratch_dir("mtp_engine_" + layout + "_" + std::to_string(vocab));
   write_random_checkpoint(j.dump(), dir, DType::f32, seed);
@@ -46,7 +48,7 @@ std::vector<GenerationRequest> random_prompts(std::size_t vocab, std::size_t n, 
 }
 
 TEST(MtpEngine, GreedyIsLosslessOnRandomCheckpoints) {
-  for (const std::string layout : {"next", "deepseek"}) {
+  for (const std::string layout : {"next", "deepseek", "hybrid"}) {
     const auto dir = random_mtp_checkpoint(layout, 512, 0.1, 11);
     const auto reqs = random_prompts(512, 4, 40);
     std::vector<std::vector<TokenId>> want;
@@ -129,9 +131,11 @@ double chi2_quantile_999(double dof) {  // Wilson-Hilferty
   return dof * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
-TEST(MtpEngine, SamplingKeepsTheJointDistributionOfThreeTokens) {
+class MtpSampling : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpSampling, KeepsTheJointDistributionOfThreeTokens) {
   const std::size_t V = 4;
-  const auto dir = random_mtp_checkpoint("next", V, 0.5, 5);
+  const auto dir = random_mtp_checkpoint(GetParam(), V, 0.5, 5);
   const std::vector<TokenId> prompt = {1, 3, 0, 2, 2};
   // Exact joint distribution of (t1, t2, t3) from the main model.
   std::vector<double> exact(V * V * V);
@@ -186,6 +190,8 @@ TEST(MtpEngine, SamplingKeepsTheJointDistributionOfThreeTokens) {
   EXPECT_GT(st.accepted_tokens, st.draft_tokens / 10);  // drafts were accepted ...
   EXPECT_LT(st.accepted_tokens, st.draft_tokens);       // ... and rejected
 }
+
+INSTANTIATE_TEST_SUITE_P(MtpEngine, MtpSampling, ::testing::Values("next", "hybrid"));
 
 }  // namespace
 }  // namespace quarry::engine
