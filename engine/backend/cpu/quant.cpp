@@ -1,0 +1,106 @@
+// quant_gemm() dispatcher: blocks of rows dequantized per thread (quant_<isa>.cpp), then the exact f32
+// GEMM kernels of gemm.cpp on each block.
+#include "engine/backend/cpu/quant.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "engine/backend/cpu/thread_pool.hpp"
+
+namespace quarry::engine::cpu {
+
+QuantWeight make_quant_weight(const QuantizedMatrix& q) {
+  q.validate();
+  QuantWeight w;
+  detail::QuantView& v = w.view;
+  v.layout = q.layout == QuantLayout::gptq ? detail::QuantView::gptq : detail::QuantView::rows;
+  v.element = q.element == QuantElement::int4   ? detail::QuantView::int4
+              : q.element == QuantElement::int8 ? detail::QuantView::int8
+                                                : detail::QuantView::fp8_e4m3;
+  v.data = q.data;
+  v.n = q.rows;
+  v.k = q.cols;
+  w.scales.assign(q.scales.begin(), q.scales.end());
+  if (q.layout == QuantLayout::gptq) {
+    w.zeros.assign(q.zeros.begin(), q.zeros.end());
+    w.zeros.push_back(0);  // padding: a gather of the last zero point reads 4 bytes
+    w.g_idx.assign(q.g_idx.begin(), q.g_idx.end());
+    v.group_size = q.g_idx.empty() ? q.group_size : 0;
+    v.n_groups = q.n_groups;
+  } else {
+    v.block_rows = q.block_rows;
+    v.block_cols = q.block_cols ? q.block_cols : q.cols;
+    v.scale_cols = (q.cols + v.block_cols - 1) / v.block_cols;
+  }
+  v.scales = w.scales.data();
+  v.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  v.g_idx = w.g_idx.empty() ? nullptr : w.g_idx.data();
+  w.bytes = q.bytes();
+  return w;
+}
+
+GemmKernel quant_kernel_for(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::scalar: return GemmKernel::scalar;
+    case GemmKernel::avx2: return GemmKernel::avx2;
+    default: return GemmKernel::avx512;
+  }
+}
+
+void quant_dequant_rows(GemmKernel kernel, const QuantWeight& w, std::size_t j0, std::size_t j1, float* out) {
+  const GemmKernel k = quant_kernel_for(kernel);
+  if (!gemm_kernel_available(k))
+    throw std::invalid_argument(std::string("quantized weights: kernel set ") + gemm_kernel_name(k) +
+                                " is not available on this CPU");
+  if (j0 > j1 || j1 > w.view.n) throw std::invalid_argument("quantized weights: rows outside the matrix");
+  switch (k) {
+#if defined(__x86_64__)
+    case GemmKernel::avx2: return detail::dequant_rows_avx2(w.view, j0, j1, out);
+    case GemmKernel::avx512: return detail::dequant_rows_avx512(w.view, j0, j1, out);
+#endif
+    default: return detail::dequant_rows_scalar(w.view, j0, j1, out);
+  }
+}
+
+void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
+                float* y, std::size_t ldy, ThreadPool* pool, QuantScratch& scratch) {
+  const std::size_t K = w.view.k;
+  if (n > w.view.n)
+    throw std::invalid_argument("quant_gemm: " + std::to_string(n) + " rows of a weight with " +
+                                std::to_string(w.view.n));
+  if (ldx < K || ldy < n) throw std::invalid_argument("quant_gemm: a stride is smaller than its row");
+  const GemmKernel k = quant_kernel_for(kernel);
+  if (!gemm_kernel_available(k))
+    throw std::invalid_argument(std::string("quant_gemm: kernel set ") + gemm_kernel_name(k) +
+                                " is not available on this CPU");
+  if (m == 0 || n == 0) return;
+  // Decode-sized m: 16 rows (16 x k f32, 256 KB at k = 4096) per block, read back from L2 by the GEMV
+  // kernel; prefill: 128 rows, so the packing of x is amortised over more columns.
+  const std::size_t rows = m <= 16 ? 16 : 128;
+  const std::size_t blocks = (n + rows - 1) / rows;
+  const std::size_t nt = pool ? pool->size() : 1;
+  if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&](std::size_t t, std::size_t) {
+    std::vector<float>& buf = scratch.per_thread[t];
+    if (buf.size() < rows * K) buf.resize(rows * K);
+    for (;;) {
+      const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= blocks) return;
+      const std::size_t j0 = b * rows, j1 = std::min(n, j0 + rows);
+      quant_dequant_rows(k, w, j0, j1, buf.data());
+      gemm(k, x, m, K, ldx, buf.data(), WeightType::f32, j1 - j0, y + j0, ldy, nullptr);
+    }
+  };
+  if (pool && nt > 1 && blocks > 1) pool->run(work);
+  else work(0, 1);
+}
+
+void quant_gemm(const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n, float* y,
+                std::size_t ldy, ThreadPool* pool, QuantScratch& scratch) {
+  quant_gemm(gemm_default_kernel(), x, m, ldx, w, n, y, ldy, pool, scratch);
+}
+
+}  // namespace quarry::engine::cpu

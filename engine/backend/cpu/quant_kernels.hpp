@@ -1,0 +1,35 @@
+// Internal interface between the quantized-weight dispatcher (quant.cpp, baseline ISA) and the
+// dequantization kernels compiled for one instruction set each (quant_scalar.cpp, quant_avx2.cpp,
+// quant_avx512.cpp). As with gemm_kernels.hpp, kernel files include only this header, <immintrin.h> and
+// C headers, so that no inline function of the C++ library compiled for a wider set reaches baseline code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quarry::engine::cpu::detail {
+
+/// A quantized matrix W [n, k] as the kernels read it (engine/backend/backend.hpp, QuantizedMatrix).
+struct QuantView {
+  enum Layout : int { gptq = 0, rows = 1 };
+  enum Element : int { int4 = 0, int8 = 1, fp8_e4m3 = 2 };
+  int layout = gptq;
+  int element = int4;
+  const void* data = nullptr;  ///< gptq: int32 [k * bits / 32, n]; rows: int8 / fp8 [n, k], int4: int32 [n, k / 8]
+  std::size_t n = 0, k = 0;
+  const float* scales = nullptr;         ///< gptq [n_groups, n]; rows [ceil(n / block_rows), scale_cols]
+  const std::int16_t* zeros = nullptr;   ///< gptq [n_groups, n] plus one element of padding (gathers read 4 bytes)
+  const std::int32_t* g_idx = nullptr;   ///< gptq [k] or null (group k / group_size)
+  std::size_t group_size = 0, n_groups = 0;
+  std::size_t block_rows = 1, block_cols = 0, scale_cols = 0;  ///< rows: scale blocks
+};
+
+/// out[(j - j0) * k + p] = W[j, p] as f32 for j in [j0, j1), p < k: float(q - z) * s (gptq) or
+/// float(v) * s (rows), one rounding, identical in every set.
+void dequant_rows_scalar(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+#if defined(__x86_64__)
+void dequant_rows_avx2(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+#endif
+
+}  // namespace quarry::engine::cpu::detail
