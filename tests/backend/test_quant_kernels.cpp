@@ -131,11 +131,13 @@ std::vector<Case> cases() {
   v.push_back(gptq_case("gptq4_asym_g24", 24, 72, 4, 24, false, true, 2));  // groups not a multiple of 16
   v.push_back(gptq_case("gptq4_asym_desc_act_g16", 33, 128, 4, 16, true, true, 3));
   v.push_back(gptq_case("gptq4_channel", 16, 136, 4, 136, false, true, 4));   // one group, K % 16 = 8
+  v.push_back(gptq_case("gptq4_g32_tail", 48, 72, 4, 32, false, true, 15));  // last group partial, K % 16 = 8
   v.push_back(gptq_case("gptq8_asym_g32", 20, 64, 8, 32, false, true, 5));
   v.push_back(gptq_case("gptq8_desc_act_g8", 17, 40, 8, 8, true, false, 6));
   v.push_back(rows_case("int8_channel", 37, 200, QuantElement::int8, 1, 200, 7));
   v.push_back(rows_case("int8_g32", 19, 96, QuantElement::int8, 1, 32, 8));
   v.push_back(rows_case("int8_g24", 9, 72, QuantElement::int8, 1, 24, 9));
+  v.push_back(rows_case("int8_g32_tail", 18, 72, QuantElement::int8, 1, 32, 16));
   v.push_back(rows_case("fp8_block128", 200, 264, QuantElement::fp8_e4m3, 128, 128, 10));
   v.push_back(rows_case("fp8_channel", 21, 48, QuantElement::fp8_e4m3, 1, 48, 11));
   v.push_back(rows_case("fp8_tensor", 5, 40, QuantElement::fp8_e4m3, 5, 40, 12));

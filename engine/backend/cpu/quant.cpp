@@ -90,6 +90,9 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
       const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= blocks) return;
       const std::size_t j0 = b * rows, j1 = std::min(n, j0 + rows);
+#if defined(__x86_64__)
+      if (k == GemmKernel::avx512 && detail::gemv_avx512(w.view, x, m, ldx, j0, j1, y, ldy)) continue;
+#endif
       quant_dequant_rows(k, w, j0, j1, buf.data());
       gemm(k, x, m, K, ldx, buf.data(), WeightType::f32, j1 - j0, y + j0, ldy, nullptr);
     }

@@ -30,6 +30,12 @@ void dequant_rows_scalar(const QuantView& q, std::size_t j0, std::size_t j1, flo
 #if defined(__x86_64__)
 void dequant_rows_avx2(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
 void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+/// Decode-sized products without the buffer: y[i, j] = x[i, :] . W[j, :] for i < m, j in [j0, j1), each
+/// weight vector dequantized in registers and summed in the order of the avx512 GEMV kernel on the
+/// dequantized f32 matrix (bit-identical results). Returns false, computing nothing, where it does not
+/// apply (m > 4, desc_act groups, groups or scale blocks not multiples of 16).
+bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
+                 float* y, std::size_t ldy);
 #endif
 
 }  // namespace quarry::engine::cpu::detail
