@@ -200,6 +200,50 @@ TEST(QuantKernels, ProductsMatchDoubleReferenceAndTheDequantizedF32Product) {
   }
 }
 
+// bf16 compute: GPTQ int4 decode products with int8 activations (VNNI where present). The error of a
+// product is bounded by the activation rounding: |x - xs x_q| <= xs / 2 per element, xs = absmax / 127
+// of the element's group, times |W| summed; the exact path stays exact.
+TEST(QuantKernels, Int8ActivationProductsWithinTheActivationRounding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& c : {gptq_case("vnni_sym_g32", 600, 128, 4, 32, false, false, 21),
+                        gptq_case("vnni_asym_g64", 37, 192, 4, 64, false, true, 22),
+                        gptq_case("vnni_tail_g40", 530, 80, 4, 40, false, true, 23)}) {
+    cpu::QuantWeight w = cpu::make_quant_weight(c.q);
+    w.int8_activations = true;
+    const std::size_t N = c.q.rows, K = c.q.cols, gs = c.q.group_size;
+    for (const std::size_t m : {1u, 2u, 4u}) {
+      std::vector<float> x(m * K);
+      for (auto& v : x) v = nd(rng);
+      x[3] = 0.f;
+      for (const auto k : kernel_sets()) {
+        std::vector<float> y(m * N, 7.f);
+        cpu::QuantScratch scratch;
+        cpu::quant_gemm(k, x.data(), m, K, w, N, y.data(), N, &pool, scratch);
+        const bool vnni = cpu::quant_uses_vnni(k, w, m);
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < N; ++j) {
+            double ref = 0, bound = 0, mag = 0;
+            for (std::size_t g = 0; g * gs < K; ++g) {
+              float amax = 0.f;
+              for (std::size_t p = g * gs; p < std::min(K, (g + 1) * gs); ++p) amax = std::max(amax, std::fabs(x[i * K + p]));
+              for (std::size_t p = g * gs; p < std::min(K, (g + 1) * gs); ++p) {
+                const double wv = c.want[j * K + p];
+                ref += static_cast<double>(x[i * K + p]) * wv;
+                mag += std::fabs(static_cast<double>(x[i * K + p]) * wv);
+                bound += std::fabs(wv) * amax / 127.0 / 2.0;
+              }
+            }
+            const double tol = vnni ? bound * 1.01 + 1e-5 * mag : 2e-6 * mag + 1e-30;
+            ASSERT_NEAR(y[i * N + j], ref, tol) << c.name << " m " << m << " [" << i << ", " << j << "] on "
+                                                << cpu::gemm_kernel_name(k) << (vnni ? " (vnni)" : "");
+          }
+      }
+    }
+  }
+}
+
 TEST(QuantKernels, RejectsBadShapesAndTables) {
   Case c = gptq_case("bad", 8, 32, 4, 16, false, false, 1);
   QuantizedMatrix q = c.q;

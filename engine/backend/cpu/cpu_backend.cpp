@@ -160,9 +160,11 @@ class CpuBackend final : public Backend {
     return w;
   }
 
-  std::unique_ptr<engine::Weight> load_quantized(const QuantizedMatrix& q, WeightUse, Compute) override {
+  std::unique_ptr<engine::Weight> load_quantized(const QuantizedMatrix& q, WeightUse, Compute compute) override {
     auto w = std::make_unique<CpuWeight>();
     w->quant = make_quant_weight(q);
+    // bf16 compute rounds activations anyway: decode products may use int8 activations (VNNI).
+    w->quant->int8_activations = compute != Compute::exact;
     w->rows = q.rows;
     w->cols = q.cols;
     w->dtype = DType::f32;

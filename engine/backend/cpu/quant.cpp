@@ -3,10 +3,12 @@
 #include "engine/backend/cpu/quant.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <stdexcept>
 #include <string>
 
+#include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 
 namespace quarry::engine::cpu {
@@ -64,6 +66,50 @@ void quant_dequant_rows(GemmKernel kernel, const QuantWeight& w, std::size_t j0,
   }
 }
 
+bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
+#if defined(__x86_64__)
+  static const bool vnni = detect_cpu_features().avx512_vnni;
+  const detail::QuantView& v = w.view;
+  return w.int8_activations && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+         gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4 && v.layout == detail::QuantView::gptq &&
+         v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
+#else
+  (void)kernel;
+  (void)w;
+  (void)m;
+  return false;
+#endif
+}
+
+namespace {
+
+/// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
+/// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
+/// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
+void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::vector<std::int32_t>& x4,
+                          std::vector<float>& xs, std::vector<std::int32_t>& xsum) {
+  const std::size_t G = (k + gs - 1) / gs;
+  x4.assign(k / 4, 0);
+  xs.assign(G, 1.f);
+  xsum.assign(G, 0);
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t k0 = g * gs, k1 = std::min(k, k0 + gs);
+    float amax = 0.f;
+    for (std::size_t p = k0; p < k1; ++p) amax = std::max(amax, std::fabs(x[p]));
+    const float s = amax > 0.f ? amax / 127.f : 1.f;
+    xs[g] = s;
+    for (std::size_t p = k0; p < k1; ++p) {
+      const auto v = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[p] / s), -127.f, 127.f));
+      xsum[g] += v;
+      const std::size_t word = 2 * (p / 8) + (p % 2), byte = (p % 8) / 2;
+      x4[word] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x4[word]) |
+                                           (static_cast<std::uint32_t>(v & 0xff) << (8 * byte)));
+    }
+  }
+}
+
+}  // namespace
+
 void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
                 float* y, std::size_t ldy, ThreadPool* pool, QuantScratch& scratch) {
   const std::size_t K = w.view.k;
@@ -76,6 +122,32 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     throw std::invalid_argument(std::string("quant_gemm: kernel set ") + gemm_kernel_name(k) +
                                 " is not available on this CPU");
   if (m == 0 || n == 0) return;
+#if defined(__x86_64__)
+  if (quant_uses_vnni(kernel, w, m)) {
+    constexpr std::size_t kRows = 512;  // each packed row of qweight streamed 2 KB at a time
+    const std::size_t blocks = (n + kRows - 1) / kRows;
+    const std::size_t nt = pool ? pool->size() : 1;
+    if (scratch.acc.size() < nt) scratch.acc.resize(nt);
+    for (std::size_t i = 0; i < m; ++i) {
+      quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4, scratch.xs, scratch.xsum);
+      std::atomic<std::size_t> next{0};
+      const auto work = [&](std::size_t t, std::size_t) {
+        std::vector<std::int32_t>& acc = scratch.acc[t];
+        if (acc.size() < kRows) acc.resize(kRows);
+        for (;;) {
+          const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+          if (b >= blocks) return;
+          const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows);
+          detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), scratch.xs.data(), scratch.xsum.data(), j0, j1,
+                                    y + i * ldy + j0, acc.data());
+        }
+      };
+      if (pool && nt > 1 && blocks > 1) pool->run(work);
+      else work(0, 1);
+    }
+    return;
+  }
+#endif
   // Decode-sized m: 16 rows (16 x k f32, 256 KB at k = 4096) per block, read back from L2 by the GEMV
   // kernel; prefill: 128 rows, so the packing of x is amortised over more columns.
   const std::size_t rows = m <= 16 ? 16 : 128;

@@ -32,7 +32,15 @@ struct QuantWeight {
   std::vector<std::int16_t> zeros;
   std::vector<std::int32_t> g_idx;
   std::size_t bytes = 0;  ///< QuantizedMatrix::bytes()
+  /// bf16 compute: decode products of GPTQ int4 weights may quantize the activations to int8 (per row and
+  /// weight group, absmax / 127) and run on AVX512-VNNI (quant_vnni_avx512.cpp); exact compute never does.
+  bool int8_activations = false;
 };
+
+/// Whether quant_gemm(kernel, ...) of m rows by `w` runs on the int8-activation VNNI kernel: w allows it,
+/// GPTQ int4 with contiguous groups (a multiple of 8 columns), m <= 4, the avx512 set (or a wider one)
+/// and AVX512-VNNI here.
+bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m);
 
 /// Copies the tables of `q` (validated first: std::invalid_argument) and points at its packed values.
 QuantWeight make_quant_weight(const QuantizedMatrix& q);
@@ -40,6 +48,9 @@ QuantWeight make_quant_weight(const QuantizedMatrix& q);
 /// Per-thread dequantization buffers, grown on use and kept (owned by the backend: one caller at a time).
 struct QuantScratch {
   std::vector<std::vector<float>> per_thread;
+  std::vector<std::vector<std::int32_t>> acc;  ///< VNNI kernel: int32 sums per thread
+  std::vector<std::int32_t> x4, xsum;          ///< VNNI kernel: the quantized activations of one row
+  std::vector<float> xs;
 };
 
 /// The dequantization kernel set a GEMM kernel set implies: scalar -> scalar, avx2 -> avx2, avx512 / amx /
@@ -52,7 +63,8 @@ GemmKernel quant_kernel_for(GemmKernel kernel);
 void quant_dequant_rows(GemmKernel kernel, const QuantWeight& w, std::size_t j0, std::size_t j1, float* out);
 
 /// y[m, 0:n] = x[m, w.k] . W[0:n, :]^T (n <= w.n: a leading slice of the rows), f32 accumulation, columns
-/// split over `pool` in blocks of rows (16 rows for m <= 16, 128 otherwise). x at stride ldx, y at ldy.
+/// split over `pool` in blocks of rows (16 rows for m <= 16, 128 otherwise; 512 on the VNNI kernel). x at
+/// stride ldx, y at ldy. Exact (the dequantized f32 product) unless quant_uses_vnni().
 /// Throws std::invalid_argument on n > w.n, ldx < k, ldy < n, or an unavailable kernel set.
 void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
                 float* y, std::size_t ldy, ThreadPool* pool, QuantScratch& scratch);

@@ -36,6 +36,13 @@ void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, flo
 /// apply (m > 4, desc_act groups, groups or scale blocks not multiples of 16).
 bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
                  float* y, std::size_t ldy);
+/// GPTQ int4 (contiguous groups, group_size a multiple of 8) against one row of activations quantized per
+/// group (quant.cpp, quantize_activations): y[j - j0] = sum over groups g of scales[g, j] * xs[g] *
+/// (sum_k q[k, j] x_q[k] - zeros[g, j] * xsum[g]) for j in [j0, j1). x4: for every 8 input columns, the
+/// int8 activations of the even columns as one int32 (bytes in order), then of the odd ones. acc: int32
+/// scratch [j1 - j0]. Needs AVX512-VNNI (quant_vnni_avx512.cpp).
+void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
+                       std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
 #endif
 
 }  // namespace quarry::engine::cpu::detail
