@@ -124,9 +124,11 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   if (quant_uses_vnni(kernel, w, m)) {
-    constexpr std::size_t kRows = 512;  // each packed row of qweight streamed 2 KB at a time
-    const std::size_t blocks = (n + kRows - 1) / kRows;
+    // Each packed row of qweight is streamed kRows * 4 bytes at a time (the int32 sums of the block stay
+    // in L1): blocks as large as 2048 rows while every thread still gets about four.
     const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t kRows = std::clamp<std::size_t>((n / (4 * nt) + 15) / 16 * 16, 256, 2048);
+    const std::size_t blocks = (n + kRows - 1) / kRows;
     if (scratch.acc.size() < nt) scratch.acc.resize(nt);
     for (std::size_t i = 0; i < m; ++i) {
       quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4, scratch.xs, scratch.xsum);

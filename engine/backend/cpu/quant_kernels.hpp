@@ -40,7 +40,8 @@ bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t 
 /// group (quant.cpp, quantize_activations): y[j - j0] = sum over groups g of scales[g, j] * xs[g] *
 /// (sum_k q[k, j] x_q[k] - zeros[g, j] * xsum[g]) for j in [j0, j1). x4: for every 8 input columns, the
 /// int8 activations of the even columns as one int32 (bytes in order), then of the odd ones. acc: int32
-/// scratch [j1 - j0]. Needs AVX512-VNNI (quant_vnni_avx512.cpp).
+/// scratch [j1 - j0] (unused by the current kernel, which keeps the sums in registers). Needs AVX512-VNNI
+/// (quant_vnni_avx512.cpp).
 void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
                        std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
 #endif
