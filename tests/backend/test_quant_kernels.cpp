@@ -200,19 +200,23 @@ TEST(QuantKernels, ProductsMatchDoubleReferenceAndTheDequantizedF32Product) {
   }
 }
 
-// bf16 compute: GPTQ int4 decode products with int8 activations (VNNI where present). The error of a
-// product is bounded by the activation rounding: |x - xs x_q| <= xs / 2 per element, xs = absmax / 127
-// of the element's group, times |W| summed; the exact path stays exact.
+// bf16 compute: GPTQ int4 and int8-row decode products with int8 activations (VNNI where present). The
+// error of a product is bounded by the activation rounding: |x - xs x_q| <= xs / 2 per element, xs =
+// absmax / 127 of the element's block (the weight group; 128 columns for int8 rows), times |W| summed;
+// the exact path stays exact.
 TEST(QuantKernels, Int8ActivationProductsWithinTheActivationRounding) {
   ThreadPool pool(2);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const auto& c : {gptq_case("vnni_sym_g32", 600, 128, 4, 32, false, false, 21),
                         gptq_case("vnni_asym_g64", 37, 192, 4, 64, false, true, 22),
-                        gptq_case("vnni_tail_g40", 530, 80, 4, 40, false, true, 23)}) {
+                        gptq_case("vnni_tail_g40", 530, 80, 4, 40, false, true, 23),
+                        rows_case("vnni_int8_channel", 130, 384, QuantElement::int8, 1, 384, 24),
+                        rows_case("vnni_int8_g128", 70, 256, QuantElement::int8, 1, 128, 25)}) {
     cpu::QuantWeight w = cpu::make_quant_weight(c.q);
     w.int8_activations = true;
-    const std::size_t N = c.q.rows, K = c.q.cols, gs = c.q.group_size;
+    const std::size_t N = c.q.rows, K = c.q.cols;
+    const std::size_t gs = c.q.layout == QuantLayout::gptq ? c.q.group_size : 128;
     for (const std::size_t m : {1u, 2u, 4u}) {
       std::vector<float> x(m * K);
       for (auto& v : x) v = nd(rng);

@@ -70,9 +70,12 @@ bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
 #if defined(__x86_64__)
   static const bool vnni = detect_cpu_features().avx512_vnni;
   const detail::QuantView& v = w.view;
-  return w.int8_activations && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
-         gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4 && v.layout == detail::QuantView::gptq &&
-         v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
+  if (!(w.int8_activations && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+        gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4))
+    return false;
+  if (v.layout == detail::QuantView::gptq)
+    return v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
+  return v.element == detail::QuantView::int8 && v.k % 128 == 0 && v.block_cols % 128 == 0;
 #else
   (void)kernel;
   (void)w;
@@ -123,6 +126,42 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
                                 " is not available on this CPU");
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
+  if (quant_uses_vnni(kernel, w, m) && w.view.layout == detail::QuantView::rows) {
+    // int8 rows: activations per 128 columns, then rows split over the threads.
+    const std::size_t B = K / 128;
+    scratch.xq.resize(m * K);
+    scratch.xs.resize(m * B);
+    scratch.xsum.resize(m * B);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t b = 0; b < B; ++b) {
+        const float* xb = x + i * ldx + b * 128;
+        float amax = 0.f;
+        for (std::size_t p = 0; p < 128; ++p) amax = std::max(amax, std::fabs(xb[p]));
+        const float s = amax > 0.f ? amax / 127.f : 1.f;
+        std::int32_t sum = 0;
+        for (std::size_t p = 0; p < 128; ++p) {
+          const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[p] / s), -127.f, 127.f));
+          scratch.xq[i * K + b * 128 + p] = v;
+          sum += v;
+        }
+        scratch.xs[i * B + b] = s;
+        scratch.xsum[i * B + b] = sum;
+      }
+    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t, std::size_t) {
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        detail::rows8_vnni_avx512(w.view, scratch.xq.data(), scratch.xs.data(), scratch.xsum.data(), m, b * rows,
+                                  std::min(n, (b + 1) * rows), y, ldy);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+  }
   if (quant_uses_vnni(kernel, w, m)) {
     // Each packed row of qweight is streamed kRows * 4 bytes at a time (the int32 sums of the block stay
     // in L1): blocks as large as 2048 rows while every thread still gets about four.

@@ -32,14 +32,15 @@ struct QuantWeight {
   std::vector<std::int16_t> zeros;
   std::vector<std::int32_t> g_idx;
   std::size_t bytes = 0;  ///< QuantizedMatrix::bytes()
-  /// bf16 compute: decode products of GPTQ int4 weights may quantize the activations to int8 (per row and
-  /// weight group, absmax / 127) and run on AVX512-VNNI (quant_vnni_avx512.cpp); exact compute never does.
+  /// bf16 compute: decode products of GPTQ int4 and int8-row weights may quantize the activations to int8
+  /// (absmax / 127 per row and block) and run on AVX512-VNNI (quant_vnni_avx512.cpp); exact never does.
   bool int8_activations = false;
 };
 
-/// Whether quant_gemm(kernel, ...) of m rows by `w` runs on the int8-activation VNNI kernel: w allows it,
-/// GPTQ int4 with contiguous groups (a multiple of 8 columns), m <= 4, the avx512 set (or a wider one)
-/// and AVX512-VNNI here.
+/// Whether quant_gemm(kernel, ...) of m rows by `w` runs on an int8-activation VNNI kernel: w allows it,
+/// m <= 4, the avx512 set (or a wider one) and AVX512-VNNI here, and w is GPTQ int4 with contiguous groups
+/// (a multiple of 8 columns; activations per weight group) or int8 rows with scale blocks of whole
+/// multiples of 128 columns (activations per 128 columns).
 bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m);
 
 /// Copies the tables of `q` (validated first: std::invalid_argument) and points at its packed values.
@@ -49,7 +50,8 @@ QuantWeight make_quant_weight(const QuantizedMatrix& q);
 struct QuantScratch {
   std::vector<std::vector<float>> per_thread;
   std::vector<std::vector<std::int32_t>> acc;  ///< VNNI kernel: int32 sums per thread
-  std::vector<std::int32_t> x4, xsum;          ///< VNNI kernel: the quantized activations of one row
+  std::vector<std::int32_t> x4, xsum;          ///< VNNI kernels: the quantized activations
+  std::vector<std::int8_t> xq;
   std::vector<float> xs;
 };
 

@@ -42,6 +42,12 @@ bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t 
 /// int8 activations of the even columns as one int32 (bytes in order), then of the odd ones. acc: int32
 /// scratch [j1 - j0] (unused by the current kernel, which keeps the sums in registers). Needs AVX512-VNNI
 /// (quant_vnni_avx512.cpp).
+/// Row-quantized int8 weights (scale blocks of whole multiples of 128 columns, k % 128 == 0) against m <= 4
+/// rows of activations quantized per 128 columns: xq int8 [m, k], xs / xsum [m, k / 128] (scale, sum of
+/// x_q). y[i, j] = sum over blocks b of scale(j, b) * xs[i, b] * sum_k w x_q, for j in [j0, j1); the
+/// weights enter VPDPBUSD as unsigned bytes w + 128 and 128 * xsum is taken off. Needs AVX512-VNNI.
+void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* xs, const std::int32_t* xsum,
+                       std::size_t m, std::size_t j0, std::size_t j1, float* y, std::size_t ldy);
 void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
                        std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
 #endif

@@ -80,4 +80,34 @@ void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* 
   }
 }
 
+void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* xs, const std::int32_t* xsum,
+                       std::size_t m, std::size_t j0, std::size_t j1, float* y, std::size_t ldy) {
+  const std::size_t K = q.k, B = K / 128, bc = q.block_cols;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (std::size_t n = j0; n < j1; ++n) {
+    const auto* w = static_cast<const std::int8_t*>(q.data) + n * K;
+    const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    float corr[4] = {0.f, 0.f, 0.f, 0.f};
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::size_t k0 = b * 128;
+      _mm_prefetch(reinterpret_cast<const char*>(w + k0 + 512), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + k0 + 576), _MM_HINT_T0);
+      // The weights as unsigned bytes (w + 128); the 128 * sum(x_q) this adds comes off below.
+      const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + k0), flip);
+      const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(w + k0 + 64), flip);
+      const float ws = srow[k0 / bc];
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::int8_t* xi = xq + i * K + k0;
+        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xi));
+        d = _mm512_dpbusd_epi32(d, w1, _mm512_loadu_si512(xi + 64));
+        const float f = ws * xs[i * B + b];
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(f), acc[i]);
+        corr[i] += f * 128.f * static_cast<float>(xsum[i * B + b]);
+      }
+    }
+    for (std::size_t i = 0; i < m; ++i) y[i * ldy + n] = _mm512_reduce_add_ps(acc[i]) - corr[i];
+  }
+}
+
 }  // namespace quarry::engine::cpu::detail
