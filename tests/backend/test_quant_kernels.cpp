@@ -214,7 +214,7 @@ TEST(QuantKernels, Int8ActivationProductsWithinTheActivationRounding) {
                         rows_case("vnni_int8_channel", 130, 384, QuantElement::int8, 1, 384, 24),
                         rows_case("vnni_int8_g128", 70, 256, QuantElement::int8, 1, 128, 25)}) {
     cpu::QuantWeight w = cpu::make_quant_weight(c.q);
-    w.int8_activations = true;
+    w.bf16_compute = true;
     const std::size_t N = c.q.rows, K = c.q.cols;
     const std::size_t gs = c.q.layout == QuantLayout::gptq ? c.q.group_size : 128;
     for (const std::size_t m : {1u, 2u, 4u}) {
@@ -246,6 +246,71 @@ TEST(QuantKernels, Int8ActivationProductsWithinTheActivationRounding) {
       }
     }
   }
+}
+
+// bf16 compute: FP8 rows against activations rounded to bf16 (AVX512_BF16 where present): within the
+// rounding of x (2^-9 relative) plus f32 accumulation; the FP8 values themselves widen exactly.
+TEST(QuantKernels, Fp8Bf16ActivationProductsWithinTheActivationRounding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& c : {rows_case("bf16_fp8_block128", 200, 256, QuantElement::fp8_e4m3, 128, 128, 31),
+                        rows_case("bf16_fp8_channel", 67, 96, QuantElement::fp8_e4m3, 1, 96, 32),
+                        rows_case("bf16_fp8_g32", 9, 64, QuantElement::fp8_e4m3, 1, 32, 33)}) {
+    cpu::QuantWeight w = cpu::make_quant_weight(c.q);
+    w.bf16_compute = true;
+    const std::size_t N = c.q.rows, K = c.q.cols;
+    for (const std::size_t m : {1u, 3u}) {
+      std::vector<float> x(m * K);
+      for (auto& v : x) v = nd(rng);
+      for (const auto k : kernel_sets()) {
+        std::vector<float> y(m * N, 7.f);
+        cpu::QuantScratch scratch;
+        cpu::quant_gemm(k, x.data(), m, K, w, N, y.data(), N, &pool, scratch);
+        const bool fast = cpu::quant_uses_bf16(k, w, m);
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < N; ++j) {
+            double ref = 0, mag = 0;
+            for (std::size_t p = 0; p < K; ++p) {
+              ref += static_cast<double>(x[i * K + p]) * c.want[j * K + p];
+              mag += std::fabs(static_cast<double>(x[i * K + p]) * c.want[j * K + p]);
+            }
+            const double tol = fast ? mag * (std::ldexp(1.0, -9) + 1e-5) : 2e-6 * mag + 1e-30;
+            ASSERT_NEAR(y[i * N + j], ref, tol) << c.name << " m " << m << " [" << i << ", " << j << "] on "
+                                                << cpu::gemm_kernel_name(k) << (fast ? " (bf16)" : "");
+          }
+      }
+    }
+  }
+}
+
+// The bf16 FP8 kernel widens every code exactly: one-hot activations (exact in bf16) pick single weights.
+TEST(QuantKernels, Fp8Bf16KernelWidensEveryCodeExactly) {
+  std::vector<std::uint8_t> codes(8 * 32);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = (i & 0x7f) == 0x7f ? 0 : static_cast<std::uint8_t>(i);
+  std::vector<float> scales = {1.f, 0.5f, 2.f, 0.25f, 1.f, 3.f, 1.f, 0.125f};
+  QuantizedMatrix q;
+  q.rows = 8;
+  q.cols = 32;
+  q.layout = QuantLayout::rows;
+  q.element = QuantElement::fp8_e4m3;
+  q.data = codes.data();
+  q.scales = scales;
+  q.block_rows = 1;
+  q.block_cols = 32;
+  cpu::QuantWeight w = cpu::make_quant_weight(q);
+  w.bf16_compute = true;
+  for (const auto k : kernel_sets())
+    for (std::size_t p = 0; p < 32; ++p) {
+      std::vector<float> x(32, 0.f), y(8);
+      x[p] = 1.f;
+      cpu::QuantScratch scratch;
+      cpu::quant_gemm(k, x.data(), 1, 32, w, 8, y.data(), 8, nullptr, scratch);
+      for (std::size_t j = 0; j < 8; ++j)
+        ASSERT_EQ(y[j], fp8_e4m3_to_f32(codes[j * 32 + p]) * scales[j])
+            << "code " << int(codes[j * 32 + p]) << " on " << cpu::gemm_kernel_name(k)
+            << (cpu::quant_uses_bf16(k, w, 1) ? " (bf16)" : "");
+    }
 }
 
 TEST(QuantKernels, RejectsBadShapesAndTables) {

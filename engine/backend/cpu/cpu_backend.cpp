@@ -164,7 +164,7 @@ class CpuBackend final : public Backend {
     auto w = std::make_unique<CpuWeight>();
     w->quant = make_quant_weight(q);
     // bf16 compute rounds activations anyway: decode products may use int8 activations (VNNI).
-    w->quant->int8_activations = compute != Compute::exact;
+    w->quant->bf16_compute = compute != Compute::exact;
     w->rows = q.rows;
     w->cols = q.cols;
     w->dtype = DType::f32;

@@ -10,6 +10,7 @@
 
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
+#include "engine/core/dtype.hpp"
 
 namespace quarry::engine::cpu {
 
@@ -70,12 +71,27 @@ bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
 #if defined(__x86_64__)
   static const bool vnni = detect_cpu_features().avx512_vnni;
   const detail::QuantView& v = w.view;
-  if (!(w.int8_activations && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+  if (!(w.bf16_compute && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
         gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4))
     return false;
   if (v.layout == detail::QuantView::gptq)
     return v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
   return v.element == detail::QuantView::int8 && v.k % 128 == 0 && v.block_cols % 128 == 0;
+#else
+  (void)kernel;
+  (void)w;
+  (void)m;
+  return false;
+#endif
+}
+
+bool quant_uses_bf16(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
+#if defined(__x86_64__)
+  static const bool bf16 = detect_cpu_features().avx512_bf16;
+  const detail::QuantView& v = w.view;
+  return w.bf16_compute && bf16 && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+         gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4 && v.layout == detail::QuantView::rows &&
+         v.element == detail::QuantView::fp8_e4m3 && v.k % 32 == 0 && v.block_cols % 32 == 0;
 #else
   (void)kernel;
   (void)w;
@@ -126,6 +142,25 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
                                 " is not available on this CPU");
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
+  if (quant_uses_bf16(kernel, w, m)) {
+    // FP8 rows: activations rounded to bf16 (nearest even), rows split over the threads.
+    scratch.xb.resize(m * K);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + p] = f32_to_bf16(x[i * ldx + p]);
+    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t, std::size_t) {
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, b * rows, std::min(n, (b + 1) * rows), y, ldy);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+  }
   if (quant_uses_vnni(kernel, w, m) && w.view.layout == detail::QuantView::rows) {
     // int8 rows: activations per 128 columns, then rows split over the threads.
     const std::size_t B = K / 128;

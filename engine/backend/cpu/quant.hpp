@@ -32,11 +32,16 @@ struct QuantWeight {
   std::vector<std::int16_t> zeros;
   std::vector<std::int32_t> g_idx;
   std::size_t bytes = 0;  ///< QuantizedMatrix::bytes()
-  /// bf16 compute: decode products of GPTQ int4 and int8-row weights may quantize the activations to int8
-  /// (absmax / 127 per row and block) and run on AVX512-VNNI (quant_vnni_avx512.cpp); exact never does.
-  bool int8_activations = false;
+  /// Loaded under bf16 compute: decode products may use reduced-precision activations: int8 (absmax / 127
+  /// per row and block) on AVX512-VNNI for GPTQ int4 and int8 rows (quant_vnni_avx512.cpp), bf16 on
+  /// AVX512_BF16 for FP8 rows (quant_bf16_avx512.cpp). Exact compute never does.
+  bool bf16_compute = false;
 };
 
+/// Whether quant_gemm(kernel, ...) of m rows by `w` runs on the bf16-activation FP8 kernel: w.bf16_compute,
+/// m <= 4, the avx512 set (or a wider one) and AVX512_BF16 here, FP8 rows with k and the scale blocks in
+/// multiples of 32 columns.
+bool quant_uses_bf16(GemmKernel kernel, const QuantWeight& w, std::size_t m);
 /// Whether quant_gemm(kernel, ...) of m rows by `w` runs on an int8-activation VNNI kernel: w allows it,
 /// m <= 4, the avx512 set (or a wider one) and AVX512-VNNI here, and w is GPTQ int4 with contiguous groups
 /// (a multiple of 8 columns; activations per weight group) or int8 rows with scale blocks of whole
@@ -52,6 +57,7 @@ struct QuantScratch {
   std::vector<std::vector<std::int32_t>> acc;  ///< VNNI kernel: int32 sums per thread
   std::vector<std::int32_t> x4, xsum;          ///< VNNI kernels: the quantized activations
   std::vector<std::int8_t> xq;
+  std::vector<std::uint16_t> xb;               ///< FP8 kernel: the activations rounded to bf16
   std::vector<float> xs;
 };
 

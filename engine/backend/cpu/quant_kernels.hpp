@@ -48,6 +48,11 @@ bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t 
 /// weights enter VPDPBUSD as unsigned bytes w + 128 and 128 * xsum is taken off. Needs AVX512-VNNI.
 void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* xs, const std::int32_t* xsum,
                        std::size_t m, std::size_t j0, std::size_t j1, float* y, std::size_t ldy);
+/// FP8 rows (k and the scale blocks multiples of 32 columns) against m <= 4 rows of activations rounded to
+/// bf16 (xb [m, k], round to nearest even): the FP8 values widened to bf16 exactly (a 128-entry table,
+/// VPERMT2W), VDPBF16PS per scale block, then y += block sum * scale. Needs AVX512_BF16.
+void fp8_bf16_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
+                     float* y, std::size_t ldy);
 void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
                        std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
 #endif
