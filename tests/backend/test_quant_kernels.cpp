@@ -313,6 +313,36 @@ TEST(QuantKernels, Fp8Bf16KernelWidensEveryCodeExactly) {
     }
 }
 
+// bf16 compute, prefill-sized m: the dequantized weights and x rounded to bf16 (gemm_packed), within
+// the two roundings (2^-8 relative each) of the double reference.
+TEST(QuantKernels, Bf16PrefillProductsWithinBf16Rounding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& c : cases()) {
+    cpu::QuantWeight w = cpu::make_quant_weight(c.q);
+    w.bf16_compute = true;
+    const std::size_t N = c.q.rows, K = c.q.cols, m = 37;
+    std::vector<float> x(m * K);
+    for (auto& v : x) v = nd(rng);
+    for (const auto k : kernel_sets()) {
+      std::vector<float> y(m * N, 7.f);
+      cpu::QuantScratch scratch;
+      cpu::quant_gemm(k, x.data(), m, K, w, N, y.data(), N, &pool, scratch);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < N; ++j) {
+          double ref = 0, mag = 0;
+          for (std::size_t p = 0; p < K; ++p) {
+            ref += static_cast<double>(x[i * K + p]) * c.want[j * K + p];
+            mag += std::fabs(static_cast<double>(x[i * K + p]) * c.want[j * K + p]);
+          }
+          ASSERT_NEAR(y[i * N + j], ref, mag * (std::ldexp(1.0, -7) + 1e-5))
+              << c.name << " [" << i << ", " << j << "] on " << cpu::gemm_kernel_name(k);
+        }
+    }
+  }
+}
+
 TEST(QuantKernels, RejectsBadShapesAndTables) {
   Case c = gptq_case("bad", 8, 32, 4, 16, false, false, 1);
   QuantizedMatrix q = c.q;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/backend/cpu/cpu_features.hpp"
+#include "engine/backend/cpu/gemm_kernels.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/core/dtype.hpp"
 
@@ -224,6 +225,38 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     return;
   }
 #endif
+  // bf16 compute, prefill-sized m: blocks of rows dequantized, rounded to bf16 and packed for
+  // gemm_packed (AMX tiles or VDPBF16PS), as a bf16 checkpoint computes; vLLM's GPTQ / FP8 GEMMs likewise
+  // dequantize to 16-bit in their prologue.
+  if (w.bf16_compute && m > 16 && packed_bf16_available() && quant_kernel_for(kernel) == GemmKernel::avx512) {
+#if defined(__x86_64__)
+    constexpr std::size_t kRows = 128;
+    const std::size_t blocks = (n + kRows - 1) / kRows;
+    const std::size_t nt = pool ? pool->size() : 1;
+    if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
+    if (scratch.packed.size() < nt) scratch.packed.resize(nt);
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t t, std::size_t) {
+      std::vector<float>& buf = scratch.per_thread[t];
+      if (buf.size() < kRows * K) buf.resize(kRows * K);
+      PackedBf16& pk = scratch.packed[t];
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows), rows = j1 - j0;
+        quant_dequant_rows(k, w, j0, j1, buf.data());
+        pk.n = rows;
+        pk.k = K;
+        pk.data.assign((rows + 15) / 16 * ((K + 31) / 32) * 512, 0);
+        detail::amx_pack_b(buf.data(), WeightType::f32, rows, K, 0, (rows + 15) / 16, pk.data.data());
+        gemm_packed(x, m, ldx, pk, rows, y + j0, ldy, nullptr);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+#endif
+  }
   // Decode-sized m: 16 rows (16 x k f32, 256 KB at k = 4096) per block, read back from L2 by the GEMV
   // kernel; prefill: 128 rows, so the packing of x is amortised over more columns.
   const std::size_t rows = m <= 16 ? 16 : 128;

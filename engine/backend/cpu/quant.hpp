@@ -58,6 +58,7 @@ struct QuantScratch {
   std::vector<std::int32_t> x4, xsum;          ///< VNNI kernels: the quantized activations
   std::vector<std::int8_t> xq;
   std::vector<std::uint16_t> xb;               ///< FP8 kernel: the activations rounded to bf16
+  std::vector<PackedBf16> packed;              ///< bf16 prefill: a block of rows packed, per thread
   std::vector<float> xs;
 };
 
@@ -71,8 +72,10 @@ GemmKernel quant_kernel_for(GemmKernel kernel);
 void quant_dequant_rows(GemmKernel kernel, const QuantWeight& w, std::size_t j0, std::size_t j1, float* out);
 
 /// y[m, 0:n] = x[m, w.k] . W[0:n, :]^T (n <= w.n: a leading slice of the rows), f32 accumulation, columns
-/// split over `pool` in blocks of rows (16 rows for m <= 16, 128 otherwise; 512 on the VNNI kernel). x at
-/// stride ldx, y at ldy. Exact (the dequantized f32 product) unless quant_uses_vnni().
+/// split over `pool` in blocks of rows (16 rows for m <= 16, 128 otherwise). x at stride ldx, y at ldy.
+/// Exact (the dequantized f32 product) unless w.bf16_compute: then quant_uses_vnni() / quant_uses_bf16()
+/// decode products use reduced-precision activations, and products of m > 16 rows (prefill) run on
+/// gemm_packed (x and the dequantized weights rounded to bf16) where packed_bf16_available().
 /// Throws std::invalid_argument on n > w.n, ldx < k, ldy < n, or an unavailable kernel set.
 void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
                 float* y, std::size_t ldy, ThreadPool* pool, QuantScratch& scratch);
