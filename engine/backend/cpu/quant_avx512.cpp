@@ -72,6 +72,43 @@ void gptq_row(const QuantView& q, std::size_t n, float* o) {
   if (K16 < K) dequant_range(q, n, K16, K, o);
 }
 
+/// GPTQ int4 rows n0..n0+15 (contiguous groups in multiples of 16 columns): two vector loads per 16
+/// columns serve all 16 rows (one cache line of qweight each), VPERMT2D gives each row its 16 values, as
+/// in gptq4_gemv16. out: row r at out + r * ldo.
+void gptq4_rows16(const QuantView& q, std::size_t n0, float* out, std::size_t ldo) {
+  const std::size_t K = q.k, N = q.n, K16 = K / 16 * 16;
+  const auto* w = static_cast<const std::uint32_t*>(q.data);
+  const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+  const __m512i mask = _mm512_set1_epi32(15);
+  const __m512i base = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
+  __m512 sv[16];
+  __m512i zv[16];
+  for (std::size_t g0 = 0, g = 0; g0 < K16; g0 += q.group_size, ++g) {
+    const __m512 s = _mm512_loadu_ps(q.scales + g * N + n0);
+    const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.zeros + g * N + n0)));
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      sv[r] = _mm512_permutexvar_ps(_mm512_set1_epi32(r), s);
+      zv[r] = _mm512_permutexvar_epi32(_mm512_set1_epi32(r), z);
+    }
+    const std::size_t g1 = g0 + q.group_size < K16 ? g0 + q.group_size : K16;
+    for (std::size_t k0 = g0; k0 < g1; k0 += 16) {
+      const std::uint32_t* line = w + (k0 / 8) * N + n0;
+      const __m512i a = _mm512_loadu_si512(line), b = _mm512_loadu_si512(line + N);
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        const __m512i v = _mm512_and_si512(
+            _mm512_srlv_epi32(_mm512_permutex2var_epi32(a, _mm512_add_epi32(base, _mm512_set1_epi32(r)), b), shifts),
+            mask);
+        _mm512_storeu_ps(out + static_cast<std::size_t>(r) * ldo + k0,
+                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, zv[r])), sv[r]));
+      }
+    }
+  }
+  if (K16 < K)
+    for (std::size_t r = 0; r < 16; ++r) dequant_range(q, n0 + r, K16, K, out + r * ldo);
+}
+
 template <int Element>
 void rows_row(const QuantView& q, std::size_t n, float* o) {
   const std::size_t K = q.k, bc = q.block_cols;
@@ -272,6 +309,12 @@ bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t 
 }
 
 void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, float* out) {
+  if (q.layout == QuantView::gptq && q.element == QuantView::int4 && !q.g_idx && q.group_size % 16 == 0) {
+    std::size_t n = j0;
+    for (; n + 16 <= j1; n += 16) gptq4_rows16(q, n, out + (n - j0) * q.k, q.k);
+    for (; n < j1; ++n) gptq_row<true>(q, n, out + (n - j0) * q.k);
+    return;
+  }
   using Row = void (*)(const QuantView&, std::size_t, float*);
   Row row = q.layout == QuantView::gptq ? (q.element == QuantView::int4 ? &gptq_row<true> : &gptq_row<false>)
             : q.element == QuantView::int8 ? &rows_row<QuantView::int8>
