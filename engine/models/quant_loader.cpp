@@ -123,6 +123,7 @@ std::unique_ptr<Weight> load_linear(const TensorStore& store, Backend& backend, 
   if (!q.present() || name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix))
     return plain();
   const std::string m = name.substr(0, name.size() - suffix.size());
+  if (q.is_not_converted(m)) return plain();  // modules_to_not_convert / ignore: stored in their float dtype
   const std::string& method = q.quant_method;
   if (method == "gptq" || method == "auto-round") {
     if (store.has(m + ".qweight")) return load_gptq(store, backend, compute, q, m, rows, cols, use);

@@ -13,6 +13,7 @@
 
 #include "engine/backend/backend.hpp"
 #include "engine/backend/cpu/ops.hpp"
+#include "engine/models/config.hpp"
 #include "engine/models/model.hpp"
 #include "engine/models/quantize.hpp"
 #include "engine/models/random_checkpoint.hpp"
@@ -173,6 +174,24 @@ TEST(QuantLoader, WrittenLayoutsAreThePublishedOnes) {
   EXPECT_EQ(store->get("model.layers.0.mlp.down_proj.weight", {128, 256}).dtype, DType::bf16);  // kept
   EXPECT_FALSE(store->has("model.layers.0.self_attn.q_proj.weight"));
   std::filesystem::remove_all(root);
+}
+
+TEST(QuantLoader, NotConvertedListsMatchNamesSuffixesAndPatterns) {
+  const auto c = parse_model_config(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8, "hidden_size": 8,
+    "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1,
+    "quantization_config": {"quant_method": "compressed-tensors", "format": "int-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int",
+        "symmetric": true, "strategy": "channel"}}},
+      "ignore": ["lm_head", "re:.*mlp.gate$", "model.layers.0.self_attn.o_proj"]}})", "test config");
+  const auto& q = c.quantization;
+  EXPECT_EQ(q.quant_method, "compressed-tensors");
+  EXPECT_EQ(q.bits, 8u);
+  EXPECT_TRUE(q.is_not_converted("lm_head"));
+  EXPECT_TRUE(q.is_not_converted("model.layers.3.mlp.gate"));
+  EXPECT_FALSE(q.is_not_converted("model.layers.3.mlp.gate_proj"));
+  EXPECT_TRUE(q.is_not_converted("model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(q.is_not_converted("model.layers.1.self_attn.o_proj"));
+  EXPECT_FALSE(q.is_not_converted("model.layers.0.self_attn.q_proj"));
 }
 
 void rewrite_config(const std::filesystem::path& dir, const std::function<void(nlohmann::json&)>& edit) {
