@@ -115,6 +115,33 @@ std::vector<Part> quantize_module(const QuantizeOptions& o, std::size_t rows, st
     }
     return parts;
   }
+  if (o.method == "int4-ct") {
+    // compressed-tensors pack-quantized: symmetric int4 (-8..7, scale absmax / 7 per group of input
+    // columns), stored as value + 8, eight to an int32 along the input dimension, lowest bits first.
+    const std::size_t gs = o.group_size ? o.group_size : cols, G = (cols + gs - 1) / gs;
+    parts.push_back({".weight_packed", "I32", {rows, cols / 8}, 4, {}});
+    parts.push_back({".weight_scale", "F32", {rows, G}, 4, {}});
+    parts.push_back({".weight_shape", "I64", {2}, 8, {}});
+    if (!w) return parts;
+    for (auto& p : parts) p.bytes.assign(p.size(), 0);
+    put(parts[2].bytes, 0, static_cast<std::int64_t>(rows));
+    put(parts[2].bytes, 1, static_cast<std::int64_t>(cols));
+    auto* packed = reinterpret_cast<std::uint32_t*>(parts[0].bytes.data());
+    for (std::size_t n = 0; n < rows; ++n)
+      for (std::size_t g = 0; g < G; ++g) {
+        const std::size_t k1 = std::min(cols, (g + 1) * gs);
+        float amax = 0.f;
+        for (std::size_t k = g * gs; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * cols + k]));
+        const float s = amax > 0.f ? amax / 7.f : 1.f;
+        put(parts[1].bytes, n * G + g, s);
+        for (std::size_t k = g * gs; k < k1; ++k) {
+          const int q = std::clamp(static_cast<int>(std::nearbyint(w[n * cols + k] / s)), -8, 7);
+          packed[n * (cols / 8) + k / 8] |= static_cast<std::uint32_t>(q + 8) << ((k % 8) * 4);
+          if (deq) (*deq)[n * cols + k] = static_cast<float>(q) * s;
+        }
+      }
+    return parts;
+  }
   if (o.method == "int8") {
     const std::size_t gs = o.group_size ? o.group_size : cols, G = (cols + gs - 1) / gs;
     parts.push_back({".weight_scale", "F32", {rows, G}, 4, {}});
@@ -226,8 +253,8 @@ void write_config(const std::filesystem::path& path, const nlohmann::json& cfg) 
 
 QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                                    const QuantizeOptions& o) {
-  if (o.method != "int8" && o.method != "int4-gptq" && o.method != "fp8")
-    throw std::runtime_error("quantize: unknown method \"" + o.method + "\" (int8, int4-gptq, fp8)");
+  if (o.method != "int8" && o.method != "int4-gptq" && o.method != "int4-ct" && o.method != "fp8")
+    throw std::runtime_error("quantize: unknown method \"" + o.method + "\" (int8, int4-gptq, int4-ct, fp8)");
   if (o.method == "int4-gptq" && o.bits != 4 && o.bits != 8)
     throw std::runtime_error("quantize: int4-gptq takes bits 4 or 8, not " + std::to_string(o.bits));
   const auto cfg_path = in_dir / "config.json";
@@ -270,6 +297,7 @@ QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const st
   const std::string suffix = ".weight";
   // Whether a [rows, cols] linear can be written in the method's layout.
   const auto fits = [&](std::size_t rows, std::size_t cols) {
+    if (o.method == "int4-ct") return cols % 8 == 0;
     if (o.method != "int4-gptq") return true;
     const std::size_t per = 32 / o.bits, gs = o.group_size ? o.group_size : cols;
     return cols % per == 0 && rows % per == 0 && cols % gs == 0;
@@ -386,6 +414,13 @@ QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const st
       q["checkpoint_format"] = o.gptq_v2 ? "gptq_v2" : "gptq";
       q["modules_to_not_convert"] = not_converted;
     }
+  } else if (o.method == "int4-ct") {
+    nlohmann::json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"dynamic", false},
+                              {"strategy", o.group_size ? "group" : "channel"}};
+    if (o.group_size) weights["group_size"] = o.group_size;
+    q = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+         {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+         {"ignore", not_converted}};
   } else if (o.method == "int8") {
     nlohmann::json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"dynamic", false},
                               {"strategy", o.group_size ? "group" : "channel"}};

@@ -17,9 +17,11 @@ struct QuantizeOptions {
   /// "int4-gptq": GPTQ packing (bits 4, or 8 with bits = 8), per-group scales (f16) and zero points;
   ///   sym: scale = absmax / ((2^bits - 1) / 2), zero 2^(bits-1) (AutoGPTQ's sym rule); asym: scale =
   ///   (max(w, 0) - min(w, 0)) / (2^bits - 1), zero = round(-min / scale);
+  /// "int4-ct": compressed-tensors pack-quantized, symmetric int4 (-8..7, scale absmax / 7 per group of
+  ///   input columns, 0: per output channel), stored as value + 8 eight to an int32 along the input;
   /// "fp8": fine-grained FP8 e4m3, one f32 weight_scale_inv = absmax / 448 per 128 x 128 block.
   std::string method;
-  std::size_t group_size = 128;  ///< int4-gptq and int8 (0: one group per output row; int8's default)
+  std::size_t group_size = 128;  ///< int4-gptq, int4-ct and int8 (0: one group per output row; int8's default)
   std::size_t bits = 4;          ///< int4-gptq: 4 or 8
   bool sym = true;               ///< int4-gptq
   /// int4-gptq: assign the groups in activation order as desc_act checkpoints do (a g_idx that is not

@@ -1,4 +1,4 @@
-// `quarry quantize --method int8|int4-gptq|fp8 IN OUT`: a float checkpoint rewritten in a published
+// `quarry quantize --method int8|int4-gptq|int4-ct|fp8 IN OUT`: a float checkpoint rewritten in a published
 // quantized layout (engine/models/quantize.hpp), loadable by `quarry run --model OUT` and by other engines.
 //
 // Exit codes: 0 written; 1 anything else (a missing or already quantized input, an unknown method, I/O).
@@ -26,16 +26,16 @@ void add_quantize_command(CLI::App& app, Context& ctx) {
       "Quantize a float checkpoint by round-to-nearest into a published layout: int8 (compressed-tensors "
       "int-quantized, symmetric, per output channel or per group), int4-gptq (GPTQ packing, 4 or 8 bits, per-group "
       "scales and zero points; AutoRound's with --auto-round) or fp8 (fine-grained e4m3, 128x128 blocks)");
-  sub->add_option("--method", a->method, "int8, int4-gptq or fp8")
+  sub->add_option("--method", a->method, "int8, int4-gptq, int4-ct (compressed-tensors pack-quantized) or fp8")
       ->required()
-      ->check(CLI::IsMember({"int8", "int4-gptq", "fp8"}));
+      ->check(CLI::IsMember({"int8", "int4-gptq", "int4-ct", "fp8"}));
   sub->add_option("input", a->input, "Model folder (config.json, model.safetensors or a sharded index)")
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("output", a->output, "Folder to write config.json and model.safetensors to (created)")->required();
   auto* gs = sub->add_option("--group-size", a->group_size,
-                             "Input columns per scale (int4-gptq default 128; int8 default 0 = one scale per output "
-                             "channel; fp8 ignores it)");
+                             "Input columns per scale (int4-gptq and int4-ct default 128; int8 default 0 = one scale per "
+                             "output channel; fp8 ignores it)");
   sub->add_option("--bits", a->bits, "int4-gptq: 4, or 8 for GPTQ 8-bit")->check(CLI::IsMember({4, 8}))->capture_default_str();
   sub->add_flag("--asym", a->asym, "int4-gptq: asymmetric (min/max) groups with zero points");
   sub->add_flag("--desc-act", a->desc_act, "int4-gptq: assign groups in activation order (g_idx), as desc_act checkpoints");
@@ -49,7 +49,7 @@ void add_quantize_command(CLI::App& app, Context& ctx) {
     try {
       engine::QuantizeOptions o;
       o.method = a->method;
-      o.group_size = gs->count() ? a->group_size : (a->method == "int4-gptq" ? 128 : 0);
+      o.group_size = gs->count() ? a->group_size : (a->method.rfind("int4", 0) == 0 ? 128 : 0);
       o.bits = a->bits;
       o.sym = !a->asym;
       o.desc_act = a->desc_act;

@@ -91,6 +91,8 @@ std::vector<Variant> variants() {
   add("gptq8_g128", [](QuantizeOptions& o) { o.method = "int4-gptq"; o.bits = 8; o.group_size = 128; o.sym = false; });
   add("autoround4_g32", [](QuantizeOptions& o) { o.method = "int4-gptq"; o.group_size = 32; o.auto_round = true; o.sym = false; });
   add("fp8_block128", [](QuantizeOptions& o) { o.method = "fp8"; });
+  add("ct_int4_g32", [](QuantizeOptions& o) { o.method = "int4-ct"; o.group_size = 32; });
+  add("ct_int4_channel_lm_head", [](QuantizeOptions& o) { o.method = "int4-ct"; o.group_size = 0; o.keep = {}; });
   add("gptq4_keep_down_proj", [](QuantizeOptions& o) {
     o.method = "int4-gptq"; o.group_size = 32; o.keep = {"lm_head", "mlp.down_proj"}; });
   return v;
@@ -131,7 +133,8 @@ TEST_P(QuantModel, GreedyTokensAndLogitsEqualTheDequantizedF32Model) {
 INSTANTIATE_TEST_SUITE_P(Layouts, QuantModel, ::testing::Values("int8_channel", "int8_group32_lm_head", "gptq4_sym_g32",
                                                                  "gptq4_asym_g64_v1", "gptq4_asym_g32_v2",
                                                                  "gptq4_desc_act_g32", "gptq4_channel", "gptq8_g128",
-                                                                 "autoround4_g32", "fp8_block128", "gptq4_keep_down_proj"));
+                                                                 "autoround4_g32", "fp8_block128", "gptq4_keep_down_proj",
+                                                                 "ct_int4_g32", "ct_int4_channel_lm_head"));
 
 TEST(QuantModelMoe, QuantizedExpertsGiveTheDequantizedModelsTokens) {
   QuantizeOptions o;
