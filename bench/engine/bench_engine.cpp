@@ -22,6 +22,9 @@
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
 //                     [--work DIR] [--out DIR]
 //        bench_engine --kie models/quarry-extract-11m [--device cuda] [--mtp 4] [--runs 3] [--out DIR]
+//        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
+//                     (quantized copies of the checkpoint against it in the same run: decode tok/s, GB/s,
+//                     speed-up against the ratio of weight bytes read per step, prefill; bench_quant.{json,md})
 // Writes OUT/bench_engine.json and OUT/bench_engine.md.
 #include <algorithm>
 #include <chrono>
@@ -39,6 +42,7 @@
 
 #include "bench/common/machine_info.hpp"
 #include "engine/backend/backend.hpp"
+#include "engine/models/quantize.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
@@ -96,7 +100,110 @@ struct Options {
   std::size_t layers = 0, threads = 0, tg = 128, depth = 16, ttft = 0, batch_tokens = 2048, runs = 3;
   std::vector<std::size_t> pp = {512}, concurrency = {1, 4};
   fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out = ".";
+  std::vector<std::string> quant;  ///< --quant int8,int4,fp8: quantized copies against the float model
 };
+
+/// --quant: the random checkpoint and copies of it quantized by quantize_checkpoint (every linear layer
+/// including the LM head; int8: per channel, int4: GPTQ sym, groups of 128, fp8: 128x128 blocks), all
+/// open at once, runs alternating between them: batch-1 decode tok/s and GB/s (weights per step / time),
+/// and prefill tok/s of the first --pp length; speed-up over the float model against the ratio of bytes
+/// read per step.
+int run_quant(const Options& o, const fs::path& model_dir, const std::string& name) {
+  std::vector<std::pair<std::string, fs::path>> models = {{o.dtype, model_dir}};
+  for (const auto& q : o.quant) {
+    const fs::path dir = o.work / (name + "-" + q);
+    if (!fs::exists(dir / "model.safetensors")) {
+      QuantizeOptions qo;
+      qo.method = q == "int4" ? "int4-gptq" : q;
+      qo.group_size = q == "int4" ? 128 : 0;
+      qo.keep = {};
+      std::cerr << "quantizing " << dir << " ...\n";
+      const double t0 = now_s();
+      quantize_checkpoint(model_dir, dir, qo);
+      std::cerr << "  " << now_s() - t0 << " s\n";
+    }
+    models.emplace_back(q, dir);
+  }
+  EngineOptions eo;
+  eo.device = parse_device(o.device);
+  eo.n_threads = o.threads;
+  eo.compute = parse_compute(o.compute);
+  eo.max_batch_tokens = o.batch_tokens;
+  const std::size_t pp = o.pp.empty() ? 128 : o.pp[0];
+  eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (const auto& [q, dir] : models) engines.push_back(Engine::open(dir, nullptr, eo));
+  const std::size_t V = engines[0]->model().config().vocab_size;
+  const std::size_t n = models.size();
+  std::vector<std::vector<double>> tg(n), gb(n), pf(n);
+  std::uint64_t salt = 1;
+  for (std::size_t r = 0; r <= o.runs; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      Engine& e = *engines[i];
+      GenerationRequest req;
+      req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
+      req.max_tokens = o.tg + 1;
+      req.ignore_eos = true;
+      EngineStats before = e.stats();
+      e.generate(req);
+      EngineStats after = e.stats();
+      const double s = after.decode_s - before.decode_s;
+      const double toks = static_cast<double>(after.decode_tokens - before.decode_tokens);
+      const double bytes = static_cast<double>(after.decode_bytes - before.decode_bytes);
+      GenerationRequest preq;
+      preq.prompt = prompt(pp, salt++, V);
+      preq.max_tokens = 1;
+      before = e.stats();
+      e.generate(preq);
+      after = e.stats();
+      const double ps = after.prefill_s - before.prefill_s;
+      const double ptoks = static_cast<double>(after.prefill_tokens - before.prefill_tokens);
+      if (r == 0) continue;
+      tg[i].push_back(toks / s);
+      gb[i].push_back(bytes / s / 1e9);
+      pf[i].push_back(ptoks / ps);
+      std::cerr << models[i].first << " run " << r << ": tg " << toks / s << " tok/s, pp" << pp << " " << ptoks / ps
+                << " tok/s\n";
+    }
+  }
+  json rep;
+  rep["bench"] = "bench_engine --quant";
+  rep["commit"] = quarry::bench::git_commit();
+  rep["device"] = engines[0]->backend().description();
+  rep["cpu"] = quarry::bench::cpu_model();
+  rep["model"] = name;
+  rep["runs"] = o.runs;
+  rep["tg"] = o.tg;
+  rep["pp"] = pp;
+  const double base_bytes = static_cast<double>(engines[0]->model().weight_bytes_per_step());
+  const double base_tg = median(tg[0]), base_pp = median(pf[0]);
+  std::ostringstream md;
+  md << "# Quantized decode and prefill, " << name << ", " << rep["device"].get<std::string>() << "\n\n"
+     << "| weights | compute | weight bytes / step | decode tok/s | GB/s | x " << o.dtype << " | bytes ratio | "
+        "x / bytes ratio | prefill tok/s (pp" << pp << ") | x " << o.dtype << " |\n"
+     << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  json rows = json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    const double bytes = static_cast<double>(engines[i]->model().weight_bytes_per_step());
+    const double speed = median(tg[i]) / base_tg, ratio = base_bytes / bytes;
+    rows.push_back({{"weights", models[i].first}, {"compute", compute_name(engines[i]->model().compute())},
+                    {"weight_bytes_per_step", bytes}, {"decode_tok_s", median(tg[i])}, {"decode_tok_s_runs", tg[i]},
+                    {"achieved_gb_s", median(gb[i])}, {"decode_x_base", speed}, {"bytes_ratio", ratio},
+                    {"speedup_over_bytes_ratio", speed / ratio}, {"prefill_tok_s", median(pf[i])},
+                    {"prefill_tok_s_runs", pf[i]}, {"prefill_x_base", median(pf[i]) / base_pp}});
+    char line[512];
+    std::snprintf(line, sizeof line, "| %s | %s | %.0f MB | %.2f | %.1f | %.2f | %.2f | %.2f | %.1f | %.2f |\n",
+                  models[i].first.c_str(), compute_name(engines[i]->model().compute()), bytes / 1e6, median(tg[i]),
+                  median(gb[i]), speed, ratio, speed / ratio, median(pf[i]), median(pf[i]) / base_pp);
+    md << line;
+  }
+  rep["rows"] = rows;
+  fs::create_directories(o.out);
+  std::ofstream(o.out / "bench_quant.json") << rep.dump(2) << "\n";
+  std::ofstream(o.out / "bench_quant.md") << md.str();
+  std::cout << md.str();
+  return 0;
+}
 
 /// json-kie with MTP drafting against none on the same device (see the file comment).
 int run_kie(const Options& o) {
@@ -229,6 +336,16 @@ int main(int argc, char** argv) {
     else if (a == "--out") o.out = v;
     else if (a == "--kie") o.kie = v;
     else if (a == "--mtp") o.mtp = std::stoul(v);
+    else if (a == "--quant") {
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        if (item == "int8" || item == "int4" || item == "fp8") o.quant.push_back(item);
+        else {
+          std::cerr << "bench_engine: --quant takes int8, int4, fp8 (comma-separated), not " << item << "\n";
+          return 1;
+        }
+    }
     else {
       std::cerr << "bench_engine: unknown option " << a << "\n";
       return 1;
@@ -250,6 +367,7 @@ int main(int argc, char** argv) {
       std::cerr << "  " << now_s() - t0 << " s\n";
     }
 
+    if (!o.quant.empty()) return run_quant(o, model_dir, name);
     const DeviceSpec device = parse_device(o.device);
     const auto probe = make_backend({device, o.threads});
     std::cerr << "device: " << probe->description() << "\n";

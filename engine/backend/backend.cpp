@@ -86,6 +86,51 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+std::size_t QuantizedMatrix::bytes() const {
+  std::size_t packed = 0;
+  if (layout == QuantLayout::gptq) packed = cols * bits() / 8 * rows;
+  else packed = element == QuantElement::int4 ? rows * cols / 2 : rows * cols;
+  return packed + scales.size() * sizeof(float) + zeros.size() * sizeof(std::int16_t) +
+         g_idx.size() * sizeof(std::int32_t);
+}
+
+void QuantizedMatrix::validate() const {
+  const auto bad = [](const std::string& why) { throw std::invalid_argument("quantized matrix: " + why); };
+  if (rows == 0 || cols == 0 || !data) bad("empty shape or no data");
+  if (layout == QuantLayout::gptq) {
+    if (element == QuantElement::fp8_e4m3) bad("GPTQ packing holds int4 or int8 values only");
+    const std::size_t per = 32 / bits();
+    if (cols % per != 0) bad("input columns " + std::to_string(cols) + " not a multiple of " + std::to_string(per));
+    if (n_groups == 0 || scales.size() != n_groups * rows || zeros.size() != n_groups * rows)
+      bad("scales / zeros must hold n_groups x rows values");
+    if (g_idx.empty()) {
+      if (group_size == 0 || (cols + group_size - 1) / group_size != n_groups)
+        bad("group_size " + std::to_string(group_size) + " does not give " + std::to_string(n_groups) + " groups");
+    } else {
+      if (g_idx.size() != cols) bad("g_idx must hold one group per input column");
+      for (const auto g : g_idx)
+        if (g < 0 || static_cast<std::size_t>(g) >= n_groups)
+          bad("g_idx value " + std::to_string(g) + " outside 0.." + std::to_string(n_groups - 1));
+    }
+    const std::int32_t zmax = 1 << bits();
+    for (const auto z : zeros)
+      if (z < 0 || z > zmax) bad("zero point " + std::to_string(z) + " outside 0.." + std::to_string(zmax));
+  } else {
+    if (element == QuantElement::int4 && cols % 8 != 0) bad("int4 rows need input columns in multiples of 8");
+    const std::size_t bc = block_cols ? block_cols : cols;
+    if (block_rows == 0) bad("block_rows is 0");
+    if (scales.size() != ((rows + block_rows - 1) / block_rows) * ((cols + bc - 1) / bc))
+      bad("scales must hold one value per block of " + std::to_string(block_rows) + " x " + std::to_string(bc));
+  }
+}
+
+std::unique_ptr<Weight> Backend::load_quantized(const QuantizedMatrix& q, WeightUse, Compute) {
+  throw std::runtime_error(description() + ": quantized weights (" +
+                           std::string(q.layout == QuantLayout::gptq ? "GPTQ" : "row-quantized") +
+                           (q.element == QuantElement::fp8_e4m3 ? " fp8" : q.element == QuantElement::int8 ? " int8" : " int4") +
+                           ") are not supported on this backend yet; use --device cpu or a bf16 checkpoint");
+}
+
 void Backend::matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) {
   for (const auto& o : outs) matmul(x, m, ldx, *o.w, o.w->rows, o.y, o.ldy);
 }

@@ -91,9 +91,13 @@ class Weight {
  public:
   virtual ~Weight() = default;
   std::size_t rows = 0, cols = 0;
+  /// The stored dtype; a quantized weight (load_quantized) says f32, the type its values are computed in.
   DType dtype = DType::f32;
+  /// Bytes a quantized weight reads per product (packed values, scales, zero points); 0: not quantized.
+  std::size_t quant_bytes = 0;
+  bool quantized() const { return quant_bytes != 0; }
   /// Bytes of the stored matrix (what a decode step reads).
-  std::size_t bytes() const { return rows * cols * dtype_size(dtype); }
+  std::size_t bytes() const { return quantized() ? quant_bytes : rows * cols * dtype_size(dtype); }
 };
 
 /// The experts of one mixture-of-experts layer as a backend addresses them: E SwiGLU experts of equal
@@ -113,6 +117,53 @@ enum class WeightUse : std::uint8_t {
   matmul,     ///< the right operand of matmul (a projection, an LM head)
   embedding,  ///< rows looked up by token id only
   both,       ///< a tied embedding table that is also the LM head
+};
+
+/// The element type of a quantized weight matrix.
+enum class QuantElement : std::uint8_t {
+  int4,      ///< 4-bit integers, eight to a little-endian int32, the lowest nibble first
+  int8,      ///< 8-bit integers: GPTQ packs four to an int32 (unsigned, with zero points); rows: int8
+  fp8_e4m3,  ///< OCP FP8 E4M3 (bias 7, no infinities, S.1111.111 is NaN; max 448), one byte each
+};
+
+/// How a quantized weight matrix W [rows, cols] (HF Linear [out_features, in_features]) is laid out.
+enum class QuantLayout : std::uint8_t {
+  /// GPTQ (Frantar et al. 2022; AutoGPTQ / GPTQModel packing, AutoRound's GPTQ export): `data` is qweight,
+  /// int32 [cols * bits / 32, rows], packed along the input dimension; value q of W[n, k] sits in word
+  /// (k / per_word, n) at bit (k % per_word) * bits. W[n, k] = (q - zeros[g, n]) * scales[g, n] with
+  /// g = g_idx[k] (or k / group_size when g_idx is empty): int4 or int8 only.
+  gptq,
+  /// Row-major quantized values (compressed-tensors int-quantized / pack-quantized / float-quantized,
+  /// fine-grained FP8): `data` [rows, cols] (int4: int32 [rows, cols / 8]); W[n, k] = v * scales[n / block_rows,
+  /// k / block_cols] with v the int8 value, the int4 value minus 8 (unsigned storage), or the FP8 value.
+  rows,
+};
+
+/// A quantized weight matrix in host memory, as a checkpoint stores it, for Backend::load_quantized. The
+/// packed values stay where they are (the mmap'd file): backends read them in place and must not
+/// outlive them; the small per-group tables (scales, zero points, g_idx) are copied. The dequantized value
+/// of every element is the f32 product float(q - z) * scale (gptq) or float(v) * scale (rows), rounded
+/// once: the value a checkpoint dequantized to f32 holds, which the CPU kernels reproduce exactly.
+struct QuantizedMatrix {
+  std::size_t rows = 0, cols = 0;
+  QuantLayout layout = QuantLayout::gptq;
+  QuantElement element = QuantElement::int4;
+  const void* data = nullptr;
+  /// gptq: [n_groups, rows]; rows: [ceil(rows / block_rows), ceil(cols / block_cols)].
+  std::span<const float> scales;
+  /// gptq: [n_groups, rows] zero points with any format offset applied (GPTQ v1 stores z - 1); rows: unused.
+  std::span<const std::int16_t> zeros;
+  /// gptq: [cols] the group of each input column (desc_act checkpoints), or empty: k / group_size.
+  std::span<const std::int32_t> g_idx;
+  std::size_t group_size = 0;    ///< gptq: input columns per group (cols for one group per row)
+  std::size_t n_groups = 0;      ///< gptq: rows of scales and zeros
+  std::size_t block_rows = 1, block_cols = 0;  ///< rows: the scale block (block_cols 0: cols)
+  /// Bits per value: 4 or 8.
+  std::size_t bits() const { return element == QuantElement::int4 ? 4 : 8; }
+  /// Bytes one product reads: packed values, scales (f32), zero points (int16), g_idx.
+  std::size_t bytes() const;
+  /// Checks the shapes and sizes above; throws std::invalid_argument saying what is wrong.
+  void validate() const;
 };
 
 /// Shape and dtype of a paged KV cache (vLLM PagedAttention): n_layers layers of n_kv_heads heads of
@@ -285,6 +336,10 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// `compute`. Throws std::runtime_error when out of memory.
   virtual std::unique_ptr<Weight> load_matrix(const void* host, DType dtype, std::size_t rows, std::size_t cols,
                                               WeightUse use, Compute compute) = 0;
+  /// Makes a quantized matrix a weight of this backend (matmul, matmul_ids and embedding read it in its
+  /// packed form; matmul_groups is not supported for it). The default refuses: std::runtime_error naming
+  /// the device and the format (a backend without kernels for packed weights).
+  virtual std::unique_ptr<Weight> load_quantized(const QuantizedMatrix& q, WeightUse use, Compute compute);
   /// A vector of f32 values in device memory (norm weights, RoPE frequencies).
   DeviceBuffer load_vector(std::span<const float> host);
   /// Storage for up to `max_blocks` blocks of `spec` (allocated as ensure_blocks asks, or at once).

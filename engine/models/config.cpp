@@ -38,7 +38,114 @@ T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string
   }
 }
 
+QuantizationConfig parse_quantization(const nlohmann::json& q, const std::string& origin) {
+  QuantizationConfig c;
+  if (!q.is_object()) fail(origin, "\"quantization_config\" is not an object");
+  c.quant_method = get_or<std::string>(q, "quant_method", "", origin);
+  const std::string& m = c.quant_method;
+  const std::string what = "quantization_config (quant_method \"" + m + "\"): ";
+  const auto names = [&](const char* key) {
+    if (auto it = q.find(key); it != q.end() && it->is_array())
+      for (const auto& e : *it)
+        if (e.is_string()) c.not_converted.push_back(e.get<std::string>());
+  };
+  names("modules_to_not_convert");
+  names("ignore");
+  names("extra_config_ignore");
+  if (m == "gptq" || m == "auto-round" || m == "autoround") {
+    c.bits = get_or<std::size_t>(q, "bits", 4, origin);
+    if (c.bits != 4 && c.bits != 8) fail(origin, what + "bits " + std::to_string(c.bits) + " is not supported (4 or 8)");
+    const auto gs = get_or<std::int64_t>(q, "group_size", 128, origin);
+    if (gs != -1 && gs <= 0) fail(origin, what + "group_size must be positive or -1");
+    c.group_size = gs == -1 ? 0 : static_cast<std::size_t>(gs);
+    c.sym = get_or<bool>(q, "sym", true, origin);
+    c.desc_act = get_or<bool>(q, "desc_act", false, origin);
+    if (m == "gptq") {
+      const std::string fmt = get_or<std::string>(q, "checkpoint_format", "gptq", origin);
+      if (fmt != "gptq" && fmt != "gptq_v2")
+        fail(origin, what + "checkpoint_format \"" + fmt + "\" is not supported (gptq, gptq_v2)");
+      c.zero_point_offset = fmt == "gptq";
+    } else {
+      c.quant_method = "auto-round";
+      const std::string pf = get_or<std::string>(q, "packing_format", "auto_round:auto_gptq", origin);
+      if (pf.find("awq") != std::string::npos || pf.find("marlin") != std::string::npos)
+        fail(origin, what + "packing_format \"" + pf + "\" is not supported (GPTQ packings only)");
+      c.zero_point_offset = pf.find("gptq") != std::string::npos;
+      const std::string dt = get_or<std::string>(q, "data_type", "int", origin);
+      if (dt != "int") fail(origin, what + "data_type \"" + dt + "\" is not supported (int)");
+    }
+  } else if (m == "fp8") {
+    c.element = "float";
+    c.bits = 8;
+    const std::string fmt = get_or<std::string>(q, "fmt", "e4m3", origin);
+    if (fmt != "e4m3") fail(origin, what + "fmt \"" + fmt + "\" is not supported (e4m3)");
+    const auto block = get_or<std::vector<std::size_t>>(q, "weight_block_size", {}, origin);
+    if (block.size() != 2 || block[0] == 0 || block[1] == 0)
+      fail(origin, what + "weight_block_size must be two positive sizes (per-tensor FP8 is not supported)");
+    c.block_rows = block[0];
+    c.block_cols = block[1];
+    c.strategy = "block";
+  } else if (m == "compressed-tensors") {
+    c.format = get_or<std::string>(q, "format", "", origin);
+    auto groups = q.find("config_groups");
+    if (groups == q.end() || !groups->is_object() || groups->size() != 1)
+      fail(origin, what + "exactly one entry of config_groups is supported");
+    const auto& g = groups->begin().value();
+    auto wit = g.find("weights");
+    if (wit == g.end() || !wit->is_object()) fail(origin, what + "config group without \"weights\"");
+    const auto& w = *wit;
+    c.bits = get_or<std::size_t>(w, "num_bits", 0, origin);
+    c.element = get_or<std::string>(w, "type", "int", origin);
+    c.sym = get_or<bool>(w, "symmetric", true, origin);
+    c.strategy = get_or<std::string>(w, "strategy", "channel", origin);
+    if (c.strategy == "group") {
+      c.group_size = get_or<std::size_t>(w, "group_size", 0, origin);
+      if (c.group_size == 0) fail(origin, what + "strategy group without a group_size");
+    } else if (c.strategy == "block") {
+      const auto block = get_or<std::vector<std::size_t>>(w, "block_structure", {}, origin);
+      if (block.size() != 2 || block[0] == 0 || block[1] == 0)
+        fail(origin, what + "block_structure must be two positive sizes");
+      c.block_rows = block[0];
+      c.block_cols = block[1];
+    } else if (c.strategy != "channel" && c.strategy != "tensor") {
+      fail(origin, what + "strategy \"" + c.strategy + "\" is not supported (channel, group, block, tensor)");
+    }
+    if (!c.sym) fail(origin, what + "asymmetric weights are not supported (symmetric only)");
+    const bool int4 = c.format == "pack-quantized" && c.element == "int" && c.bits == 4;
+    const bool int8 = (c.format == "int-quantized" || c.format == "naive-quantized") && c.element == "int" && c.bits == 8;
+    const bool fp8 = (c.format == "float-quantized" || c.format == "naive-quantized") && c.element == "float" && c.bits == 8;
+    if (!int4 && !int8 && !fp8)
+      fail(origin, what + "format \"" + c.format + "\" with " + std::to_string(c.bits) + "-bit " + c.element +
+                       " weights is not supported (pack-quantized int4, int-quantized int8, float-quantized fp8)");
+  } else {
+    fail(origin, "quantization_config: quant_method \"" + m +
+                     "\" is not supported (supported: gptq, auto-round, fp8, compressed-tensors)");
+  }
+  return c;
+}
+
 }  // namespace
+
+bool QuantizationConfig::is_not_converted(const std::string& module) const {
+  for (const auto& n : not_converted) {
+    if (n.rfind("re:", 0) == 0) {
+      // compressed-tensors' regular expressions: matched as a suffix pattern of the kind published
+      // ("re:.*lm_head", "re:.*mlp.gate$"); only ".*" and a trailing "$" are interpreted.
+      std::string pat = n.substr(3);
+      if (!pat.empty() && pat.back() == '$') pat.pop_back();
+      if (pat.rfind(".*", 0) == 0) {
+        pat = pat.substr(2);
+        if (module.size() >= pat.size() && module.compare(module.size() - pat.size(), pat.size(), pat) == 0) return true;
+      } else if (module == pat) {
+        return true;
+      }
+    } else if (module == n || (module.size() > n.size() && module.compare(module.size() - n.size(), n.size(), n) == 0 &&
+                               module[module.size() - n.size() - 1] == '.')) {
+      return true;  // "lm_head" names model's lm_head; "mlp.gate" any layer's router
+    }
+  }
+  return false;
+}
 
 ModelConfig parse_model_config(const std::string& text, const std::string& origin) {
   nlohmann::json j;
@@ -173,6 +280,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
     fail(origin, "partial_rotary_factor must be in (0, 1]");
   if (c.rotary_dim() == 0) fail(origin, "rotary dimension is zero");
   if (!(c.rope_theta > 0.0)) fail(origin, "rope_theta must be positive");
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null())
+    c.quantization = parse_quantization(*it, origin);
   if (c.hidden_act != "silu") fail(origin, "unsupported hidden_act \"" + c.hidden_act + "\" (supported: silu)");
   return c;
 }

@@ -11,6 +11,35 @@
 namespace quarry::engine {
 
 
+/// config.json's `quantization_config`, as the quantized checkpoints on the Hugging Face hub publish it.
+/// Supported (engine/models/quant_loader.hpp says how each is read):
+///  - "gptq" (AutoGPTQ / GPTQModel: bits 4 or 8, group_size, sym, desc_act, checkpoint_format "gptq" with
+///    the v1 zero-point offset or "gptq_v2" without it),
+///  - "auto-round" (Intel AutoRound's GPTQ packing; packing_format "auto_round:auto_gptq" / "auto_round:gptq"
+///    keeps the v1 offset, the native "auto_round" does not),
+///  - "fp8" (fine-grained FP8 of the official Qwen3 / DeepSeek-V3 checkpoints: fmt e4m3, weight_block_size,
+///    weight_scale_inv per block),
+///  - "compressed-tensors" (llm-compressor) with one config group: format "pack-quantized" (int4, symmetric),
+///    "int-quantized" / "naive-quantized" (int8, symmetric) or "float-quantized" (fp8 e4m3), strategy
+///    channel, group, block or tensor; activations are computed unquantized (weight-only).
+/// Anything else is refused by parse_model_config with the method named.
+struct QuantizationConfig {
+  std::string quant_method;              ///< "" when the checkpoint is not quantized
+  std::size_t bits = 0;                  ///< integer methods: 4 or 8 (compressed-tensors: num_bits)
+  std::size_t group_size = 0;            ///< 0: one group over the whole input dimension (GPTQ -1, channel)
+  bool sym = true;
+  bool desc_act = false;
+  bool zero_point_offset = false;        ///< GPTQ v1: stored zero points are z - 1
+  std::string element = "int";           ///< "int" or "float" (fp8)
+  std::size_t block_rows = 0, block_cols = 0;  ///< fp8 / compressed-tensors block strategy
+  std::string strategy;                  ///< compressed-tensors: channel, group, block, tensor
+  std::string format;                    ///< compressed-tensors format
+  std::vector<std::string> not_converted;  ///< modules_to_not_convert / ignore (names or "re:" patterns)
+  bool present() const { return !quant_method.empty(); }
+  /// Whether module `name` (e.g. "model.layers.0.self_attn.q_proj") is listed as not converted.
+  bool is_not_converted(const std::string& module) const;
+};
+
 /// Decoder-only transformer hyper-parameters. Field names follow Hugging Face config keys.
 struct ModelConfig {
   std::string architecture;      ///< architectures[0], e.g. "Qwen3ForCausalLM"
@@ -84,6 +113,9 @@ struct ModelConfig {
 
   /// True if the config declares an MTP module of either layout.
   bool has_mtp() const { return mtp_num_hidden_layers > 0 || num_nextn_predict_layers > 0; }
+
+  /// quantization_config (empty quant_method: none).
+  QuantizationConfig quantization;
 
   /// Number of leading dimensions of each head that RoPE rotates (even).
   std::size_t rotary_dim() const;

@@ -7,11 +7,13 @@
 #include <stdexcept>
 
 #include "engine/core/dtype.hpp"
+#include "engine/models/quant_loader.hpp"
 
 namespace quarry::engine::layers {
 
 std::unique_ptr<Weight> WeightLoader::matrix(const std::string& name, std::size_t rows, std::size_t cols,
                                              WeightUse use) const {
+  if (quant_ && quant_->present()) return load_linear(store_, backend_, compute_, *quant_, name, rows, cols, use);
   const TensorView& t = store_.get(name, {rows, cols});
   return backend_.load_matrix(t.data, t.dtype, rows, cols, use, compute_);
 }

@@ -21,10 +21,12 @@ namespace quarry::engine::layers {
 /// Loads a checkpoint's tensors onto a backend, checking names and shapes (TensorStore::get).
 class WeightLoader {
  public:
-  WeightLoader(const TensorStore& store, Backend& backend, Compute compute)
-      : store_(store), backend_(backend), compute_(compute) {}
-  /// The matrix `name` of shape [rows, cols], in its stored dtype. Throws std::runtime_error naming the
-  /// checkpoint and the tensor when it is missing or mis-shaped.
+  /// `quant`: the checkpoint's quantization_config (null or empty: none); must outlive the loader.
+  WeightLoader(const TensorStore& store, Backend& backend, Compute compute, const QuantizationConfig* quant = nullptr)
+      : store_(store), backend_(backend), compute_(compute), quant_(quant) {}
+  /// The matrix `name` of shape [rows, cols], in its stored dtype, or packed as the quantization config
+  /// says where the checkpoint stores the module quantized (quant_loader.hpp). Throws std::runtime_error
+  /// naming the checkpoint and the tensor when it is missing or mis-shaped.
   std::unique_ptr<Weight> matrix(const std::string& name, std::size_t rows, std::size_t cols,
                                  WeightUse use = WeightUse::matmul) const;
   /// Rows [row0, row0 + rows) of slice `index` of the 3-D tensor `name` of shape [count, slice_rows, cols]
@@ -43,6 +45,7 @@ class WeightLoader {
   const TensorStore& store_;
   Backend& backend_;
   Compute compute_;
+  const QuantizationConfig* quant_ = nullptr;
 };
 
 /// The attention part of a decoder layer (Qwen3: q/k RMSNorm over head_dim, no bias).

@@ -54,7 +54,7 @@ class Qwen3 final : public Model {
     // The checkpoint's dtype, as its embedding table is stored.
     const DType ckpt = store_->get("model.embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
-    const layers::WeightLoader w(*store_, *backend_, compute_);
+    const layers::WeightLoader w(*store_, *backend_, compute_, &cfg_.quantization);
     const auto sparse_module = [&](const std::string& p) { return c.num_experts > 0 && store_->has(p + "mlp.gate.weight"); };
     // Tied checkpoints usually omit lm_head.weight (save_pretrained drops it); some keep a copy.
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");

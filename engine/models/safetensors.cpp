@@ -91,10 +91,19 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
     v.file = &file_.path();
     if (!t["dtype"].is_string()) fail(path, "bad safetensors header: tensor '" + name + "' dtype is not a string");
     const std::string dt = t["dtype"].get<std::string>();
+    v.stored = dt;
     if (dt == "F32") v.dtype = DType::f32;
     else if (dt == "F16") v.dtype = DType::f16;
     else if (dt == "BF16") v.dtype = DType::bf16;
-    else fail(path, "unsupported dtype " + dt + " of tensor '" + name + "' (supported: F32, F16, BF16)");
+    else if (dt == "I64") v.element_size = 8;
+    else if (dt == "I32") v.element_size = 4;
+    else if (dt == "I16") v.element_size = 2;
+    else if (dt == "I8" || dt == "U8" || dt == "F8_E4M3") v.element_size = 1;
+    else
+      fail(path, "unsupported dtype " + dt + " of tensor '" + name +
+                     "' (supported: F32, F16, BF16; I64, I32, I16, I8, U8, F8_E4M3 in quantized checkpoints)");
+    v.is_float = dt == "F32" || dt == "F16" || dt == "BF16";
+    if (v.is_float) v.element_size = dtype_size(v.dtype);
     const auto& shape = t["shape"];
     const auto& off = t["data_offsets"];
     if (!shape.is_array() || !off.is_array() || off.size() != 2)
@@ -111,12 +120,12 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
       fail(path, "truncated safetensors file: tensor '" + name + "' ends at byte " + std::to_string(end) +
                      " of a data block of " + std::to_string(data_size) + " bytes");
     v.n_bytes = end - begin;
-    if (v.n_bytes != v.numel() * dtype_size(v.dtype))
+    if (v.n_bytes != v.numel() * v.element_size)
       fail(path, "bad safetensors header: tensor '" + name + "' has " + std::to_string(v.n_bytes) +
                      " bytes but its dtype and shape " + shape_string(v.shape) + " need " +
-                     std::to_string(v.numel() * dtype_size(v.dtype)));
+                     std::to_string(v.numel() * v.element_size));
     v.data = data_block + begin;
-    if (reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) != 0) {
+    if (reinterpret_cast<std::uintptr_t>(v.data) % v.element_size != 0) {
       // The reference writer pads the header so that data starts 8-byte aligned; other writers may not.
       // Typed loads need alignment, so such a tensor is copied once into an aligned buffer.
       owned_.push_back(std::make_unique<std::uint64_t[]>((v.n_bytes + 7) / 8));
@@ -175,7 +184,29 @@ const TensorView& TensorStore::get(const std::string& name, const std::vector<st
   if (t.shape != shape)
     fail(*t.file, "shape mismatch for tensor '" + name + "': expected " + shape_string(shape) + ", found " +
                       shape_string(t.shape));
+  if (!t.is_float)
+    fail(*t.file, "tensor '" + name + "' is " + t.stored +
+                      " where F32, F16 or BF16 is expected (a quantized tensor the config's quantization_config "
+                      "does not describe)");
   return t;
+}
+
+const TensorView& TensorStore::get_raw(const std::string& name, const std::vector<std::size_t>& shape,
+                                       const std::string& stored) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) fail(origin_, "missing tensor '" + name + "'");
+  const TensorView& t = *it->second;
+  if (t.shape != shape)
+    fail(*t.file, "shape mismatch for tensor '" + name + "': expected " + shape_string(shape) + ", found " +
+                      shape_string(t.shape));
+  if (!stored.empty() && t.stored != stored)
+    fail(*t.file, "tensor '" + name + "' is " + t.stored + ", expected " + stored);
+  return t;
+}
+
+const TensorView* TensorStore::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
 }
 
 bool TensorStore::has(const std::string& name) const { return index_.count(name) != 0; }

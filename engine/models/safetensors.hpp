@@ -39,7 +39,12 @@ class MappedFile {
 /// A tensor inside a mapped file: data points into the mapping (valid while the store lives).
 struct TensorView {
   std::string name;
+  /// The float dtype (F32, F16, BF16); for the integer and FP8 types of quantized checkpoints
+  /// (`stored` I64, I32, I16, I8, U8, F8_E4M3) it is unused and `is_float` is false.
   DType dtype = DType::f32;
+  bool is_float = true;
+  std::string stored = "F32";     ///< the safetensors dtype name
+  std::size_t element_size = 4;   ///< bytes per element
   std::vector<std::size_t> shape;
   const void* data = nullptr;
   std::size_t n_bytes = 0;
@@ -55,7 +60,7 @@ std::string shape_string(const std::vector<std::size_t>& shape);
 class SafetensorsFile {
  public:
   /// Maps and validates the file: header length within the file, JSON well-formed, every tensor with
-  /// a supported dtype (F32, F16, BF16), offsets inside the data block and matching dtype x shape.
+  /// a supported dtype (F32, F16, BF16, and for quantized checkpoints I64, I32, I16, I8, U8, F8_E4M3), offsets inside the data block and matching dtype x shape.
   /// Throws std::runtime_error naming the file and the tensor on any violation (truncated file,
   /// bad header, unsupported dtype). A tensor whose data is not aligned to its element size (a header
   /// not padded to 8 bytes) is copied once into an aligned buffer; all others stay in the mapping.
@@ -77,9 +82,15 @@ class TensorStore {
   /// Throws std::runtime_error naming the file on a missing checkpoint, a bad index, or a shard error.
   static std::unique_ptr<TensorStore> open(const std::filesystem::path& model_dir);
 
-  /// The tensor `name` with exactly `shape`. Throws std::runtime_error naming the checkpoint file and
-  /// the tensor if it is missing or its shape differs.
+  /// The float tensor `name` with exactly `shape`. Throws std::runtime_error naming the checkpoint file and
+  /// the tensor if it is missing, its shape differs, or it is not F32, F16 or BF16 (a quantized tensor).
   const TensorView& get(const std::string& name, const std::vector<std::size_t>& shape) const;
+  /// The tensor `name` of safetensors dtype `stored` ("I32", "F8_E4M3", ...) with exactly `shape` (an empty
+  /// `stored`: any dtype). Throws as get().
+  const TensorView& get_raw(const std::string& name, const std::vector<std::size_t>& shape,
+                            const std::string& stored) const;
+  /// The tensor `name` whatever its shape and dtype (null if absent).
+  const TensorView* find(const std::string& name) const;
 
   /// True if the checkpoint has `name`.
   bool has(const std::string& name) const;

@@ -27,5 +27,6 @@ void add_ask_command(CLI::App& app, Context& ctx);
 void add_bench_command(CLI::App& app, Context& ctx);
 void add_merge_command(CLI::App& app, Context& ctx);
 void add_serve_command(CLI::App& app, Context& ctx);
+void add_quantize_command(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli

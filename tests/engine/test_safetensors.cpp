@@ -119,9 +119,16 @@ TEST(Safetensors, BadHeaderNamesFile) {
 
 TEST(Safetensors, UnsupportedDtypeNamesFile) {
   auto dir = copy_fixture("tiny_gqa_tied_f32", "bad_dtype");
-  // I32 has the same width as F32, so offsets stay consistent: only the dtype is wrong.
+  // U32 has the same width as F32, so offsets stay consistent: only the dtype is wrong.
+  edit_header(dir / "model.safetensors", [](nlohmann::json& h) { h["model.norm.weight"]["dtype"] = "U32"; });
+  expect_load_error(dir, "model.safetensors", "unsupported dtype U32");
+}
+
+TEST(Safetensors, IntegerTensorWhereAFloatIsExpectedNamesFileAndTensor) {
+  auto dir = copy_fixture("tiny_gqa_tied_f32", "int_dtype");
+  // I32 is read (GPTQ's qweight), but not where the model wants a float tensor.
   edit_header(dir / "model.safetensors", [](nlohmann::json& h) { h["model.norm.weight"]["dtype"] = "I32"; });
-  expect_load_error(dir, "model.safetensors", "unsupported dtype I32");
+  expect_load_error(dir, "model.safetensors", "tensor 'model.norm.weight' is I32 where F32, F16 or BF16 is expected");
 }
 
 TEST(Safetensors, ShardListedButMissingNamesShard) {

@@ -16,6 +16,7 @@
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/gemm.hpp"
 #include "engine/backend/cpu/ops.hpp"
+#include "engine/backend/cpu/quant.hpp"
 #include "engine/backend/cpu/stream_read.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/core/stopwatch.hpp"
@@ -30,6 +31,7 @@ class CpuWeight final : public engine::Weight {
  public:
   cpu::Weight w;
   std::optional<PackedBf16> packed;
+  std::optional<QuantWeight> quant;  ///< a quantized weight (w.data then unused)
 };
 
 const CpuWeight& cpu_weight(const engine::Weight& w) { return static_cast<const CpuWeight&>(w); }
@@ -158,6 +160,19 @@ class CpuBackend final : public Backend {
     return w;
   }
 
+  std::unique_ptr<engine::Weight> load_quantized(const QuantizedMatrix& q, WeightUse, Compute compute) override {
+    auto w = std::make_unique<CpuWeight>();
+    w->quant = make_quant_weight(q);
+    // bf16 compute rounds activations anyway: decode products may use int8 activations (VNNI).
+    w->quant->bf16_compute = compute != Compute::exact;
+    w->rows = q.rows;
+    w->cols = q.cols;
+    w->dtype = DType::f32;
+    w->quant_bytes = w->quant->bytes;
+    w->w = cpu::Weight{nullptr, DType::f32, q.rows, q.cols};
+    return w;
+  }
+
   std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) override {
     if (spec.block_size == 0 || spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0)
       throw std::invalid_argument("KV storage: empty shape");
@@ -196,6 +211,13 @@ class CpuBackend final : public Backend {
   // ---- ops ----
   void embedding(const TokenId* tokens, std::size_t n, const engine::Weight& table, float* out,
                  std::size_t ldo) override {
+    if (const auto& q = cpu_weight(table).quant) {
+      // Each looked-up row dequantized straight into its output row (the values a dequantized table holds).
+      for (std::size_t t = 0; t < n; ++t)
+        quant_dequant_rows(gemm_default_kernel(), *q, static_cast<std::size_t>(tokens[t]),
+                           static_cast<std::size_t>(tokens[t]) + 1, out + t * (ldo ? ldo : table.cols));
+      return;
+    }
     cpu::embedding(tokens, n, cpu_weight(table).w, out, &pool_, ldo);
   }
 
@@ -204,6 +226,7 @@ class CpuBackend final : public Backend {
     const CpuWeight& cw = cpu_weight(w);
     if (n > w.rows) throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " +
                                                 std::to_string(w.rows));
+    if (cw.quant) return quant_gemm(x, m, ldx, *cw.quant, n, y, ldy, &pool_, quant_scratch_);
     if (cw.packed) return gemm_packed(x, m, ldx, *cw.packed, n, y, ldy, &pool_);
     gemm(x, m, w.cols, ldx, cw.w.data, cw.w.type, n, y, ldy, &pool_);
   }
@@ -229,7 +252,18 @@ class CpuBackend final : public Backend {
           throw std::invalid_argument("matmul_ids: token id " + std::to_string(id) + " outside the weight's " +
                                       std::to_string(w.rows) + " rows");
       vals.resize(ids[r].size());
-      dot_rows(x + r * ldx, cpu_weight(w).w, ids[r].data(), ids[r].size(), vals.data());
+      if (const auto& q = cpu_weight(w).quant) {
+        // The allowed rows dequantized, then the same dot products as an f32 weight gets.
+        std::vector<float> row(w.cols);
+        const std::int32_t zero = 0;
+        for (std::size_t i = 0; i < ids[r].size(); ++i) {
+          const auto id = static_cast<std::size_t>(ids[r][i]);
+          quant_dequant_rows(gemm_default_kernel(), *q, id, id + 1, row.data());
+          dot_rows(x + r * ldx, cpu::Weight{row.data(), DType::f32, 1, w.cols}, &zero, 1, &vals[i]);
+        }
+      } else {
+        dot_rows(x + r * ldx, cpu_weight(w).w, ids[r].data(), ids[r].size(), vals.data());
+      }
       for (std::size_t i = 0; i < vals.size(); ++i) row[ids[r][i]] = vals[i];
     }
   }
@@ -330,6 +364,7 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
+  QuantScratch quant_scratch_;
   std::vector<TokenId> tokens_;
   std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;
   std::vector<const std::int32_t*> token_tables_;

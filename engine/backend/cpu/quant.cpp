@@ -1,0 +1,290 @@
+// quant_gemm() dispatcher: blocks of rows dequantized per thread (quant_<isa>.cpp), then the exact f32
+// GEMM kernels of gemm.cpp on each block.
+#include "engine/backend/cpu/quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "engine/backend/cpu/cpu_features.hpp"
+#include "engine/backend/cpu/gemm_kernels.hpp"
+#include "engine/backend/cpu/thread_pool.hpp"
+#include "engine/core/dtype.hpp"
+
+namespace quarry::engine::cpu {
+
+QuantWeight make_quant_weight(const QuantizedMatrix& q) {
+  q.validate();
+  QuantWeight w;
+  detail::QuantView& v = w.view;
+  v.layout = q.layout == QuantLayout::gptq ? detail::QuantView::gptq : detail::QuantView::rows;
+  v.element = q.element == QuantElement::int4   ? detail::QuantView::int4
+              : q.element == QuantElement::int8 ? detail::QuantView::int8
+                                                : detail::QuantView::fp8_e4m3;
+  v.data = q.data;
+  v.n = q.rows;
+  v.k = q.cols;
+  w.scales.assign(q.scales.begin(), q.scales.end());
+  if (q.layout == QuantLayout::gptq) {
+    w.zeros.assign(q.zeros.begin(), q.zeros.end());
+    w.zeros.push_back(0);  // padding: a gather of the last zero point reads 4 bytes
+    w.g_idx.assign(q.g_idx.begin(), q.g_idx.end());
+    v.group_size = q.g_idx.empty() ? q.group_size : 0;
+    v.n_groups = q.n_groups;
+  } else {
+    v.block_rows = q.block_rows;
+    v.block_cols = q.block_cols ? q.block_cols : q.cols;
+    v.scale_cols = (q.cols + v.block_cols - 1) / v.block_cols;
+  }
+  v.scales = w.scales.data();
+  v.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  v.g_idx = w.g_idx.empty() ? nullptr : w.g_idx.data();
+  w.bytes = q.bytes();
+  return w;
+}
+
+GemmKernel quant_kernel_for(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::scalar: return GemmKernel::scalar;
+    case GemmKernel::avx2: return GemmKernel::avx2;
+    default: return GemmKernel::avx512;
+  }
+}
+
+void quant_dequant_rows(GemmKernel kernel, const QuantWeight& w, std::size_t j0, std::size_t j1, float* out) {
+  const GemmKernel k = quant_kernel_for(kernel);
+  if (!gemm_kernel_available(k))
+    throw std::invalid_argument(std::string("quantized weights: kernel set ") + gemm_kernel_name(k) +
+                                " is not available on this CPU");
+  if (j0 > j1 || j1 > w.view.n) throw std::invalid_argument("quantized weights: rows outside the matrix");
+  switch (k) {
+#if defined(__x86_64__)
+    case GemmKernel::avx2: return detail::dequant_rows_avx2(w.view, j0, j1, out);
+    case GemmKernel::avx512: return detail::dequant_rows_avx512(w.view, j0, j1, out);
+#endif
+    default: return detail::dequant_rows_scalar(w.view, j0, j1, out);
+  }
+}
+
+bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
+#if defined(__x86_64__)
+  static const bool vnni = detect_cpu_features().avx512_vnni;
+  const detail::QuantView& v = w.view;
+  if (!(w.bf16_compute && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+        gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4))
+    return false;
+  if (v.layout == detail::QuantView::gptq)
+    return v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
+  return v.element == detail::QuantView::int8 && v.k % 128 == 0 && v.block_cols % 128 == 0;
+#else
+  (void)kernel;
+  (void)w;
+  (void)m;
+  return false;
+#endif
+}
+
+bool quant_uses_bf16(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
+#if defined(__x86_64__)
+  static const bool bf16 = detect_cpu_features().avx512_bf16;
+  const detail::QuantView& v = w.view;
+  return w.bf16_compute && bf16 && quant_kernel_for(kernel) == GemmKernel::avx512 &&
+         gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 4 && v.layout == detail::QuantView::rows &&
+         v.element == detail::QuantView::fp8_e4m3 && v.k % 32 == 0 && v.block_cols % 32 == 0;
+#else
+  (void)kernel;
+  (void)w;
+  (void)m;
+  return false;
+#endif
+}
+
+namespace {
+
+/// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
+/// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
+/// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
+void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::vector<std::int32_t>& x4,
+                          std::vector<float>& xs, std::vector<std::int32_t>& xsum) {
+  const std::size_t G = (k + gs - 1) / gs;
+  x4.assign(k / 4, 0);
+  xs.assign(G, 1.f);
+  xsum.assign(G, 0);
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t k0 = g * gs, k1 = std::min(k, k0 + gs);
+    float amax = 0.f;
+    for (std::size_t p = k0; p < k1; ++p) amax = std::max(amax, std::fabs(x[p]));
+    const float s = amax > 0.f ? amax / 127.f : 1.f;
+    xs[g] = s;
+    for (std::size_t p = k0; p < k1; ++p) {
+      const auto v = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[p] / s), -127.f, 127.f));
+      xsum[g] += v;
+      const std::size_t word = 2 * (p / 8) + (p % 2), byte = (p % 8) / 2;
+      x4[word] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x4[word]) |
+                                           (static_cast<std::uint32_t>(v & 0xff) << (8 * byte)));
+    }
+  }
+}
+
+}  // namespace
+
+void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
+                float* y, std::size_t ldy, ThreadPool* pool, QuantScratch& scratch) {
+  const std::size_t K = w.view.k;
+  if (n > w.view.n)
+    throw std::invalid_argument("quant_gemm: " + std::to_string(n) + " rows of a weight with " +
+                                std::to_string(w.view.n));
+  if (ldx < K || ldy < n) throw std::invalid_argument("quant_gemm: a stride is smaller than its row");
+  const GemmKernel k = quant_kernel_for(kernel);
+  if (!gemm_kernel_available(k))
+    throw std::invalid_argument(std::string("quant_gemm: kernel set ") + gemm_kernel_name(k) +
+                                " is not available on this CPU");
+  if (m == 0 || n == 0) return;
+#if defined(__x86_64__)
+  if (quant_uses_bf16(kernel, w, m)) {
+    // FP8 rows: activations rounded to bf16 (nearest even), rows split over the threads.
+    scratch.xb.resize(m * K);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + p] = f32_to_bf16(x[i * ldx + p]);
+    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t, std::size_t) {
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, b * rows, std::min(n, (b + 1) * rows), y, ldy);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+  }
+  if (quant_uses_vnni(kernel, w, m) && w.view.layout == detail::QuantView::rows) {
+    // int8 rows: activations per 128 columns, then rows split over the threads.
+    const std::size_t B = K / 128;
+    scratch.xq.resize(m * K);
+    scratch.xs.resize(m * B);
+    scratch.xsum.resize(m * B);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t b = 0; b < B; ++b) {
+        const float* xb = x + i * ldx + b * 128;
+        float amax = 0.f;
+        for (std::size_t p = 0; p < 128; ++p) amax = std::max(amax, std::fabs(xb[p]));
+        const float s = amax > 0.f ? amax / 127.f : 1.f;
+        std::int32_t sum = 0;
+        for (std::size_t p = 0; p < 128; ++p) {
+          const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[p] / s), -127.f, 127.f));
+          scratch.xq[i * K + b * 128 + p] = v;
+          sum += v;
+        }
+        scratch.xs[i * B + b] = s;
+        scratch.xsum[i * B + b] = sum;
+      }
+    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t, std::size_t) {
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        detail::rows8_vnni_avx512(w.view, scratch.xq.data(), scratch.xs.data(), scratch.xsum.data(), m, b * rows,
+                                  std::min(n, (b + 1) * rows), y, ldy);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+  }
+  if (quant_uses_vnni(kernel, w, m)) {
+    // Each packed row of qweight is streamed kRows * 4 bytes at a time (the int32 sums of the block stay
+    // in L1): blocks as large as 2048 rows while every thread still gets about four.
+    const std::size_t nt = pool ? pool->size() : 1;
+    const std::size_t kRows = std::clamp<std::size_t>((n / (4 * nt) + 15) / 16 * 16, 256, 2048);
+    const std::size_t blocks = (n + kRows - 1) / kRows;
+    if (scratch.acc.size() < nt) scratch.acc.resize(nt);
+    for (std::size_t i = 0; i < m; ++i) {
+      quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4, scratch.xs, scratch.xsum);
+      std::atomic<std::size_t> next{0};
+      const auto work = [&](std::size_t t, std::size_t) {
+        std::vector<std::int32_t>& acc = scratch.acc[t];
+        if (acc.size() < kRows) acc.resize(kRows);
+        for (;;) {
+          const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+          if (b >= blocks) return;
+          const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows);
+          detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), scratch.xs.data(), scratch.xsum.data(), j0, j1,
+                                    y + i * ldy + j0, acc.data());
+        }
+      };
+      if (pool && nt > 1 && blocks > 1) pool->run(work);
+      else work(0, 1);
+    }
+    return;
+  }
+#endif
+  // bf16 compute, prefill-sized m: blocks of rows dequantized, rounded to bf16 and packed for
+  // gemm_packed (AMX tiles or VDPBF16PS), as a bf16 checkpoint computes; vLLM's GPTQ / FP8 GEMMs likewise
+  // dequantize to 16-bit in their prologue.
+  if (w.bf16_compute && m > 16 && packed_bf16_available() && quant_kernel_for(kernel) == GemmKernel::avx512) {
+#if defined(__x86_64__)
+    constexpr std::size_t kRows = 128;
+    const std::size_t blocks = (n + kRows - 1) / kRows;
+    const std::size_t nt = pool ? pool->size() : 1;
+    if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
+    if (scratch.packed.size() < nt) scratch.packed.resize(nt);
+    std::atomic<std::size_t> next{0};
+    const auto work = [&](std::size_t t, std::size_t) {
+      std::vector<float>& buf = scratch.per_thread[t];
+      if (buf.size() < kRows * K) buf.resize(kRows * K);
+      PackedBf16& pk = scratch.packed[t];
+      for (;;) {
+        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= blocks) return;
+        const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows), rows = j1 - j0;
+        quant_dequant_rows(k, w, j0, j1, buf.data());
+        pk.n = rows;
+        pk.k = K;
+        pk.data.assign((rows + 15) / 16 * ((K + 31) / 32) * 512, 0);
+        detail::amx_pack_b(buf.data(), WeightType::f32, rows, K, 0, (rows + 15) / 16, pk.data.data());
+        gemm_packed(x, m, ldx, pk, rows, y + j0, ldy, nullptr);
+      }
+    };
+    if (pool && nt > 1 && blocks > 1) pool->run(work);
+    else work(0, 1);
+    return;
+#endif
+  }
+  // Decode-sized m: 16 rows (16 x k f32, 256 KB at k = 4096) per block, read back from L2 by the GEMV
+  // kernel; prefill: 128 rows, so the packing of x is amortised over more columns.
+  const std::size_t rows = m <= 16 ? 16 : 128;
+  const std::size_t blocks = (n + rows - 1) / rows;
+  const std::size_t nt = pool ? pool->size() : 1;
+  if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&](std::size_t t, std::size_t) {
+    std::vector<float>& buf = scratch.per_thread[t];
+    if (buf.size() < rows * K) buf.resize(rows * K);
+    for (;;) {
+      const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= blocks) return;
+      const std::size_t j0 = b * rows, j1 = std::min(n, j0 + rows);
+#if defined(__x86_64__)
+      if (k == GemmKernel::avx512 && detail::gemv_avx512(w.view, x, m, ldx, j0, j1, y, ldy)) continue;
+#endif
+      quant_dequant_rows(k, w, j0, j1, buf.data());
+      gemm(k, x, m, K, ldx, buf.data(), WeightType::f32, j1 - j0, y + j0, ldy, nullptr);
+    }
+  };
+  if (pool && nt > 1 && blocks > 1) pool->run(work);
+  else work(0, 1);
+}
+
+void quant_gemm(const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n, float* y,
+                std::size_t ldy, ThreadPool* pool, QuantScratch& scratch) {
+  quant_gemm(gemm_default_kernel(), x, m, ldx, w, n, y, ldy, pool, scratch);
+}
+
+}  // namespace quarry::engine::cpu

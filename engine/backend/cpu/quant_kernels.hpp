@@ -1,0 +1,60 @@
+// Internal interface between the quantized-weight dispatcher (quant.cpp, baseline ISA) and the
+// dequantization kernels compiled for one instruction set each (quant_scalar.cpp, quant_avx2.cpp,
+// quant_avx512.cpp). As with gemm_kernels.hpp, kernel files include only this header, <immintrin.h> and
+// C headers, so that no inline function of the C++ library compiled for a wider set reaches baseline code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quarry::engine::cpu::detail {
+
+/// A quantized matrix W [n, k] as the kernels read it (engine/backend/backend.hpp, QuantizedMatrix).
+struct QuantView {
+  enum Layout : int { gptq = 0, rows = 1 };
+  enum Element : int { int4 = 0, int8 = 1, fp8_e4m3 = 2 };
+  int layout = gptq;
+  int element = int4;
+  const void* data = nullptr;  ///< gptq: int32 [k * bits / 32, n]; rows: int8 / fp8 [n, k], int4: int32 [n, k / 8]
+  std::size_t n = 0, k = 0;
+  const float* scales = nullptr;         ///< gptq [n_groups, n]; rows [ceil(n / block_rows), scale_cols]
+  const std::int16_t* zeros = nullptr;   ///< gptq [n_groups, n] plus one element of padding (gathers read 4 bytes)
+  const std::int32_t* g_idx = nullptr;   ///< gptq [k] or null (group k / group_size)
+  std::size_t group_size = 0, n_groups = 0;
+  std::size_t block_rows = 1, block_cols = 0, scale_cols = 0;  ///< rows: scale blocks
+};
+
+/// out[(j - j0) * k + p] = W[j, p] as f32 for j in [j0, j1), p < k: float(q - z) * s (gptq) or
+/// float(v) * s (rows), one rounding, identical in every set.
+void dequant_rows_scalar(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+#if defined(__x86_64__)
+void dequant_rows_avx2(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, float* out);
+/// Decode-sized products without the buffer: y[i, j] = x[i, :] . W[j, :] for i < m, j in [j0, j1), each
+/// weight vector dequantized in registers and summed in the order of the avx512 GEMV kernel on the
+/// dequantized f32 matrix (bit-identical results). Returns false, computing nothing, where it does not
+/// apply (m > 4, desc_act groups, groups or scale blocks not multiples of 16).
+bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
+                 float* y, std::size_t ldy);
+/// GPTQ int4 (contiguous groups, group_size a multiple of 8) against one row of activations quantized per
+/// group (quant.cpp, quantize_activations): y[j - j0] = sum over groups g of scales[g, j] * xs[g] *
+/// (sum_k q[k, j] x_q[k] - zeros[g, j] * xsum[g]) for j in [j0, j1). x4: for every 8 input columns, the
+/// int8 activations of the even columns as one int32 (bytes in order), then of the odd ones. acc: int32
+/// scratch [j1 - j0] (unused by the current kernel, which keeps the sums in registers). Needs AVX512-VNNI
+/// (quant_vnni_avx512.cpp).
+/// Row-quantized int8 weights (scale blocks of whole multiples of 128 columns, k % 128 == 0) against m <= 4
+/// rows of activations quantized per 128 columns: xq int8 [m, k], xs / xsum [m, k / 128] (scale, sum of
+/// x_q). y[i, j] = sum over blocks b of scale(j, b) * xs[i, b] * sum_k w x_q, for j in [j0, j1); the
+/// weights enter VPDPBUSD as unsigned bytes w + 128 and 128 * xsum is taken off. Needs AVX512-VNNI.
+void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* xs, const std::int32_t* xsum,
+                       std::size_t m, std::size_t j0, std::size_t j1, float* y, std::size_t ldy);
+/// FP8 rows (k and the scale blocks multiples of 32 columns) against m <= 4 rows of activations rounded to
+/// bf16 (xb [m, k], round to nearest even): the FP8 values widened to bf16 exactly (a 128-entry table,
+/// VPERMT2W), VDPBF16PS per scale block, then y += block sum * scale. Needs AVX512_BF16.
+void fp8_bf16_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
+                     float* y, std::size_t ldy);
+void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
+                       std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
+#endif
+
+}  // namespace quarry::engine::cpu::detail

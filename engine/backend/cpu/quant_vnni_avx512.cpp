@@ -1,0 +1,113 @@
+// GPTQ int4 products with int8 activations on AVX512-VNNI (VPDPBUSD), for the bf16 compute mode: the
+// CPU's counterpart of the W4A8 decode kernels (llama.cpp's Q4 x Q8 dot products). Vectorised over output
+// rows, as GPTQ packs them: an int32 row of qweight holds 8 input columns of every output row, so 16
+// output rows are one 64-byte vector; its low nibbles are the even columns of the 8 and the high nibbles
+// the odd ones, each lane's 4 bytes against the same 4 activation bytes broadcast. Per group, 64 output
+// rows keep their int32 sums in registers while the group's 16 packed rows are read side by side (16
+// sequential streams along the output rows), then y += scale * x_scale * (sum - zero * sum(x_q)) in f32.
+// Activations are quantized per row and per weight group by absmax / 127 (quant.cpp).
+// GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized (see quant_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "engine/backend/cpu/quant_kernels.hpp"
+
+namespace quarry::engine::cpu::detail {
+
+namespace {
+
+/// The 16 * V rows from r of group g (packed rows p0..p1): int32 sums in registers over the group's
+/// packed rows (16 streams, one per packed row, walking along the output rows), then y += s * xs * (sum
+/// - z * xsum).
+template <int V>
+inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, std::size_t r, std::size_t p0,
+                       std::size_t p1, const std::int32_t* x4, const float* sg, const std::int16_t* zg, float xs,
+                       std::int32_t xsum, float* y) {
+  const __m512i low = _mm512_set1_epi32(0x0f0f0f0f);
+  __m512i a[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_si512();
+  for (std::size_t p = p0; p < p1; ++p) {
+    const __m512i even = _mm512_set1_epi32(x4[2 * p]), odd = _mm512_set1_epi32(x4[2 * p + 1]);
+    const std::uint32_t* line = w + p * N + j0 + r;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const __m512i q = _mm512_loadu_si512(line + 16 * v);
+      a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(q, low), even);
+      a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(_mm512_srli_epi32(q, 4), low), odd);
+    }
+  }
+  const __m512 vxs = _mm512_set1_ps(xs);
+  const __m512i vxsum = _mm512_set1_epi32(xsum);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    const std::size_t o = r + 16 * static_cast<std::size_t>(v);
+    const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(zg + o)));
+    const __m512i d = _mm512_sub_epi32(a[v], _mm512_mullo_epi32(z, vxsum));
+    const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(sg + o), vxs);
+    _mm512_storeu_ps(y + o, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(d), _mm512_loadu_ps(y + o)));
+  }
+}
+
+}  // namespace
+
+void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
+                       std::size_t j0, std::size_t j1, float* y, std::int32_t* acc) {
+  (void)acc;
+  const std::size_t K = q.k, N = q.n, gs = q.group_size, G = q.n_groups, rows = j1 - j0;
+  const auto* w = static_cast<const std::uint32_t*>(q.data);
+  const std::size_t R16 = rows / 16 * 16, R64 = rows / 64 * 64;
+  for (std::size_t r = 0; r < rows; ++r) y[r] = 0.f;
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t p0 = g * gs / 8, p1 = ((g + 1) * gs < K ? (g + 1) * gs : K) / 8;
+    const float* sg = q.scales + g * N + j0;
+    const std::int16_t* zg = q.zeros + g * N + j0;
+    std::size_t r = 0;
+    for (; r < R64; r += 64) group_rows<4>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
+    for (; r < R16; r += 16) group_rows<1>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
+    for (; r < rows; ++r) {
+      std::int32_t sum = 0;
+      for (std::size_t p = p0; p < p1; ++p) {
+        const std::uint32_t v = w[p * N + j0 + r];
+        const auto xe = static_cast<std::uint32_t>(x4[2 * p]), xo = static_cast<std::uint32_t>(x4[2 * p + 1]);
+        for (int b = 0; b < 4; ++b) {
+          sum += static_cast<std::int32_t>((v >> (8 * b)) & 15u) * static_cast<std::int8_t>((xe >> (8 * b)) & 0xffu);
+          sum += static_cast<std::int32_t>((v >> (8 * b + 4)) & 15u) * static_cast<std::int8_t>((xo >> (8 * b)) & 0xffu);
+        }
+      }
+      y[r] += sg[r] * xs[g] * static_cast<float>(sum - zg[r] * xsum[g]);
+    }
+  }
+}
+
+void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* xs, const std::int32_t* xsum,
+                       std::size_t m, std::size_t j0, std::size_t j1, float* y, std::size_t ldy) {
+  const std::size_t K = q.k, B = K / 128, bc = q.block_cols;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (std::size_t n = j0; n < j1; ++n) {
+    const auto* w = static_cast<const std::int8_t*>(q.data) + n * K;
+    const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    float corr[4] = {0.f, 0.f, 0.f, 0.f};
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::size_t k0 = b * 128;
+      _mm_prefetch(reinterpret_cast<const char*>(w + k0 + 512), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + k0 + 576), _MM_HINT_T0);
+      // The weights as unsigned bytes (w + 128); the 128 * sum(x_q) this adds comes off below.
+      const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + k0), flip);
+      const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(w + k0 + 64), flip);
+      const float ws = srow[k0 / bc];
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::int8_t* xi = xq + i * K + k0;
+        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xi));
+        d = _mm512_dpbusd_epi32(d, w1, _mm512_loadu_si512(xi + 64));
+        const float f = ws * xs[i * B + b];
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(f), acc[i]);
+        corr[i] += f * 128.f * static_cast<float>(xsum[i * B + b]);
+      }
+    }
+    for (std::size_t i = 0; i < m; ++i) y[i * ldy + n] = _mm512_reduce_add_ps(acc[i]) - corr[i];
+  }
+}
+
+}  // namespace quarry::engine::cpu::detail

@@ -1,0 +1,37 @@
+// Quantized linear layers of a checkpoint, read as published (config.json quantization_config,
+// engine/models/config.hpp QuantizationConfig), handed to the backend packed (Backend::load_quantized).
+//
+// Tensors of module M (e.g. "model.layers.0.mlp.down_proj") of a Linear [rows = out, cols = in]:
+//  - gptq / auto-round: M.qweight int32 [cols * bits / 32, rows], M.qzeros int32 [G, rows * bits / 32]
+//    (zero points packed along the output dimension, the lowest bits first), M.scales f16/bf16/f32 [G, rows],
+//    M.g_idx int32 [cols] (optional; a non-trivial one is desc_act's order). GPTQ v1 stores z - 1.
+//    Source: AutoGPTQ / GPTQModel pack() and the Hugging Face transformers GPTQ integration.
+//  - fp8: M.weight F8_E4M3 [rows, cols], M.weight_scale_inv f32 [ceil(rows / br), ceil(cols / bc)]
+//    (multiplied in, despite the name; DeepSeek-V3 inference/kernel.py weight_dequant).
+//  - compressed-tensors: M.weight_packed int32 [rows, cols / 8] (int4 stored as value + 8) or M.weight
+//    int8 / F8_E4M3 [rows, cols], with M.weight_scale [rows, G] (group), [rows, 1] (channel),
+//    [ceil(rows / br), ceil(cols / bc)] (block) or [1] (tensor). Source: neuralmagic compressed-tensors,
+//    compressors/quantized_compressors (pack_to_int32).
+// A module without these tensors (listed in modules_to_not_convert / ignore, or simply kept in its float
+// dtype: the embedding, the LM head, the MoE router) loads as a float matrix.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/backend/backend.hpp"
+#include "engine/models/config.hpp"
+#include "engine/models/safetensors.hpp"
+
+namespace quarry::engine {
+
+/// Loads weight `name` ("M.weight") of shape [rows, cols]: quantized when the checkpoint stores module M
+/// quantized as `q` says, else as a float matrix (Backend::load_matrix). Throws std::runtime_error naming
+/// the checkpoint, the tensor and the method on a missing or mis-shaped tensor, a quantized tensor the
+/// method does not describe, or an unsupported layout.
+std::unique_ptr<Weight> load_linear(const TensorStore& store, Backend& backend, Compute compute,
+                                    const QuantizationConfig& q, const std::string& name, std::size_t rows,
+                                    std::size_t cols, WeightUse use);
+
+}  // namespace quarry::engine
