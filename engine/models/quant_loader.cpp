@@ -79,7 +79,7 @@ std::unique_ptr<Weight> load_gptq(const TensorStore& store, Backend& backend, Co
 
 /// Row-quantized modules (fp8, compressed-tensors): the scale blocks from the scale tensor's shape.
 std::unique_ptr<Weight> load_rows(const TensorStore& store, Backend& backend, Compute compute,
-                                  const QuantizationConfig& q, const std::string& m, std::size_t rows, std::size_t cols,
+                                  const QuantizationConfig& q, const std::string& /*module*/, std::size_t rows, std::size_t cols,
                                   WeightUse use, const TensorView& values, QuantElement element,
                                   const TensorView& scale) {
   QuantizedMatrix mat;
