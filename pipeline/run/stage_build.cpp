@@ -140,6 +140,7 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
           ModelTaskMsg t;
           t.subject = sh.unit(doc->doc, 0);
           t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(bc.prompts.kie_messages(doc->text), true, false));
+          t.document_text = doc->text;  // grounded decoding and the evidence check
           tasks.push_back(std::move(t));
         }
       } else {
