@@ -536,6 +536,7 @@ std::vector<DateOccurrence> find_dates(const std::vector<std::string>& pages) {
 
 bool GroundState::operator==(const GroundState& o) const {
   return kind == o.kind && esc == o.esc && need == o.need && sp == o.sp && n == o.n && len == o.len && lost == o.lost &&
+         json == o.json &&
          cp == o.cp && st == o.st;
 }
 
@@ -543,7 +544,8 @@ std::uint64_t GroundState::hash() const {
   std::uint64_t h = 0x9E3779B97F4A7C15ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 0x100000001B3ull; h ^= h >> 29; };
   mix(kind | (esc << 8) | (need << 16) | (static_cast<std::uint64_t>(sp) << 24) | (static_cast<std::uint64_t>(n) << 32));
-  mix(cp | (static_cast<std::uint64_t>(len) << 32) | (static_cast<std::uint64_t>(lost) << 40));
+  mix(cp | (static_cast<std::uint64_t>(len) << 32) | (static_cast<std::uint64_t>(lost) << 40) |
+      (static_cast<std::uint64_t>(json) << 48));
   for (std::size_t k = 0; k < n; ++k) mix(st[k]);
   return h;
 }
@@ -563,6 +565,11 @@ GroundingVocab::GroundingVocab(std::shared_ptr<const TokenizerInfo> tok) : tok_(
   for (TokenId id : tok_->sorted_ids()) {
     const std::string& s = tok_->token(id);
     bool cand = false;
+    for (std::size_t i = 0; i + 1 < s.size(); ++i)
+      if (s[i] == '"') {
+        quote_entry_.push_back(id);
+        break;
+      }
     for (std::size_t i = 0; i < s.size() && !cand; ++i) {
       if (s[i] == '"' && i + 1 < s.size()) cand = true;
       // A number value begins after ':', ',', '[' or whitespace.
@@ -574,6 +581,26 @@ GroundingVocab::GroundingVocab(std::shared_ptr<const TokenizerInfo> tok) : tok_(
     if (cand) entry_.push_back(id);
   }
   std::sort(entry_.begin(), entry_.end());
+  std::sort(quote_entry_.begin(), quote_entry_.end());
+  const auto& trie = tok_->trie();
+  for (std::uint32_t c = 1; c < trie[0].next; c = trie[c].next) root_child_[trie[c].byte] = c;
+  quote_exit_.bits.assign(tok_->mask_words(), 0u);
+  number_exit_.bits.assign(tok_->mask_words(), 0u);
+  for (TokenId id : tok_->sorted_ids()) {
+    const std::string& s = tok_->token(id);
+    const auto b0 = static_cast<std::uint8_t>(s[0]);
+    const bool enter = may_enter(std::string_view(s).substr(1));
+    if (b0 == '"') {
+      set_bit(quote_exit_.bits.data(), id);
+      if (enter) quote_exit_.exact.push_back(id);
+    }
+    if (!is_number_byte(b0)) {
+      set_bit(number_exit_.bits.data(), id);
+      if (enter) number_exit_.exact.push_back(id);
+    }
+  }
+  std::sort(quote_exit_.exact.begin(), quote_exit_.exact.end());
+  std::sort(number_exit_.exact.begin(), number_exit_.exact.end());
 }
 
 // ---- GroundingIndex: automaton --------------------------------------------------------------------
@@ -782,6 +809,7 @@ std::shared_ptr<GroundingIndex> GroundingIndex::build(std::shared_ptr<const Grou
 GroundState GroundingIndex::init(SourceKind k) const {
   GroundState g;
   g.kind = static_cast<std::uint8_t>(k);
+  g.json = k == SourceKind::kNumber ? 0 : 1;  // a copy or date value is inside its string
   g.n = 1;
   g.st[0] = 0;
   return g;
@@ -989,30 +1017,67 @@ void GroundingIndex::allow_exit_subtree(std::uint32_t c, GroundMask& m) const {
   }
 }
 
-void GroundingIndex::walk(std::uint32_t v, const GroundState& g, GroundMask& m) const {
+void GroundingIndex::visit(std::uint32_t c, const GroundState& g, GroundMask& m) const {
   const TokenizerInfo& tok = vocab_->tokenizer();
   const auto& trie = tok.trie();
-  const auto& ids = tok.sorted_ids();
-  for (std::uint32_t c = v + 1; c < trie[v].next; c = trie[c].next) {
-    GroundState g2 = g;
-    const Step r = step(g2, trie[c].byte);
-    if (r == Step::kDead) continue;
-    if (r == Step::kExit) {
-      allow_exit_subtree(c, m);
-      continue;
-    }
-    if (trie[c].flags & TokenizerInfo::kHasToken)
-      for (std::uint32_t pos = trie[c].lo; pos < trie[c].hi && tok.sorted_token(pos).size() == trie[c].depth; ++pos)
-        set_bit(m.bits.data(), ids[pos]);
-    if (trie[c].next > c + 1) walk(c, g2, m);
+  GroundState g2 = g;
+  const Step r = step(g2, trie[c].byte);
+  if (r == Step::kDead) return;
+  if (r == Step::kExit) {
+    allow_exit_subtree(c, m);
+    return;
   }
+  if (trie[c].flags & TokenizerInfo::kHasToken) {
+    const auto& ids = tok.sorted_ids();
+    for (std::uint32_t pos = trie[c].lo; pos < trie[c].hi && tok.sorted_token(pos).size() == trie[c].depth; ++pos)
+      set_bit(m.bits.data(), ids[pos]);
+  }
+  if (trie[c].next > c + 1) walk(c, g2, m);
+}
+
+void GroundingIndex::walk(std::uint32_t v, const GroundState& g, GroundMask& m) const {
+  const auto& trie = vocab_->tokenizer().trie();
+  for (std::uint32_t c = v + 1; c < trie[v].next; c = trie[c].next) visit(c, g, m);
 }
 
 GroundMask GroundingIndex::compute_inside(const GroundState& g) const {
   const TokenizerInfo& tok = vocab_->tokenizer();
   GroundMask m;
   m.bits.assign(tok.mask_words(), 0u);
-  walk(0, g, m);
+  // The first byte: the tokens ending the value at once come from the vocabulary's exit sets; the
+  // other first bytes are only those the state can take (not all 256 children of the trie's root).
+  const auto kind = static_cast<SourceKind>(g.kind);
+  auto add_exit = [&](const GroundingVocab::ExitSet& e) {
+    for (std::size_t w = 0; w < m.bits.size(); ++w) m.bits[w] |= e.bits[w];
+    m.exact.insert(m.exact.end(), e.exact.begin(), e.exact.end());
+  };
+  auto visit_byte = [&](std::uint8_t b) {
+    if (const std::uint32_t c = vocab_->root_child(b)) visit(c, g, m);
+  };
+  if (kind == SourceKind::kNumber) {
+    if (g.st[0] == 0 || numbers_.terminal[g.st[0]]) add_exit(vocab_->number_exit());
+    for (std::uint8_t b : std::string_view("0123456789-+.eE")) visit_byte(b);
+  } else if (kind == SourceKind::kDate) {
+    if (dates_.terminal[g.st[0]]) add_exit(vocab_->quote_exit());
+    for (std::uint32_t e = dates_.off[g.st[0]]; e < dates_.off[g.st[0] + 1]; ++e) visit_byte(dates_.byte[e]);
+  } else if (kind == SourceKind::kCopy && g.esc == 0 && g.need == 0) {
+    add_exit(vocab_->quote_exit());
+    std::array<bool, 256> first{};
+    for (std::size_t k = 0; k < g.n; ++k) {
+      for (std::uint32_t e = off_[g.st[k]]; e < off_[g.st[k] + 1]; ++e) first[byte_[e]] = true;
+      if (!g.sp)
+        if (const std::uint32_t s = sam_next(g.st[k], ' '))
+          for (std::uint32_t e = off_[s]; e < off_[s + 1]; ++e) first[byte_[e]] = true;
+    }
+    // Whitespace and escapes (written as themselves, or `\n`, ...), multibyte whitespace.
+    for (std::uint8_t b : {' ', '\t', '\n', '\r', '\f', '\v', '\\'}) first[b] = true;
+    for (std::uint8_t b : {0xC2, 0xE1, 0xE2, 0xE3}) first[b] = true;
+    first['"'] = false;
+    for (int b = 0; b < 256; ++b)
+      if (first[static_cast<std::size_t>(b)]) visit_byte(static_cast<std::uint8_t>(b));
+  } else {
+    walk(0, g, m);
+  }
   // A number that may end here may also end the whole value (a number at the root).
   if (g.kind == static_cast<std::uint8_t>(SourceKind::kNumber) && (g.st[0] == 0 || numbers_.terminal[g.st[0]]))
     for (TokenId e : tok.eos_ids()) set_bit(m.bits.data(), e);

@@ -116,7 +116,9 @@ struct GroundState {
   /// The value met a dead end (the grammar allows nothing the document has, e.g. a pattern that the
   /// spans from here cannot complete): it goes on ungrounded up to its end (GrammarMatcher).
   std::uint8_t lost = 0;
-  std::uint8_t pad = 0;
+  /// JSON lexing of the whole output (kept outside grounded values too): bit 0 inside a string,
+  /// bit 1 after a backslash in one. Tokens without a quote cannot leave a string.
+  std::uint8_t json = 0;
   std::uint32_t cp = 0;   ///< code point being read
   std::array<std::uint32_t, kMaxStates> st{};  ///< copy: automaton states; number / date: trie node (st[0])
   bool operator==(const GroundState& o) const;
@@ -133,13 +135,29 @@ class GroundingVocab {
   /// '-' / a digit after their first byte (checked by the matcher byte by byte at positions outside
   /// a grounded value).
   const std::vector<TokenId>& entry_candidates() const { return entry_; }
+  /// The entry candidates with a '"' before their last byte (the only ones that can leave a string
+  /// and enter a value).
+  const std::vector<TokenId>& quote_candidates() const { return quote_entry_; }
   /// Whether bytes following the end of a grounded value inside one token could enter another one
   /// ('"' before the last byte, '-' or a digit anywhere).
   static bool may_enter(std::string_view rest);
+  /// The vocabulary trie's child of the root for first byte b (0: none).
+  std::uint32_t root_child(std::uint8_t b) const { return root_child_[b]; }
+  /// The tokens that start with '"' (a copy or date value ending at the token's first byte), and the
+  /// tokens whose first byte cannot continue a number (a number ending there): their bits, and among
+  /// them those that may enter another value after it (checked exactly).
+  struct ExitSet {
+    std::vector<std::uint32_t> bits;
+    std::vector<TokenId> exact;
+  };
+  const ExitSet& quote_exit() const { return quote_exit_; }
+  const ExitSet& number_exit() const { return number_exit_; }
 
  private:
   std::shared_ptr<const TokenizerInfo> tok_;
-  std::vector<TokenId> entry_;
+  std::vector<TokenId> entry_, quote_entry_;
+  std::array<std::uint32_t, 256> root_child_{};
+  ExitSet quote_exit_, number_exit_;
 };
 
 /// A grounding mask: bits (TokenizerInfo::mask_words() words) and the tokens among them that
@@ -204,6 +222,8 @@ class GroundingIndex {
   };
   /// Walks the vocabulary trie below trie node v from state g, setting accepted tokens in m.
   void walk(std::uint32_t v, const GroundState& g, GroundMask& m) const;
+  /// Visits trie child c (byte b) of a walk from state g.
+  void visit(std::uint32_t c, const GroundState& g, GroundMask& m) const;
   void allow_exit_subtree(std::uint32_t c, GroundMask& m) const;
   GroundMask compute_inside(const GroundState& g) const;
   GroundMask compute_entry(const std::array<std::uint8_t, 256>& entry) const;

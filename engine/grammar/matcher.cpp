@@ -1558,6 +1558,10 @@ bool GrammarMatcher::advance_grounded(const ParseState& from, GroundState& g, st
     if (!parser_.advance(to, b, tmp_d_)) return false;
     std::swap(to, tmp_d_);
     if (!inside) {
+      // JSON lexing outside grounded values: in a string or not.
+      if (g.json & 2) g.json = 1;
+      else if (g.json & 1) g.json = b == '\\' ? 3 : b == '"' ? 0 : 1;
+      else if (b == '"') g.json = 1;
       // Entering a grounded value: a string's opening quote is not part of it; a number's first byte is.
       const std::uint8_t k = region_kind(to);
       if (k) {
@@ -1663,7 +1667,8 @@ void GrammarMatcher::fill_bitmask(std::span<std::uint32_t> mask) {
       std::copy(grammar_mask_.begin(), grammar_mask_.end(), mask.begin());
     }
   }
-  if (!g.kind || g.lost) check_exact(ground_->vocab().entry_candidates(), mask.data());
+  if (!g.kind || g.lost)
+    check_exact((g.json & 1) ? ground_->vocab().quote_candidates() : ground_->vocab().entry_candidates(), mask.data());
 }
 
 void GrammarMatcher::fill_bitmask_uncached(std::span<std::uint32_t> mask) {
