@@ -480,7 +480,7 @@ std::vector<DateOccurrence> find_dates(const std::vector<std::string>& pages) {
     for (std::size_t k = 0; k < n; ++k) {
       if (t[k].kind == Tok::kNum) {
         // Numeric: a sep b sep c
-        if (punct(k + 1, "./-") && num(k + 2, 1, 2) && k + 3 < n && t[k + 3].kind == Tok::kPunct &&
+        if (num(k, 1, 4) && punct(k + 1, "./-") && num(k + 2, 1, 2) && k + 3 < n && t[k + 3].kind == Tok::kPunct &&
             t[k + 3].text == t[k + 1].text && num(k + 4, 1, 4)) {
           const int a = std::stoi(t[k].text), b = std::stoi(t[k + 2].text);
           const std::string& cs = t[k + 4].text;

@@ -173,8 +173,9 @@ struct GroundMask {
 /// under a lock (thread-safe).
 class GroundingIndex {
  public:
-  /// Limits: pages beyond 4 MiB of text in total are cut there (values past it are not groundable).
-  static constexpr std::size_t kMaxText = std::size_t{4} << 20;
+  /// Limit: text beyond 1 MiB in total is cut there (values past it are not groundable); the automaton
+  /// of 1 MiB holds about 2 million states (about 50 MB).
+  static constexpr std::size_t kMaxText = std::size_t{1} << 20;
   static std::shared_ptr<GroundingIndex> build(std::shared_ptr<const GroundingVocab> vocab,
                                                const std::vector<std::string>& pages);
 

@@ -5,6 +5,7 @@
 // shipped invoice schema; the evidence of records and rule:evidence.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -116,6 +117,8 @@ TEST(Grounding, DatesInUsualFormsAndLanguages) {
   for (const char* v : {"2024-03-15", "2025-01-01", "2023-02-03"}) EXPECT_TRUE(d.count(v)) << v;
   EXPECT_FALSE(d.count("2023-02-29"));  // not a leap year
   EXPECT_FALSE(d.count("2024-04-31"));
+  // Long digit runs next to date separators are not dates (and do not overflow).
+  EXPECT_TRUE(isos({"123456789012345678901234567890.03.2024 99999999999999999999/1/2"}).empty());
   const auto us = isos({"03/04/2024"});  // day-month or month-day: both
   EXPECT_TRUE(us.count("2024-04-03"));
   EXPECT_TRUE(us.count("2024-03-04"));
@@ -140,6 +143,28 @@ TEST(Grounding, CopySpansAreWhitespaceInsensitiveWithOffsets) {
   EXPECT_EQ(pages[1].substr(e->start, e->end - e->start), "end é");
   EXPECT_FALSE(g::find_copy_span(pages, "x IBAN"));  // spans do not cross pages
   EXPECT_FALSE(g::find_copy_span(pages, "  "));
+}
+
+// Hostile text: invalid UTF-8, a 200,000-digit run, separators without end, more than the index keeps.
+TEST(Grounding, HostileDocumentsAreReadWithinBounds) {
+  std::mt19937_64 rng(3);
+  std::string junk(300000, '\0');
+  for (auto& c : junk) c = static_cast<char>(rng() & 0xFF);
+  const std::string digits(200000, '7');
+  std::string seps;
+  for (int i = 0; i < 50000; ++i) seps += "1.";
+  std::string big;
+  while (big.size() < g::GroundingIndex::kMaxText + 200000) big += "Invoice 12.03.2024 total 1 234,50 EUR\n";
+  const std::vector<std::string> pages{junk, digits, seps, big, "\xC3", "\xE2\x80", "12/", "2024."};
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)g::find_numbers(pages);
+  (void)g::find_dates(pages);
+  EXPECT_FALSE(g::find_copy_span(pages, "not in it at all"));
+  Toy toy;
+  auto idx = g::GroundingIndex::build(std::make_shared<g::GroundingVocab>(toy.info), pages);
+  EXPECT_LE(idx->text_bytes(), g::GroundingIndex::kMaxText + pages.size());
+  EXPECT_GT(idx->date_candidates(), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
 }
 
 // ---- the matcher with a toy vocabulary ---------------------------------------------------------------
