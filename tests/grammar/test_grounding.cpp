@@ -167,6 +167,30 @@ TEST(Grounding, HostileDocumentsAreReadWithinBounds) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
 }
 
+TEST(Grounding, AnnotationValuesAreCheckedAndChangeNoLanguage) {
+  try {
+    g::compile_json_schema(std::string(R"({"type":"object","properties":{"a":{"type":"string","x-quarry-source":"quote"}}})"));
+    FAIL() << "an unknown x-quarry-source value compiled";
+  } catch (const g::SchemaError& e) {
+    EXPECT_EQ(e.pointer, "/properties/a/x-quarry-source");
+  }
+  // The same strings and numbers with and without the annotation (only the tags differ).
+  auto tagged = g::compile_json_schema(std::string(kToySchema));
+  auto plain = g::compile_json_schema(std::string(R"({"type":"object","properties":{
+    "a":{"type":["string","null"]},"n":{"type":["number","null"]},"d":{"type":"string"}},
+    "required":["a","n","d"],"additionalProperties":false})"));
+  for (const char* t : {R"({"a":"x\"y","n":-1.5e3,"d":""})", R"({"a":null,"n":null,"d":"é"})", R"({"a":"","n":0,"d":"2"})"}) {
+    const auto inst = ordered_json::parse(t);
+    EXPECT_TRUE(g::check_instance(*tagged.grammar, inst, false)) << t;
+    EXPECT_TRUE(g::check_instance(*plain.grammar, inst, false)) << t;
+  }
+  EXPECT_FALSE(g::check_instance(*tagged.grammar, ordered_json::parse(R"({"a":1,"n":null,"d":""})"), false));
+  std::size_t n_tagged = 0;
+  for (const auto& nd : tagged.grammar->nodes) n_tagged += nd.source != 0;
+  EXPECT_GT(n_tagged, 0u);
+  for (const auto& nd : plain.grammar->nodes) EXPECT_EQ(nd.source, 0);
+}
+
 // ---- the matcher with a toy vocabulary ---------------------------------------------------------------
 
 TEST(Grounding, ToyMaskEqualsAcceptAndValuesStayInTheDocument) {
