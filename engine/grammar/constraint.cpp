@@ -14,6 +14,11 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const CompiledGrammar> g,
   cache_.resize(mask_words());
 }
 
+void GrammarConstraint::set_grounding(std::shared_ptr<const GroundingIndex> index) {
+  matcher_.set_grounding(std::move(index));
+  cache_valid_ = false;
+}
+
 void GrammarConstraint::ensure_mask() const {
   if (cache_valid_) return;
   matcher_.fill_bitmask(cache_);

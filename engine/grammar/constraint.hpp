@@ -51,6 +51,10 @@ class GrammarConstraint final : public TokenConstraint {
   void rollback(std::size_t n) override;
   bool supports_rollback() const override { return true; }
 
+  /// Grounded decoding over one document (GrammarMatcher::set_grounding); resets the matcher, so call
+  /// it before the first token. Null turns it off.
+  void set_grounding(std::shared_ptr<const GroundingIndex> index);
+
   const GrammarMatcher& matcher() const { return matcher_; }
   std::size_t mask_words() const { return matcher_.compiled().tokenizer().mask_words(); }
 

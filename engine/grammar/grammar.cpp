@@ -132,6 +132,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(std::uint32_t root_rule) {
       stack.assign(1, i);
       mark[i] = i;
       GNode& o = out[i];
+      o.source = g.nodes[i].source;
       while (!stack.empty()) {
         std::uint32_t s = stack.back();
         stack.pop_back();
@@ -311,7 +312,7 @@ void GrammarBuilder::merge_equivalent_nodes(Grammar& g) {
     const GNode& nd = g.nodes[k];
     sig.clear();
     auto put = [&](std::uint32_t v) { sig.push_back(v); };
-    put(nd.final ? 1u : 0u);
+    put((nd.final ? 1u : 0u) | (static_cast<std::uint32_t>(nd.source) << 1));
     // Byte edges as the union of ranges per target class (canonical whatever the split).
     edges.clear();
     for (const auto& e : nd.bytes) edges.push_back({cls[e.to], e.lo, e.hi});

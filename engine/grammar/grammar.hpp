@@ -40,6 +40,9 @@ struct GNode {
   std::vector<CallEdge> calls;
   std::vector<std::uint32_t> eps;  ///< empty after finish()
   bool final = false;              ///< the rule may end here
+  /// Grounded value this node lies in (grounding.hpp SourceKind: 0 free, 1 copy, 2 number, 3 date):
+  /// the nodes of a grounded string's body (from just after its opening quote) or of a grounded number.
+  std::uint8_t source = 0;
 };
 struct GRule {
   std::string name;
@@ -80,6 +83,9 @@ class GrammarBuilder {
   /// A fragment that accepts nothing (its out node is unreachable).
   Frag never();
   void eps(std::uint32_t from, std::uint32_t to) { g_.nodes[from].eps.push_back(to); }
+  /// Tags node k as part of a grounded value (GNode::source). Kept by finish(); nodes with different
+  /// tags are never merged.
+  void set_source(std::uint32_t k, std::uint8_t kind) { g_.nodes[k].source = kind; }
   std::size_t num_nodes() const { return g_.nodes.size(); }
 
   /// Removes epsilon moves, prunes everything that cannot complete (empty languages), checks for left

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "engine/grammar/automaton.hpp"
+#include "engine/grammar/grounding.hpp"
 
 namespace quarry::engine::grammar {
 
@@ -33,7 +34,7 @@ const std::set<std::string>& handled_keywords() {
       "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
       "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
       "$ref", "uniqueItems", "multipleOf", "minProperties", "maxProperties", "propertyNames", "not", "x-quarry-patterns", "x-quarry-formats", "x-quarry-multipleOf",
-      "x-quarry-not-strings", "x-quarry-not-patterns", "contains", "minContains", "maxContains", "if", "then", "else",
+      "x-quarry-not-strings", "x-quarry-not-patterns", "x-quarry-source", "contains", "minContains", "maxContains", "if", "then", "else",
       "dependencies", "dependentRequired", "dependentSchemas"};
   return k;
 }
@@ -228,6 +229,7 @@ class Compiler {
   std::optional<std::uint32_t> r_any_, r_string_, r_number_, r_any_obj_, r_any_arr_;
   std::map<std::string, Dfa> regex_cache_;
   int inline_depth_ = 0;
+  bool inline_numbers_ = false;  // number_frag builds its own nodes (a grounded number is tagged)
   // Rules whose body is still to be built (see run()).
   struct Pending {
     ordered_json schema;
@@ -1474,7 +1476,9 @@ class Compiler {
     bound(bd.lo, bd.lo_ex, true);
     bound(bd.hi, bd.hi_ex, false);
     if (res.empty()) {
-      if (!mult) return b_.call(number_rule());
+      if (!mult)
+        return inline_numbers_ ? regex_frag("-?(?:0|[1-9][0-9]*)(?:\\." + frac_digits() + ")?(?:[eE][+-]?[0-9]+)?", "")
+                               : b_.call(number_rule());
       if (opt_.max_fraction_digits <= 0) return lower(*mult, false);
       return lower(dfa_intersect(*mult, frac_cap()), false);
     }
@@ -1657,7 +1661,23 @@ class Compiler {
     std::vector<Frag> alts;
     if (types.count("null")) alts.push_back(b_.literal("null"));
     if (types.count("boolean")) alts.push_back(b_.alt({b_.literal("true"), b_.literal("false")}));
+    // x-quarry-source (grounding.hpp): the nodes of a grounded string body / number are tagged.
+    std::uint8_t src = 0;
+    if (s.contains("x-quarry-source")) {
+      const auto& sv = s["x-quarry-source"];
+      auto k = sv.is_string() ? parse_source_kind(sv.get<std::string>()) : std::nullopt;
+      if (!k)
+        throw SchemaError(ptr + "/x-quarry-source", "x-quarry-source",
+                          "x-quarry-source must be one of \"copy\", \"number\", \"date\", \"free\"");
+      src = static_cast<std::uint8_t>(*k);
+    }
+    auto tag_from = [&](std::size_t n0, std::uint8_t kind) {
+      for (std::size_t k = n0; k < b_.num_nodes(); ++k) b_.set_source(static_cast<std::uint32_t>(k), kind);
+    };
     if (types.count("number") || types.count("integer")) {
+      const std::size_t n0 = b_.num_nodes();
+      const bool grounded = src == static_cast<std::uint8_t>(SourceKind::kNumber);
+      inline_numbers_ = grounded;
       std::optional<Dfa> mult;
       if (s.contains("multipleOf")) {
         mult = multiple_of_dfa(s["multipleOf"], !types.count("number"), ptr);
@@ -1674,12 +1694,26 @@ class Compiler {
       }
       if (types.count("number")) alts.push_back(number_frag(bounds(s, ptr), ptr, mp));
       else alts.push_back(integer_frag(bounds(s, ptr), ptr, mp));
+      inline_numbers_ = false;
+      if (grounded) tag_from(n0, src);
     }
     if (types.count("string")) {
       bool trivial;
       Dfa d = string_dfa(s, ptr, trivial);
-      if (trivial) alts.push_back(b_.call(string_rule()));
-      else alts.push_back(b_.seq({b_.literal("\""), lower(d, true), b_.literal("\"")}));
+      const bool grounded = src == static_cast<std::uint8_t>(SourceKind::kCopy) || src == static_cast<std::uint8_t>(SourceKind::kDate);
+      if (grounded) {
+        // Own nodes, tagged from the opening quote's target on (the body), the closing quote untagged.
+        Frag open = b_.literal("\"");
+        b_.set_source(open.out, src);
+        const std::size_t n0 = b_.num_nodes();
+        Frag body = lower(d, true);
+        tag_from(n0, src);
+        alts.push_back(b_.seq({open, body, b_.literal("\"")}));
+      } else if (trivial) {
+        alts.push_back(b_.call(string_rule()));
+      } else {
+        alts.push_back(b_.seq({b_.literal("\""), lower(d, true), b_.literal("\"")}));
+      }
     }
     if (types.count("array")) alts.push_back(array_frag(s, ptr));
     if (types.count("object")) alts.push_back(object_frag(s, ptr));

@@ -33,6 +33,10 @@
 // - String length bounds over 1,024 characters are widened (a longer minLength to 1,024, a longer
 //   maxLength to none) and listed in `post_validation`: a length counter costs grammar nodes per
 //   character.
+// - `x-quarry-source` ("copy", "number", "date", "free"; anything else is a SchemaError): grounded
+//   decoding (grounding.hpp). A copy / date string or a number at such a location gets grammar nodes
+//   of its own tagged with the kind (GNode::source); the language is unchanged. Without a
+//   GroundingIndex given to the matcher the tags do nothing.
 // Unsupported keywords (not with a complement the grammar cannot express, unevaluated*,
 // $dynamicRef, $recursiveRef, remote $ref) raise SchemaError naming the keyword and its JSON pointer;
 // with `lenient` they are ignored with a warning.

@@ -1517,17 +1517,81 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> g)
 void GrammarMatcher::reset() {
   history_.clear();
   history_.push_back(parser_.initial());
+  gstates_.clear();
+  gstates_.emplace_back();
   terminated_ = false;
+}
+
+void GrammarMatcher::set_grounding(std::shared_ptr<const GroundingIndex> index) {
+  if (index && &index->vocab().tokenizer() != &g_->tokenizer())
+    throw std::invalid_argument("set_grounding: the index was built for another vocabulary");
+  ground_ = std::move(index);
+  reset();
+}
+
+std::uint8_t GrammarMatcher::region_kind(const ParseState& s) const {
+  const auto& nodes = g_->grammar().nodes;
+  for (const Thread& t : s.threads)
+    if (nodes[t.node].source) return nodes[t.node].source;
+  return 0;
+}
+
+bool GrammarMatcher::entry_bytes(const ParseState& s, std::array<std::uint8_t, 256>& entry) const {
+  const auto& nodes = g_->grammar().nodes;
+  bool any = false;
+  for (const Thread& t : s.threads)
+    for (const ByteEdge& e : nodes[t.node].bytes) {
+      const std::uint8_t k = nodes[e.to].source;
+      if (!k) continue;
+      for (unsigned b = e.lo; b <= e.hi; ++b) entry[b] = k;
+      any = true;
+    }
+  return any;
+}
+
+bool GrammarMatcher::advance_grounded(const ParseState& from, GroundState& g, std::string_view bytes, ParseState& to) {
+  to = from;
+  for (char ch : bytes) {
+    const auto b = static_cast<std::uint8_t>(ch);
+    const bool inside = g.kind != 0;
+    if (inside && ground_->step(g, b) == GroundingIndex::Step::kDead) return false;
+    if (!parser_.advance(to, b, tmp_d_)) return false;
+    std::swap(to, tmp_d_);
+    if (!inside) {
+      // JSON lexing outside grounded values: in a string or not.
+      if (g.json & 2) g.json = 1;
+      else if (g.json & 1) g.json = b == '\\' ? 3 : b == '"' ? 0 : 1;
+      else if (b == '"') g.json = 1;
+      // Entering a grounded value: a string's opening quote is not part of it; a number's first byte is.
+      const std::uint8_t k = region_kind(to);
+      if (k) {
+        const std::uint8_t lost = g.lost;  // a dead end met before the value's first byte
+        g = ground_->init(static_cast<SourceKind>(k));
+        g.lost = lost;
+        if (k == static_cast<std::uint8_t>(SourceKind::kNumber) && ground_->step(g, b) == GroundingIndex::Step::kDead)
+          return false;
+      }
+    }
+  }
+  return true;
 }
 
 bool GrammarMatcher::accept_string(std::string_view bytes) {
   if (terminated_) return false;
+  if (ground_) {
+    GroundState g = gstates_.back();
+    if (!advance_grounded(history_.back(), g, bytes, tmp_a_)) return false;
+    history_.push_back(tmp_a_);
+    gstates_.push_back(g);
+    return true;
+  }
   tmp_a_ = history_.back();
   for (char c : bytes) {
     if (!parser_.advance(tmp_a_, static_cast<std::uint8_t>(c), tmp_b_)) return false;
     std::swap(tmp_a_, tmp_b_);
   }
   history_.push_back(tmp_a_);
+  gstates_.push_back(gstates_.back());
   return true;
 }
 
@@ -1538,6 +1602,7 @@ bool GrammarMatcher::accept(TokenId id) {
     if (!history_.back().can_end) return false;
     ParseState end;  // terminal state: nothing more
     history_.push_back(end);
+    gstates_.emplace_back();
     terminated_ = true;
     return true;
   }
@@ -1549,7 +1614,17 @@ void GrammarMatcher::rollback(std::size_t n) {
   if (n >= history_.size()) n = history_.size() - 1;
   for (std::size_t k = 0; k < n; ++k) {
     history_.pop_back();
+    gstates_.pop_back();
     terminated_ = false;
+  }
+}
+
+void GrammarMatcher::check_exact(const std::vector<TokenId>& ids, std::uint32_t* mask) {
+  const TokenizerInfo& tok = g_->tokenizer();
+  for (TokenId id : ids) {
+    if (!(mask[id >> 5] >> (id & 31) & 1u)) continue;
+    GroundState g = gstates_.back();
+    if (!advance_grounded(history_.back(), g, tok.token(id), tmp_c_)) mask[id >> 5] &= ~(1u << (id & 31));
   }
 }
 
@@ -1566,6 +1641,34 @@ void GrammarMatcher::fill_bitmask(std::span<std::uint32_t> mask) {
     return;
   }
   g_->fill_mask(parser_, history_.back(), mask.data());
+  if (!ground_) return;
+  GroundState& g = gstates_.back();
+  std::shared_ptr<const GroundMask> gm;
+  if (g.lost) {
+  } else if (g.kind) {
+    gm = ground_->inside_mask(g);
+  } else {
+    std::array<std::uint8_t, 256> entry{};
+    if (entry_bytes(history_.back(), entry)) gm = ground_->entry_mask(entry);
+  }
+  if (gm) {
+    grammar_mask_.assign(mask.begin(), mask.begin() + static_cast<long>(words));
+    const std::uint32_t* b = gm->bits.data();
+    std::uint32_t any = 0;
+    for (std::size_t w = 0; w < words; ++w) any |= (mask[w] &= b[w]);
+    if (any) check_exact(gm->exact, mask.data());
+    any = 0;
+    for (std::size_t w = 0; w < words && !any; ++w) any |= mask[w];
+    if (!any) {
+      // A dead end: nothing the grammar allows here is in the document (a pattern the spans from here
+      // cannot complete, a required number the document does not print). The value goes on ungrounded
+      // (its record then fails rule:evidence) rather than leaving the sequence without a token.
+      GroundingIndex::lose(g);
+      std::copy(grammar_mask_.begin(), grammar_mask_.end(), mask.begin());
+    }
+  }
+  if (!g.kind || g.lost)
+    check_exact((g.json & 1) ? ground_->vocab().quote_candidates() : ground_->vocab().entry_candidates(), mask.data());
 }
 
 void GrammarMatcher::fill_bitmask_uncached(std::span<std::uint32_t> mask) {
@@ -1598,6 +1701,22 @@ std::string GrammarMatcher::jump_forward() const {
     if (!parser_.advance(a, static_cast<std::uint8_t>(byte), b)) break;
     out.push_back(static_cast<char>(byte));
     std::swap(a, b);
+  }
+  // With grounding, stop before the first byte of a grounded value (it is the document's to choose).
+  if (ground_ && !out.empty()) {
+    ParseState st = history_.back(), nx;
+    GroundState g = gstates_.back();
+    std::size_t keep = 0;
+    for (; keep < out.size(); ++keep) {
+      if (g.kind) break;
+      const auto byte = static_cast<std::uint8_t>(out[keep]);
+      if (!parser_.advance(st, byte, nx)) break;
+      std::swap(st, nx);
+      const std::uint8_t k = region_kind(st);
+      if (k == static_cast<std::uint8_t>(SourceKind::kNumber)) break;
+      if (k) g = ground_->init(static_cast<SourceKind>(k));
+    }
+    out.resize(keep);
   }
   // Cut at the last complete UTF-8 character.
   std::size_t cut = out.size();

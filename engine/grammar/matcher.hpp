@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "engine/grammar/grammar.hpp"
+#include "engine/grammar/grounding.hpp"
 #include "engine/grammar/json_schema.hpp"
 
 namespace quarry::engine {
@@ -316,6 +318,19 @@ class GrammarMatcher {
   /// The bytes forced next (empty if there is a choice or the value may end here).
   std::string jump_forward() const;
   std::size_t num_steps() const { return history_.size() - 1; }
+
+  /// Grounded decoding (grounding.hpp): from now on (the matcher is reset), the values of grounded
+  /// schema locations (`x-quarry-source`) can only be what `index`'s document says; null turns it off.
+  /// The mask at a position inside a grounded value is the grammar's AND GroundingIndex::inside_mask;
+  /// at a position outside one, tokens starting with a byte that enters a grounded value are filtered by
+  /// GroundingIndex::entry_mask. Tokens that enter or leave a grounded value in their middle and go on
+  /// (GroundingVocab::entry_candidates, GroundMask::exact) are checked byte by byte with the parser.
+  /// A GroundState is kept per accepted step, so rollback() restores it with the parser state;
+  /// jump_forward() stops before the first byte of a grounded value.
+  void set_grounding(std::shared_ptr<const GroundingIndex> index);
+  bool grounded() const { return ground_ != nullptr; }
+  /// The grounding state after the last accepted step (kind 0 outside a grounded value).
+  const GroundState& ground_state() const { return gstates_.back(); }
   const CompiledGrammar& compiled() const { return *g_; }
   /// Current parser state (for tests / diagnostics).
   const ParseState& state() const { return history_.back(); }
@@ -326,6 +341,20 @@ class GrammarMatcher {
   std::vector<ParseState> history_;
   bool terminated_ = false;
   ParseState tmp_a_, tmp_b_;
+  // Grounding (set_grounding): one GroundState per entry of history_.
+  std::shared_ptr<const GroundingIndex> ground_;
+  std::vector<GroundState> gstates_;
+  ParseState tmp_c_, tmp_d_;
+  std::vector<std::uint32_t> grammar_mask_;  // fill_bitmask scratch
+  /// The kind of grounded value some thread of `s` is inside (0: none).
+  std::uint8_t region_kind(const ParseState& s) const;
+  /// entry[b] = kind of the grounded value that byte b enters from `s`; false if none.
+  bool entry_bytes(const ParseState& s, std::array<std::uint8_t, 256>& entry) const;
+  /// Runs `bytes` from (from, g) with the parser and the grounding state; false if either rejects.
+  /// On success `to` / `g` hold the states after them.
+  bool advance_grounded(const ParseState& from, GroundState& g, std::string_view bytes, ParseState& to);
+  /// Clears in mask the ids of `ids` it holds that advance_grounded rejects from the current state.
+  void check_exact(const std::vector<TokenId>& ids, std::uint32_t* mask);
 };
 
 }  // namespace quarry::engine::grammar

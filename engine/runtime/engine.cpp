@@ -137,6 +137,12 @@ std::shared_ptr<TokenConstraint> Engine::json_schema_constraint(std::string_view
   return structured_->json_schema_constraint(schema_text, lenient);
 }
 
+std::shared_ptr<TokenConstraint> Engine::json_schema_constraint(std::string_view schema_text, bool lenient,
+                                                                const std::vector<std::string>& document_pages) {
+  static const std::vector<std::string> kNone;
+  return structured_->json_schema_constraint(schema_text, lenient, options_.grounding ? document_pages : kNone);
+}
+
 JsonSchemaNotes Engine::json_schema_notes(std::string_view schema_text, bool lenient) {
   return structured_->json_schema_notes(schema_text, lenient);
 }
@@ -157,7 +163,7 @@ RequestId Engine::submit(GenerationRequest request) {
   validate(request);
   std::shared_ptr<TokenConstraint> constraint = request.constraint;
   if (!constraint && !request.json_schema.empty())
-    constraint = structured_->json_schema_constraint(request.json_schema, request.json_schema_lenient);
+    constraint = json_schema_constraint(request.json_schema, request.json_schema_lenient, request.document_pages);
   auto s = std::make_unique<Sequence>(next_request_id_++, std::move(request));
   s->constraint = std::move(constraint);
   s->t_submit = clock_.seconds();

@@ -85,6 +85,10 @@ struct EngineOptions {
   /// bit-identically to the full product: the CPU under bf16 compute). Output unchanged; false computes
   /// every logit.
   bool grammar_lm_head = true;
+  /// Grounded decoding: with a request's document text (GenerationRequest::document_pages), values of
+  /// schema locations annotated `x-quarry-source` can only be what the document says
+  /// (engine/grammar/grounding.hpp). false ignores the annotation.
+  bool grounding = true;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };
@@ -103,6 +107,9 @@ struct GenerationRequest {
   /// the compiler's message -- never silently unconstrained. Compiled grammars are cached per engine.
   std::string json_schema;
   bool json_schema_lenient = false;  ///< ignore unsupported schema keywords (with a warning) instead of failing
+  /// The document the output is about, one string per page (grounded decoding of `json_schema`'s
+  /// `x-quarry-source` locations; see EngineOptions::grounding). Empty: not grounded.
+  std::vector<std::string> document_pages;
   /// Jump-forward (with a constraint): text the grammar forces is tokenized and appended without
   /// sampling (RequestStats::forced_tokens). Faster, but the tokens then differ from the model's own
   /// choices, so off by default (greedy output stays the argmax over the allowed tokens).
@@ -201,6 +208,11 @@ class Engine {
   /// A fresh constraint for `schema_text` (compiled once per schema text and options, then cached).
   /// Throws std::invalid_argument with the compiler's message if the schema cannot be compiled.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
+  /// The same, grounded in a document (one string per page) when EngineOptions::grounding is on, the pages
+  /// are not empty and the schema has `x-quarry-source` locations (engine/grammar/grounding.hpp: the
+  /// per-request structure is built here, milliseconds for ten pages).
+  std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient,
+                                                          const std::vector<std::string>& document_pages);
   /// What the compiled grammar of `schema_text` leaves to a validator (compiled as
   /// json_schema_constraint(schema_text, lenient) compiles it, cached). Throws like it.
   JsonSchemaNotes json_schema_notes(std::string_view schema_text, bool lenient = false);

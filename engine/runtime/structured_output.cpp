@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/grammar/constraint.hpp"
+#include "engine/grammar/grounding.hpp"
 #include "engine/grammar/matcher.hpp"
 
 namespace quarry::engine {
@@ -49,6 +50,19 @@ std::shared_ptr<TokenConstraint> StructuredOutput::json_schema_constraint(std::s
   } catch (const grammar::SchemaError& e) {
     throw std::invalid_argument(std::string("generate: JSON Schema: ") + e.what());
   }
+}
+
+std::shared_ptr<TokenConstraint> StructuredOutput::json_schema_constraint(std::string_view schema_text, bool lenient,
+                                                                          const std::vector<std::string>& document_pages) {
+  auto c = json_schema_constraint(schema_text, lenient);
+  if (document_pages.empty()) return c;
+  auto* gc = dynamic_cast<grammar::GrammarConstraint*>(c.get());
+  if (!gc) return c;
+  const auto& nodes = gc->matcher().compiled().grammar().nodes;
+  if (std::none_of(nodes.begin(), nodes.end(), [](const grammar::GNode& n) { return n.source != 0; })) return c;
+  if (!ground_vocab_) ground_vocab_ = std::make_shared<const grammar::GroundingVocab>(vocabulary());
+  gc->set_grounding(grammar::GroundingIndex::build(ground_vocab_, document_pages));
+  return c;
 }
 
 JsonSchemaNotes StructuredOutput::json_schema_notes(std::string_view schema_text, bool lenient) {

@@ -20,6 +20,7 @@ namespace quarry::engine {
 
 namespace grammar {
 class GrammarCompiler;
+class GroundingVocab;
 class TokenizerInfo;
 }  // namespace grammar
 
@@ -36,6 +37,10 @@ class StructuredOutput {
   /// A fresh constraint for `schema_text`. Throws std::invalid_argument with the compiler's message if
   /// the schema cannot be compiled, or the tokenizer's vocabulary is larger than the model's.
   std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient = false);
+  /// The same, grounded in `document_pages` (engine/grammar/grounding.hpp) when they are not empty and
+  /// the grammar has grounded locations.
+  std::shared_ptr<TokenConstraint> json_schema_constraint(std::string_view schema_text, bool lenient,
+                                                          const std::vector<std::string>& document_pages);
   /// What the grammar of `schema_text` leaves to a validator (Engine::json_schema_notes).
   JsonSchemaNotes json_schema_notes(std::string_view schema_text, bool lenient);
 
@@ -55,6 +60,7 @@ class StructuredOutput {
   std::size_t model_vocab_, mask_words_;
   std::shared_ptr<const grammar::TokenizerInfo> vocab_;
   std::unique_ptr<grammar::GrammarCompiler> compiler_;
+  std::shared_ptr<const grammar::GroundingVocab> ground_vocab_;  // built on the first grounded request
 };
 
 }  // namespace quarry::engine

@@ -39,7 +39,7 @@ namespace qr = quarry::run;
 struct RunArgs {
   std::vector<std::string> inputs;
   std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password,
-      device = "auto";
+      device = "auto", grounding = "on";
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
               kv_cache_mb = 0;
   float temperature = 0, retry_temperature = 0;
@@ -291,6 +291,10 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--retry-temperature", a.retry_temperature, "Sampling temperature of retries [0.7]")
       ->check(CLI::Range(0.0, 100.0));
   sub->add_option("--seed", a.seed, "Seed of the first attempt; attempt i uses seed + i [0]");
+  sub->add_option("--grounding", a.grounding,
+                  "on: values at the schema's x-quarry-source locations can only be what the document says, and "
+                  "records carry evidence (rule:evidence); off: the annotation is ignored [on]")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--progress", a.progress, "auto (a bar on a terminal, log lines otherwise), bar, log or none")
       ->check(CLI::IsMember({"auto", "bar", "log", "none"}))
       ->capture_default_str();
@@ -333,6 +337,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--temperature")) job.engine.temperature = a.temperature;
   if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;
   if (given("--seed")) job.engine.seed = a.seed;
+  if (given("--grounding")) job.engine.grounding = a.grounding == "on";
   if (!a.questions.empty()) job.questions = a.questions;
 }
 
@@ -351,7 +356,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, [extract]\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, grounding, [extract]\n"
       "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
       "max_pages, max_content_mb, max_page_content_mb).\n"

@@ -3,6 +3,7 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "engine/grammar/grounding.hpp"
 #include "pipeline/openai/openai_api.hpp"
 
 namespace quarry::run {
@@ -21,6 +22,7 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   opt.mtp_depth = job.engine.mtp_depth;
   opt.compute = eng::parse_compute(job.engine.compute);
   opt.device = eng::parse_device(job.engine.device);
+  opt.grounding = job.engine.grounding;
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);
   // Lenient: keywords the grammar cannot enforce (e.g. uniqueItems) are left to the validator,
@@ -76,7 +78,11 @@ eng::GenerationRequest EngineWorker::make_request(const ModelTaskMsg& task) {
   }
   r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
   r.sampling.seed = job_.engine.seed + attempt;
-  r.constraint = engine_->json_schema_constraint(schema_text_, true);
+  // Grounded decoding over the document's pages (EngineOptions::grounding decides).
+  if (job_.engine.grounding && !task.document_text.empty())
+    r.constraint = engine_->json_schema_constraint(schema_text_, true, eng::grammar::split_pages(task.document_text));
+  else
+    r.constraint = engine_->json_schema_constraint(schema_text_, true);
   return r;
 }
 

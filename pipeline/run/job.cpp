@@ -140,8 +140,12 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     if (!t) fail(path, "engine", "expected a table");
     check_keys(*t,
                {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "device", "temperature",
-                "retry_temperature", "seed"},
+                "retry_temperature", "seed", "grounding"},
                path, "engine.");
+    if (const auto g = get_string(*t, "grounding", path, "engine."); !g.empty()) {
+      if (g != "on" && g != "off") fail(path, "engine.grounding", "\"" + g + "\" is not one of \"on\", \"off\"");
+      job.engine.grounding = g == "on";
+    }
     get_uint(*t, "threads", job.engine.threads, path, "engine.");
     get_uint(*t, "max_tokens", job.engine.max_tokens, path, "engine.");
     get_uint(*t, "max_inflight", job.engine.max_inflight, path, "engine.");

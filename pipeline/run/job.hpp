@@ -16,7 +16,7 @@
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   shard   = "0/3"                        # this run does shard I of N (0 <= I < N): the documents whose sha256 says so
-//   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, kv_cache_mb,
+//   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, grounding, kv_cache_mb,
 //             compute, device
 //   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
 //             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000),
@@ -48,6 +48,9 @@ struct EngineSettings {
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i
+  /// Grounded decoding (EngineOptions::grounding): values at `x-quarry-source` locations of the schema
+  /// can only be what the document says; records get `evidence` checked by rule:evidence.
+  bool grounding = true;
 };
 
 /// How documents are read: in worker processes with per-document limits (pipeline/extract/extractor.hpp)

@@ -142,6 +142,7 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
           const auto messages = bc.schema_prompt.empty() ? bc.prompts.kie_messages(doc->text)
                                                          : bc.prompts.schema_messages(doc->text, bc.schema_prompt);
           t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages, true, false));
+          t.document_text = doc->text;  // grounded decoding and the evidence check
           tasks.push_back(std::move(t));
         }
       } else {

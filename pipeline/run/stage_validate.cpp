@@ -2,11 +2,14 @@
 // Batch requests: the output is checked against the request's own response_format schema (one
 // Validator per schema text, cached); text responses are not validated.
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
+#include "engine/grammar/grounding.hpp"
 #include "pipeline/openai/batch_format.hpp"
 #include "pipeline/run/batch.hpp"
 #include "pipeline/run/stages.hpp"
+#include "schemas/evidence.hpp"
 
 namespace quarry::run::stages {
 
@@ -82,6 +85,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
   to_retry.connect(ep_retry);
   const std::size_t retries = sh.job.retries;
   BatchValidators batch_validators;
+  const nlohmann::json schema_plain = to_plain(schema_ordered);
+  const bool grounded_schema = schemas::has_grounded_locations(schema_plain);
   for (;;) {
     auto m = recv(in);
     if (!m) continue;
@@ -141,17 +146,29 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
                           json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
       } else {
         json data = parse_and_validate(*g, validator, errors);
+        std::optional<json> evidence;
         if (!data.is_null()) {
           if (sh.job.task == Task::rag && !g->task.document_text.empty()) {
             const Document d = document_from_text(subject.source, g->task.document_text);
             for (const auto& v : rag::check_evidence(to_plain(data), d))
               errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+          } else if (sh.job.task == Task::kie && grounded_schema && !g->task.document_text.empty()) {
+            // Grounded values (x-quarry-source): where each is printed; none is rule:evidence (only
+            // with grounding on, where the decoder promised it).
+            auto ev = schemas::find_evidence(schema_plain, to_plain(data),
+                                             engine::grammar::split_pages(g->task.document_text));
+            evidence = json(ev.evidence);
+            if (sh.job.engine.grounding)
+              for (const auto& v : ev.violations) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
           }
         }
         // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
         // a length problem, which resampling does not solve.
         if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
-        else out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+        else {
+          out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+          if (evidence) out.record["evidence"] = std::move(*evidence);
+        }
       }
     } catch (const std::exception& e) {
       out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),

@@ -76,6 +76,46 @@ TEST(MtpEngine, GreedyIsLosslessOnSampleInvoices) {
   check_default_model_lossless({"hu-txt-1.txt"}, {3});
 }
 
+// Grounded decoding through the request (json_schema + document_pages): drafts are verified and rolled
+// back with the grounding state, so greedy output is the same with and without drafting, and the IBAN
+// the model writes is the document's.
+TEST(MtpEngine, GroundedGreedyIsLosslessAndTheIbanIsTheDocuments) {
+  auto tok = Tokenizer::from_dir(default_model());
+  const auto prompts = nlohmann::json::parse(read_file(default_model() / "prompts.json"));
+  const std::string schema = read_file(std::filesystem::path(QUARRY_SOURCE_DIR) / "schemas/invoice.schema.json");
+  const std::string text = read_file(std::filesystem::path(QUARRY_SOURCE_DIR) / "samples/invoices/en-txt-1.txt");
+  GenerationRequest r;
+  r.prompt = tok->encode(tok->apply_chat_template(
+      {{"system", prompts["kie"]["system"].get<std::string>()}, {"user", text}}, true, false));
+  r.max_tokens = 1200;
+  r.json_schema = schema;
+  r.document_pages = {text};
+  std::vector<TokenId> want;
+  std::string want_text;
+  for (std::size_t depth : {0, 3}) {
+    EngineOptions o;
+    o.device = testing::test_device();
+    o.n_threads = 2;
+    o.mtp_depth = depth;
+    auto engine = Engine::open(default_model(), tok, o);
+    const auto got = engine->generate(r);
+    ASSERT_EQ(got.finish, FinishReason::constraint) << got.text;
+    if (depth == 0) {
+      want = got.tokens;
+      want_text = got.text;
+    } else {
+      EXPECT_EQ(got.tokens, want);
+      EXPECT_GT(engine->stats().draft_tokens, engine->stats().accepted_tokens);  // some drafts rolled back
+    }
+  }
+  const auto data = nlohmann::json::parse(want_text);
+  ASSERT_TRUE(data["payment"]["iban"].is_string()) << want_text;
+  std::string squeezed;
+  for (char c : text)
+    if (c != ' ' && c != '\n') squeezed += c;
+  EXPECT_NE(squeezed.find(data["payment"]["iban"].get<std::string>()), std::string::npos) << want_text;
+}
+
 // A request served from the prefix cache drafts as well as one computed from scratch: blocks are shared
 // only once their MTP rows are final (a request that ends before any draft round leaves none behind).
 TEST(MtpEngine, PrefixCacheHitsKeepTheDrafts) {

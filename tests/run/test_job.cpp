@@ -35,6 +35,7 @@ mtp_depth = 2
 temperature = 0.0
 retry_temperature = 0.5
 seed = 7
+grounding = "off"
 [extract]
 threads = 3
 )");
@@ -53,6 +54,7 @@ threads = 3
   EXPECT_EQ(job.engine.mtp_depth, 2u);
   EXPECT_FLOAT_EQ(job.engine.retry_temperature, 0.5f);
   EXPECT_EQ(job.engine.seed, 7u);
+  EXPECT_FALSE(job.engine.grounding);
   EXPECT_EQ(job.extract_threads, 3u);
 }
 
@@ -78,6 +80,7 @@ TEST(JobFile, ErrorsNameTheFileAndTheKey) {
   expect_error("[engine]\nwarp = 9\n", "engine.warp");
   expect_error("prefer = \"xml\"\n", "prefer");
   expect_error("inputs = [1, 2]\n", "inputs");
+  expect_error("[engine]\ngrounding = \"maybe\"\n", "engine.grounding");
 }
 
 TEST(JobFile, ResolveDefaultsRefusesAJobWithoutOutput) {

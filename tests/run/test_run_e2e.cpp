@@ -7,7 +7,9 @@
 #include <map>
 #include <set>
 
+#include "engine/grammar/grounding.hpp"
 #include "pipeline/run/ledger.hpp"
+#include "schemas/evidence.hpp"
 #include "schemas/schemas.hpp"
 #include "schemas/validate.hpp"
 #include "tests/run/run_support.hpp"
@@ -272,3 +274,41 @@ TEST(RunE2E, AskGivesOneRecordPerDocumentAndQuestionSharingThePrefix) {
 }
 
 }  // namespace
+
+// Grounded decoding (on by default): the two text invoices whose IBAN the model used to misspell
+// come out ok, every grounded value has evidence, and every copy value is a span of the file's text.
+TEST(RunE2E, GroundedValuesAreSpansOfTheDocumentWithEvidence) {
+  Scratch s("grounded");
+  const std::vector<fs::path> inputs = {k_samples / "en-txt-1.txt", k_samples / "en-txt-2.txt"};
+  const auto out = s.dir / "out";
+  const int rc = run_quarry_args(args_of(inputs, out, {"--retries", "0"}), s.dir / "log");
+  EXPECT_TRUE(rc == 0 || rc == 2) << read_file(s.dir / "log");
+  const auto recs = check_output(out, inputs);
+  const json schema = quarry::schemas::load("invoice.schema.json");
+  for (const auto& in : inputs) {
+    const json& r = recs.at(in.string());
+    EXPECT_EQ(r["status"], "ok") << r.dump();
+    if (r["status"] != "ok") continue;
+    const auto pages = quarry::engine::grammar::split_pages(read_file(in));
+    const json& ev = r.at("evidence");
+    const auto expected = quarry::schemas::find_evidence(schema, r["data"], pages);
+    EXPECT_TRUE(expected.violations.empty());
+    EXPECT_EQ(ev.size(), expected.grounded) << ev.dump();
+    std::size_t copies = 0;
+    for (const auto& [ptr, e] : ev.items()) {
+      const json& v = r["data"].at(json::json_pointer(ptr));
+      if (e.contains("derived")) continue;
+      // The evidence (offsets in the extracted text, which normalises the file's whitespace) is text
+      // of the file, and holds the value (whitespace aside for copy).
+      EXPECT_GE(e["page"].get<std::size_t>(), 1u);
+      EXPECT_EQ(e["end"].get<std::size_t>() - e["start"].get<std::size_t>(), e["text"].get<std::string>().size());
+      EXPECT_TRUE(quarry::engine::grammar::find_copy_span(pages, e["text"].get<std::string>())) << ptr << ": " << e;
+      if (v.is_string() && ptr.find("date") == std::string::npos) {
+        ++copies;
+        EXPECT_TRUE(quarry::engine::grammar::find_copy_span({e["text"].get<std::string>()}, v.get<std::string>()))
+            << ptr << ": " << v << " vs " << e["text"];
+      }
+    }
+    EXPECT_GT(copies, 5u);
+  }
+}

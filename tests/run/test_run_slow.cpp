@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "engine/grammar/grounding.hpp"
+#include "schemas/evidence.hpp"
 #include "schemas/schemas.hpp"
 #include "schemas/validate.hpp"
 #include "tests/run/run_support.hpp"
@@ -96,3 +98,34 @@ TEST(RunSlow, TenThousandInputsInBoundedMemory) {
 }
 
 }  // namespace
+
+// Every sample invoice with grounded decoding (the default): every grounded value of every ok record
+// has evidence whose text holds the value; the ok counts with and without grounding are printed.
+TEST(RunSlow, SamplesGroundedEveryCopyValueIsASpan) {
+  const fs::path samples = fs::path(QUARRY_SOURCE_DIR) / "samples" / "invoices";
+  const json schema = quarry::schemas::load("invoice.schema.json");
+  std::size_t ok_on = 0, ok_off = 0;
+  for (const bool grounded : {true, false}) {
+    Scratch s(grounded ? "samples_grounded" : "samples_ungrounded");
+    const int rc = run_quarry_args({"run", samples.string(), "-o", (s.dir / "out").string(), "--progress", "log",
+                                    "--grounding", grounded ? "on" : "off"},
+                                   s.dir / "log");
+    EXPECT_TRUE(rc == 0 || rc == 2) << read_file(s.dir / "log");
+    for (const auto& r : read_records(s.dir / "out" / "results.jsonl")) {
+      if (r["status"] != "ok") continue;
+      ++(grounded ? ok_on : ok_off);
+      if (!grounded || r["method"] != "model") continue;
+      const auto want = quarry::schemas::find_evidence(schema, r["data"], {});
+      ASSERT_TRUE(r.contains("evidence")) << r["source"];
+      EXPECT_EQ(r["evidence"].size(), want.grounded) << r["source"];
+      for (const auto& [ptr, e] : r["evidence"].items()) {
+        const json& v = r["data"].at(json::json_pointer(ptr));
+        if (v.is_string() && ptr.find("date") == std::string::npos)
+          EXPECT_TRUE(quarry::engine::grammar::find_copy_span({e.at("text").get<std::string>()}, v.get<std::string>()))
+              << r["source"] << " " << ptr;
+      }
+    }
+  }
+  std::cout << "samples ok: " << ok_on << " grounded, " << ok_off << " ungrounded\n";
+  EXPECT_GE(ok_on, ok_off);
+}
