@@ -441,7 +441,7 @@ std::vector<Tok> date_tokens(std::string_view s) {
 void add_date(std::vector<DateOccurrence>& out, int y, int m, int d, std::size_t page, std::size_t start,
               std::size_t end) {
   if (!valid_date(y, m, d)) return;
-  char buf[16];
+  char buf[40];  // room for any int the format could print
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02d", y, m, d);
   out.push_back({buf, TextSpan{page, start, end}});
 }

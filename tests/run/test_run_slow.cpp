@@ -120,9 +120,10 @@ TEST(RunSlow, SamplesGroundedEveryCopyValueIsASpan) {
       EXPECT_EQ(r["evidence"].size(), want.grounded) << r["source"];
       for (const auto& [ptr, e] : r["evidence"].items()) {
         const json& v = r["data"].at(json::json_pointer(ptr));
-        if (v.is_string() && ptr.find("date") == std::string::npos)
+        if (v.is_string() && ptr.find("date") == std::string::npos) {
           EXPECT_TRUE(quarry::engine::grammar::find_copy_span({e.at("text").get<std::string>()}, v.get<std::string>()))
               << r["source"] << " " << ptr;
+        }
       }
     }
   }
