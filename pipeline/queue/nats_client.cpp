@@ -1,6 +1,7 @@
 #include "pipeline/queue/nats_client.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -174,6 +175,11 @@ JobAssets ensure_job(Connection& c, const run::QueueSettings& q, const JobNames&
   a.ack_wait_s = static_cast<double>(ci->Config->AckWait) / static_cast<double>(k_ns_per_s);
   a.max_deliver = ci->Config->MaxDeliver > 0 ? static_cast<std::size_t>(ci->Config->MaxDeliver) : 0;
   jsConsumerInfo_Destroy(ci);
+  if (std::abs(a.ack_wait_s - q.ack_wait_s) > 1e-3 || a.max_deliver != q.max_deliver)
+    a.differs = "the job's consumer was created with ack wait " + std::to_string(static_cast<int>(a.ack_wait_s)) +
+                " s and max deliveries " + std::to_string(a.max_deliver) + "; this role's " +
+                std::to_string(static_cast<int>(q.ack_wait_s)) + " s and " + std::to_string(q.max_deliver) +
+                " do not change it (give them to the role that starts the job, usually submit)";
   return a;
 }
 

@@ -89,6 +89,7 @@ class Connection {
 struct JobAssets {
   double ack_wait_s = 0;
   std::size_t max_deliver = 0;
+  std::string differs;  ///< non-empty: these differ from the QueueSettings given (the message says how)
 };
 
 /// Creates the job's two streams (file storage, duplicate window QueueSettings::dedupe_window_s) and the

@@ -93,7 +93,7 @@ SubmitResult submit(const run::JobSpec& job, run::RunControl& control, const std
   const std::string task = run::task_name(job.task);
 
   Connection conn(job.queue, "quarry submit " + job.queue.job, Connection::Reconnect::bounded);
-  ensure_job(conn, job.queue, names);
+  if (const auto a = ensure_job(conn, job.queue, names); !a.differs.empty() && log) log("submit: warning: " + a.differs);
   // Room for the headers beside the bytes of an inline document.
   const std::uint64_t payload_room =
       conn.max_payload() > 16384 ? static_cast<std::uint64_t>(conn.max_payload()) - 16384 : 0;

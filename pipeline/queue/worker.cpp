@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -159,6 +160,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
   JobAssets assets;
   auto conn = connect_with_backoff(job, names, control, options.log, assets);
   if (!conn) return {};
+  if (!assets.differs.empty()) log("worker: warning: " + assets.differs);
   log("worker: connected to " + conn->url() + ", job " + job.queue.job + " (ack wait " +
       std::to_string(static_cast<int>(assets.ack_wait_s)) + " s, max deliveries " + std::to_string(assets.max_deliver) + ")");
   natsSubscription* sub = nullptr;
@@ -180,6 +182,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
   } sub_guard{sub};
 
   Holding holding;
+  std::atomic<std::size_t> redelivered{0};  // tasks delivered before (their worker died, hung or gave them back)
   const double progress_every_s = std::max(0.5, assets.ack_wait_s / 3);
   // Documents held at once: what the stages can work on, plus a little read-ahead.
   const std::size_t max_held = job.extract_threads + job.engine.max_inflight + 2;
@@ -241,7 +244,6 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
           natsMsg_Nak(msg.get(), nullptr);
           break;
         }
-        if (!hooks_env.exit_on.empty() && source.find(hooks_env.exit_on) != std::string::npos) std::_Exit(86);
         run::Subject subject;
         subject.source = source;
         subject.source_b64 = t.value("source_base64", "");
@@ -251,6 +253,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
         f.seq = d.stream_sequence;
         f.id = task_id(subject.sha256, t.value("task", ""), schema, source);
         f.last_progress = Clock::now();
+        if (d.delivered > 1) redelivered.fetch_add(1);
         if (assets.max_deliver > 0 && d.delivered >= assets.max_deliver) {
           // The last delivery: every earlier one ended without a record (the worker died or hung).
           f.msg = std::move(msg);
@@ -264,6 +267,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
           sh.discovered.fetch_add(1);
           continue;
         }
+        if (!hooks_env.exit_on.empty() && source.find(hooks_env.exit_on) != std::string::npos) std::_Exit(86);
         run::InputMsg in;
         in.source = source;
         in.source_b64 = subject.source_b64;
@@ -409,7 +413,10 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
   run::RunOptions ro;
   ro.log = options.log;
   ro.hooks = &hooks;
-  return run::run_job(job, control, ro);
+  auto m = run::run_job(job, control, ro);
+  log("worker: " + std::to_string(redelivered.load()) +
+      " of the tasks had been delivered before (to a worker that died, ran past the ack wait or gave them back)");
+  return m;
 }
 
 }  // namespace quarry::queue

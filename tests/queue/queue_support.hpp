@@ -83,7 +83,7 @@ inline pid_t spawn_quarry_env(const std::vector<std::string>& args, const fs::pa
 }
 
 /// Waits up to `timeout` (0: only looks) for the child; its exit code (128 + signal), or nullopt if it is still running.
-inline std::optional<int> wait_for(pid_t pid, std::chrono::seconds timeout) {
+inline std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
