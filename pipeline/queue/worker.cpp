@@ -201,7 +201,9 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
       }
       natsMsgList list{};
       jsErrCode jerr = static_cast<jsErrCode>(0);
-      const natsStatus s = natsSubscription_Fetch(&list, sub, 1, 1000, &jerr);
+      // Up to what the stages can take now: one round trip for several tasks when they are quick.
+      const int room = static_cast<int>(max_held - holding.size());
+      const natsStatus s = natsSubscription_Fetch(&list, sub, std::max(1, room), 1000, &jerr);
       if (s == NATS_TIMEOUT && conn->connected()) {
         if (job.queue.idle_exit_s > 0 && holding.size() == 0 && since(last_task) >= job.queue.idle_exit_s) {
           log("worker: no task for " + std::to_string(static_cast<int>(job.queue.idle_exit_s)) + " s: exiting");
@@ -230,9 +232,14 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
           natsMsg_Term(msg.get(), nullptr);
           continue;
         }
+        // Tasks of this batch not handed to the stages go back at once (not after the ack wait).
+        const auto give_back_rest = [&] {
+          natsMsg_Nak(msg.get(), nullptr);
+          for (int j = i + 1; j < list.Count; ++j) natsMsg_Nak(list.Msgs[j], nullptr);
+        };
         const std::string schema = t.value("schema", "");
         if (schema != my_schema) {
-          natsMsg_Nak(msg.get(), nullptr);
+          give_back_rest();
           sh.set_fatal("the tasks of job " + job.queue.job + " were submitted with schema " + schema + ", this worker has " +
                        job.schema.string() + " (" + my_schema + "): start the worker with the submit's --schema");
           break;
@@ -241,7 +248,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
         // Two tasks of one name (a file changed between two submits) are done one after the other.
         while (holding.has(source) && sh.stop() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (sh.stop() > 0) {
-          natsMsg_Nak(msg.get(), nullptr);
+          give_back_rest();
           break;
         }
         run::Subject subject;

@@ -125,6 +125,7 @@ class NatsServer {
   }
   std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
 
  private:
   fs::path binary_, dir_;
