@@ -186,11 +186,14 @@ void add_queue_commands(CLI::App& app, Context& ctx) {
                 "Exit codes: 0 stopped (a signal, or --idle-exit); 1 setup error.");
     sub->add_option("jobfile", a->inputs, "JOBFILE.toml (optional: its [engine], [extract], [queue] and schema)");
     add_common_options(sub, *a);
+    sub->get_option("--output")->group("");  // hidden: a worker writes to the queue, not to a folder
     add_queue_options(sub, *a, true, false);
     sub->callback([a, sub, &ctx] {
       guarded_command("worker", ctx, [&] {
         if (a->inputs.size() > 1 || (a->inputs.size() == 1 && fs::path(a->inputs[0]).extension() != ".toml"))
           throw std::runtime_error("a worker takes no inputs (they come from the queue), only a JOBFILE.toml");
+        if (sub->get_option("--output")->count() > 0)
+          throw std::runtime_error("a worker writes its records to the queue: -o OUTDIR is for `quarry collect`");
         auto job = job_of(*a, sub);
         // A scratch folder of its own: the run's lock and ledger, and the documents that came inline.
         std::string tmpl = (fs::temp_directory_path() / "quarry-worker-XXXXXX").string();

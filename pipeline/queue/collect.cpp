@@ -184,7 +184,7 @@ run::RunMetrics collect(const run::JobSpec& job, run::RunControl& control, const
       const std::string sha = rec.value("sha256", "");
       seqs.push_back(body.value("task_seq", std::uint64_t{0}));
       const std::string dedupe = key + '\n' + sha;
-      if (written_now.count(dedupe) || ledger.is_done(key, sha, job.retry_errors)) {
+      if (written_now.count(dedupe) || ledger.is_done(key, sha)) {
         ++m.skipped;  // its record is in OUTDIR already (an earlier collect, or published twice)
         continue;
       }

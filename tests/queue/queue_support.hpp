@@ -94,6 +94,26 @@ inline std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout)
   }
 }
 
+/// The processes a test started: whatever way the test ends (a failed assertion returns early), the
+/// ones still running are killed with SIGKILL and reaped.
+class Children {
+ public:
+  pid_t add(pid_t pid) {
+    pids_.push_back(pid);
+    return pid;
+  }
+  ~Children() {
+    for (const pid_t p : pids_)
+      if (p > 0 && ::waitpid(p, nullptr, WNOHANG) == 0) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, nullptr, 0);
+      }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 /// A private nats-server with JetStream on 127.0.0.1: a free port and a store in `dir`.
 class NatsServer {
  public:

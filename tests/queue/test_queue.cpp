@@ -140,14 +140,16 @@ TEST(QueueE2E, KilledWorkersAndARestartedServerLoseNothing) {
   const std::vector<std::string> env = {"QUARRY_TEST_TASK_DELAY_MS=100"};
 
   // The workers start before the server: they wait for it (backoff) and connect when it comes.
+  Children children;
   std::vector<pid_t> workers;
   for (int i = 0; i < 3; ++i)
-    workers.push_back(spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(i) + ".log"), env));
+    workers.push_back(children.add(spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(i) + ".log"), env)));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_TRUE(server.start()) << read_file(s.dir / "nats" / "nats-server.log");
   ASSERT_EQ(run_quarry_args(cat({"submit", in}, opts), s.dir / "submit.log"), 0) << read_file(s.dir / "submit.log");
   const auto out = s.dir / "out";
-  const pid_t collect = spawn_quarry_env(cat({"collect", "-o", out.string(), "--reconnect", "60"}, opts), s.dir / "collect.log");
+  const pid_t collect =
+      children.add(spawn_quarry_env(cat({"collect", "-o", out.string(), "--reconnect", "60"}, opts), s.dir / "collect.log"));
   const auto results = out / "results.jsonl";
 
   // Two workers killed with -9 while they hold tasks, once a sixth of the records is in.
@@ -225,6 +227,7 @@ TEST(QueueE2E, PoisonDocumentEndsAsOneErrorRecord) {
   // Every worker dies when it is handed the poison document; a supervisor starts a new one each time.
   const auto worker_args = cat({"worker", "--extract-threads", "1"}, opts);
   const std::vector<std::string> env = {"QUARRY_TEST_WORKER_EXIT_ON=poison-"};
+  Children children;
   std::vector<pid_t> workers;
   int started = 0, died_of_poison = 0;
   const auto supervise = [&] {
@@ -232,11 +235,11 @@ TEST(QueueE2E, PoisonDocumentEndsAsOneErrorRecord) {
       if (auto r = wait_for(w, std::chrono::seconds(0))) {
         EXPECT_EQ(*r, 86);  // the test hook's exit status: nothing else may end a worker here
         ++died_of_poison;
-        w = spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(started++) + ".log"), env);
+        w = children.add(spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(started++) + ".log"), env));
       }
   };
   const auto collect_supervised = [&](const std::string& log) -> std::optional<int> {
-    const pid_t collect = spawn_quarry_env(cat({"collect", "-o", out.string()}, opts), s.dir / log);
+    const pid_t collect = children.add(spawn_quarry_env(cat({"collect", "-o", out.string()}, opts), s.dir / log));
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < end) {
       supervise();
@@ -250,7 +253,7 @@ TEST(QueueE2E, PoisonDocumentEndsAsOneErrorRecord) {
   ASSERT_EQ(run_quarry_args(cat({"submit", (s.dir / "in").string()}, opts), s.dir / "submit.log"), 0)
       << read_file(s.dir / "submit.log");
   for (int i = 0; i < 2; ++i)
-    workers.push_back(spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(started++) + ".log"), env));
+    workers.push_back(children.add(spawn_quarry_env(worker_args, s.dir / ("worker" + std::to_string(started++) + ".log"), env)));
   const auto rc1 = collect_supervised("collect1.log");
   ASSERT_TRUE(rc1.has_value()) << "collect did not finish\n" << read_file(s.dir / "collect1.log");
   EXPECT_EQ(*rc1, 0) << read_file(s.dir / "collect1.log");
