@@ -184,8 +184,9 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
   Holding holding;
   std::atomic<std::size_t> redelivered{0};  // tasks delivered before (their worker died, hung or gave them back)
   const double progress_every_s = std::max(0.5, assets.ack_wait_s / 3);
-  // Documents held at once: what the stages can work on, plus a little read-ahead.
-  const std::size_t max_held = job.extract_threads + job.engine.max_inflight + 2;
+  // Tasks held at once: what the stages can work on (a larger read-ahead leaves other workers idle at
+  // the end of a job while this one still holds tasks).
+  const std::size_t max_held = job.extract_threads + job.engine.max_inflight;
   const fs::path scratch_root = job.output / "tasks";
 
   run::StageHooks hooks;
