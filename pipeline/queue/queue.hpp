@@ -46,7 +46,8 @@
 // a record for every task sequence number up to the largest summary's tasks_last_seq.
 //
 // Limits: the kie task only (rag and batch jobs run with `quarry run`, or split with --shard); one
-// submit at a time per job name (collect ends with the summaries it has seen).
+// submit at a time per job name (collect ends with the summaries it has seen), and one collect (each
+// recreates the "collect" consumer).
 #pragma once
 
 #include <cstddef>

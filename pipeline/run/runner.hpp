@@ -74,7 +74,7 @@ namespace stages {
 struct Shared;
 }
 
-/// Another source and sink for the run's stages (the queue worker, pipeline/queue/worker.hpp): `source`
+/// Another source and sink for the run's stages (the queue worker, pipeline/queue/queue.hpp): `source`
 /// replaces discover (it sends InputMsg to `to_extract`, counts Shared::discovered, and may open its own
 /// sockets on `zctx`, e.g. to ep_write); `sink` replaces write (it receives every RecordMsg and NoticeMsg
 /// from `in` and returns when the run is over, or when Shared::failed). Neither uses OUTDIR's ledger.
