@@ -36,7 +36,7 @@
 //
 // Acks and redelivery: a worker acks a task only after the record's publish was acknowledged by the
 // stream (so a record is never lost); while a task is in the pipeline it sends a progress ack
-// (natsMsg_InProgress) every ack_wait_s / 3, so a long document is not redelivered while it is worked
+// (natsMsg_InProgress) every ack_wait_s / 4, so a long document is not redelivered while it is worked
 // on. A worker killed (-9) leaves its tasks unacked: they are redelivered after ack_wait_s to another
 // worker. A task delivered max_deliver times (each earlier worker died or hung on it) is not tried again:
 // that delivery publishes an `error` record (rule `crash`) and acks it.

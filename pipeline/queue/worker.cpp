@@ -183,7 +183,8 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
 
   Holding holding;
   std::atomic<std::size_t> redelivered{0};  // tasks delivered before (their worker died, hung or gave them back)
-  const double progress_every_s = std::max(0.5, assets.ack_wait_s / 3);
+  // Progress acks every quarter of the ack wait (the sink looks every 0.1 s): well within it.
+  const double progress_every_s = std::max(0.2, assets.ack_wait_s / 4);
   // Tasks held at once: what the stages can work on (a larger read-ahead leaves other workers idle at
   // the end of a job while this one still holds tasks).
   const std::size_t max_held = job.extract_threads + job.engine.max_inflight;
@@ -337,7 +338,7 @@ run::RunMetrics run_worker(const run::JobSpec& job, run::RunControl& control, co
         }
         if (since(*stopped_at) >= sh.options.stop_grace_s + 2) break;
       }
-      if (since(last_progress_ack) >= 0.5) {
+      if (since(last_progress_ack) >= 0.1) {
         holding.progress(progress_every_s);
         last_progress_ack = Clock::now();
       }

@@ -1,7 +1,8 @@
 // The queue roles (`quarry submit`, `worker`, `collect`) on a private `nats-server -js`: every document
 // exactly once in the collected results with two workers killed with -9 while they hold tasks and the
 // server restarted once; the collected report equal to a local run's; a poison document (its worker dies
-// every time) ending as one `error` record; submit and collect failing clearly when the server is down.
+// every time) ending as one `error` record; progress acks keeping a task held longer than the ack wait;
+// submit and collect failing clearly when the server is down.
 // QUARRY_QUEUE_DOCS sets the number of documents of the first test (default 48; the 300 with
 // QUARRY_QUEUE_DOCS=300). Skipped, with the reason, where nats-server is not installed.
 #include <gtest/gtest.h>
@@ -210,6 +211,32 @@ TEST(QueueE2E, KilledWorkersAndARestartedServerLoseNothing) {
   EXPECT_EQ(run_quarry_args(cat({"collect", "-o", out.string()}, opts), s.dir / "collect2.log") % 2, 0)
       << read_file(s.dir / "collect2.log");
   EXPECT_EQ(count_lines(results), files.size());
+}
+
+TEST(QueueE2E, ProgressAcksKeepALongTaskFromBeingRedelivered) {
+  REQUIRE_NATS_SERVER(server_bin);
+  Scratch s("queue_progress");
+  make_inputs(s.dir / "in", 1, 0);
+  NatsServer server(*server_bin, s.dir / "nats");
+  ASSERT_TRUE(server.start());
+  const auto opts = job_options(server.url(), "progress", 3, 5);  // ack wait 3 s
+  ASSERT_EQ(run_quarry_args(cat({"submit", (s.dir / "in").string()}, opts), s.dir / "submit.log"), 0)
+      << read_file(s.dir / "submit.log");
+  // The task is held 7.5 s (two and a half ack waits) before it enters the pipeline.
+  Children children;
+  const pid_t worker = children.add(spawn_quarry_env(cat({"worker", "--extract-threads", "1"}, opts), s.dir / "worker.log",
+                                                     {"QUARRY_TEST_TASK_DELAY_MS=7500"}));
+  const auto out = s.dir / "out";
+  const auto rc = wait_for(children.add(spawn_quarry_env(cat({"collect", "-o", out.string()}, opts), s.dir / "collect.log")),
+                           std::chrono::seconds(60));
+  ASSERT_TRUE(rc.has_value()) << read_file(s.dir / "collect.log");
+  EXPECT_EQ(*rc, 0) << read_file(s.dir / "collect.log");
+  ::kill(worker, SIGTERM);
+  EXPECT_EQ(wait_for(worker, std::chrono::seconds(20)), 0);
+  // It was not delivered twice: the progress acks (every quarter of the ack wait) kept it.
+  const auto log = read_file(s.dir / "worker.log");
+  EXPECT_NE(log.find("worker: 0 of the tasks had been delivered before"), std::string::npos) << log;
+  EXPECT_EQ(count_lines(out / "results.jsonl"), 1u);
 }
 
 TEST(QueueE2E, PoisonDocumentEndsAsOneErrorRecord) {
