@@ -86,6 +86,27 @@ qr::JobSpec job_of(const RunArgs& a, const CLI::App* sub) {
   return job;
 }
 
+/// Removes the scratch folders of workers that are gone (killed with -9, or crashed): a live worker
+/// holds the lock of its folder (OutdirLock, taken by the run), so a folder whose lock can be taken is
+/// nobody's.
+void remove_stale_scratch(const fs::path& tmp) {
+  std::error_code ec;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (name.rfind("quarry-worker-", 0) != 0 || !it->is_directory(ec) || it->is_symlink(ec)) continue;
+    if (!fs::exists(it->path() / qr::OutdirLock::lock_name)) continue;  // not started yet, or not ours
+    bool stale = false;
+    try {
+      const qr::OutdirLock probe(it->path());
+      stale = true;
+    } catch (const std::exception&) {
+      // in use (OutdirBusy), or not a folder we can lock: left alone
+    }
+    std::error_code rm;
+    if (stale) fs::remove_all(it->path(), rm);
+  }
+}
+
 std::string queue_label(const qr::JobSpec& job) { return "queue " + job.queue.url + " job " + job.queue.job; }
 
 /// Collects into job.output and writes the report; the exit code of `quarry run`.
@@ -196,6 +217,7 @@ void add_queue_commands(CLI::App& app, Context& ctx) {
           throw std::runtime_error("a worker writes its records to the queue: -o OUTDIR is for `quarry collect`");
         auto job = job_of(*a, sub);
         // A scratch folder of its own: the run's lock and ledger, and the documents that came inline.
+        remove_stale_scratch(fs::temp_directory_path());
         std::string tmpl = (fs::temp_directory_path() / "quarry-worker-XXXXXX").string();
         if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot make a scratch folder in " + fs::temp_directory_path().string());
         job.output = tmpl;
