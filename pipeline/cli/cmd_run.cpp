@@ -26,31 +26,12 @@
 #include <vector>
 
 #include "pipeline/cli/commands.hpp"
+#include "pipeline/cli/run_args.hpp"
 #include "pipeline/run/job.hpp"
 #include "pipeline/run/report.hpp"
 #include "pipeline/run/runner.hpp"
 
 namespace quarry::cli {
-
-namespace {
-
-namespace qr = quarry::run;
-
-struct RunArgs {
-  std::vector<std::string> inputs;
-  std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password,
-      device = "auto", grounding = "on";
-  std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
-              kv_cache_mb = 0;
-  float temperature = 0, retry_temperature = 0;
-  std::uint64_t seed = 0;
-  bool retry_errors = false;
-  std::string shard;
-  bool no_isolation = false;
-  double extract_timeout = 30;
-  std::uint64_t extract_memory_mb = 1024, max_file_mb = 256, max_text_mb = 64, max_page_text_mb = 4,
-                max_attachment_mb = 32, max_pages = 5000, max_content_mb = 256, max_page_content_mb = 64;
-};
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:+,") ==
@@ -64,111 +45,9 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-/// Progress on stderr: a one-line bar redrawn in place on a terminal, a log line every 5 s otherwise.
-class ProgressPrinter {
- public:
-  explicit ProgressPrinter(const std::string& mode) {
-    const bool tty = ::isatty(STDERR_FILENO) == 1;
-    bar_ = mode == "bar" || (mode == "auto" && tty);
-    enabled_ = mode != "none";
-  }
-  void operator()(const qr::Progress& p) {
-    if (!enabled_) return;
-    const double rate = p.elapsed_s > 0 ? static_cast<double>(p.written) / p.elapsed_s : 0;
-    const double tok_s = p.elapsed_s > 0 ? static_cast<double>(p.decode_tokens) / p.elapsed_s : 0;
-    const std::size_t left = p.total > p.done ? p.total - p.done : 0;
-    std::string eta = "?";
-    if (rate > 0 && p.total_known) {
-      const auto s = static_cast<long>(static_cast<double>(left) / rate);
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-      eta = buf;
-    }
-    const std::string total = std::to_string(p.total) + (p.total_known ? "" : "+");
-    if (bar_) {
-      constexpr int width = 28;
-      const int filled = p.total ? static_cast<int>(width * static_cast<double>(p.done) / static_cast<double>(p.total)) : 0;
-      std::string bar(static_cast<std::size_t>(filled), '#');
-      bar.resize(width, '.');
-      std::fprintf(stderr, "\r[%s] %zu/%s  %.2f docs/s  %.0f tok/s  ETA %s  (ok %zu, invalid %zu, error %zu, skipped %zu) ",
-                   bar.c_str(), p.done, total.c_str(), rate, tok_s, eta.c_str(), p.ok, p.invalid, p.error, p.skipped);
-      std::fflush(stderr);
-      drawn_ = true;
-    } else if (p.elapsed_s - last_log_ >= 5.0 || (p.total_known && p.done == p.total && !final_logged_)) {
-      last_log_ = p.elapsed_s;
-      if (p.total_known && p.done == p.total) final_logged_ = true;
-      spdlog::info("run: {}/{} done ({:.2f} docs/s, {:.0f} tok/s, ETA {}; ok {}, invalid {}, error {}, skipped {})", p.done,
-                   total, rate, tok_s, eta, p.ok, p.invalid, p.error, p.skipped);
-    }
-  }
-  void end_line() {
-    if (drawn_) std::fprintf(stderr, "\n");
-    drawn_ = false;
-  }
+namespace {
 
- private:
-  bool bar_ = false, enabled_ = true, drawn_ = false, final_logged_ = false;
-  double last_log_ = -10;
-};
 
-/// SIGINT/SIGTERM are blocked in every thread of the run and taken by one thread with sigtimedwait:
-/// no handler, no global state. The first signal stops the run (stop_level 1: nothing new starts, the
-/// model requests in flight get RunOptions::stop_grace_s, then are cancelled; then the report). A
-/// second signal, or a run still going k_hard_stop_s after the first, exits at once with 130:
-/// everything reported done is already durable (the ledger's commit protocol), the next run repairs
-/// a torn last line, and the extraction workers die with quarry (PR_SET_PDEATHSIG).
-class SignalWatcher {
- public:
-  static constexpr double k_hard_stop_s = 4.5;
-
-  SignalWatcher(qr::RunControl& control, std::string resume_cmd) : control_(control), resume_(std::move(resume_cmd)) {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-    thread_ = std::thread([this] {
-      const timespec timeout{0, 100 * 1000 * 1000};
-      int signals = 0;
-      std::chrono::steady_clock::time_point first;
-      while (!done_) {
-        const int sig = sigtimedwait(&set_, nullptr, &timeout);
-        if (sig > 0 && ++signals == 1) {
-          first = std::chrono::steady_clock::now();
-          int zero = 0;
-          control_.stop_level.compare_exchange_strong(zero, 1);
-          std::fprintf(stderr,
-                       "\nquarry: stopping (%s): nothing new starts; the documents in flight get %.0f s to finish"
-                       " (press Ctrl-C again to exit at once)\n",
-                       sig == SIGTERM ? "SIGTERM" : "SIGINT", qr::RunOptions{}.stop_grace_s);
-        } else if (sig > 0) {
-          exit_now("a second signal");
-        } else if (signals > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count() >
-                                      k_hard_stop_s) {
-          exit_now("still running 4.5 s after the stop");
-        }
-      }
-    });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join();
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  [[noreturn]] void exit_now(const char* why) const {
-    std::fprintf(stderr, "\nquarry: exiting at once (%s); everything reported done is saved.\nResume with: %s\n", why,
-                 resume_.c_str());
-    std::fflush(stderr);
-    std::_Exit(130);
-  }
-
-  qr::RunControl& control_;
-  std::string resume_;
-  sigset_t set_{}, old_{};
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
 
 int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   qr::resolve_defaults(job);
@@ -210,8 +89,10 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
 }
 
+}  // namespace
+
 /// The per-document limits of extraction (README "Limits and safety"); same names in `quarry ingest`.
-void add_extract_limit_options(CLI::App* sub, RunArgs& a) {
+static void add_extract_limit_options(CLI::App* sub, RunArgs& a) {
   const auto* g = "Limits (per document; a document past one becomes an error record and the batch goes on)";
   sub->add_flag("--no-isolation", a.no_isolation,
                 "Extract in quarry's own threads instead of worker processes: no time or memory limit, and a parser "
@@ -339,6 +220,28 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--seed")) job.engine.seed = a.seed;
   if (given("--grounding")) job.engine.grounding = a.grounding == "on";
   if (!a.questions.empty()) job.questions = a.questions;
+  // The queue options, on the commands that have them.
+  const auto given_q = [&](const char* name) {
+    const auto* o = sub->get_option_no_throw(name);
+    return o && o->count() > 0;
+  };
+  auto& q = job.queue;
+  if (given_q("--queue")) q.url = a.queue.url;
+  if (given_q("--job")) q.job = a.queue.job;
+  if (given_q("--creds")) q.creds = a.queue.creds;
+  if (given_q("--user")) q.user = a.queue.user;
+  if (given_q("--password")) q.password = a.queue.password;
+  if (given_q("--token")) q.token = a.queue.token;
+  if (given_q("--tls")) q.tls = true;
+  if (given_q("--tls-ca")) q.tls_ca = a.queue.tls_ca;
+  if (given_q("--tls-cert")) q.tls_cert = a.queue.tls_cert;
+  if (given_q("--tls-key")) q.tls_key = a.queue.tls_key;
+  if (given_q("--ack-wait")) q.ack_wait_s = a.queue.ack_wait_s;
+  if (given_q("--max-deliver")) q.max_deliver = a.queue.max_deliver;
+  if (given_q("--inline-kb")) q.inline_kb = a.queue.inline_kb;
+  if (given_q("--dedupe-window")) q.dedupe_window_s = a.queue.dedupe_window_s;
+  if (given_q("--reconnect")) q.reconnect_s = a.queue.reconnect_s;
+  if (given_q("--idle-exit")) q.idle_exit_s = a.queue.idle_exit_s;
 }
 
 /// The command line as given, quoted for a POSIX shell.
@@ -347,8 +250,6 @@ std::string command_line(const std::vector<std::string>& argv) {
   for (const auto& x : argv) s += (s.empty() ? "" : " ") + shell_quote(x);
   return s;
 }
-
-}  // namespace
 
 void add_run_command(CLI::App& app, Context& ctx) {
   auto a = std::make_shared<RunArgs>();
@@ -359,7 +260,9 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, grounding, [extract]\n"
       "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
-      "max_pages, max_content_mb, max_page_content_mb).\n"
+      "max_pages, max_content_mb, max_page_content_mb, [queue] url, job and the queue options).\n"
+      "With --queue URL --job NAME (or [queue]): submit the inputs to NATS JetStream, then collect the records\n"
+      "that `quarry worker`s make (see `quarry submit --help`).\n"
       "Rerunning the same command resumes: documents already in OUTDIR are skipped.\n"
       "OpenAI Batch files (.jsonl, one {custom_id, method, url, body} request per line) run as task batch:\n"
       "OUTDIR/output.jsonl holds one OpenAI Batch output line per request, in the file's order.\n"
@@ -373,6 +276,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
   sub->add_option("--questions", a->questions, "rag: questions file (one per line, or JSON lines with \"question\")")
       ->check(CLI::ExistingFile);
   add_common_options(sub, *a);
+  add_queue_options(sub, *a, false, true);
   sub->callback([a, sub, &ctx] {
     try {
       qr::JobSpec job;
@@ -380,7 +284,8 @@ void add_run_command(CLI::App& app, Context& ctx) {
       if (job_file) job = qr::load_job_file(a->inputs[0]);
       else job.inputs = a->inputs;
       apply_overrides(job, *a, sub);
-      ctx.exit_code = execute(std::move(job), *a, command_line(ctx.argv));
+      ctx.exit_code = job.queue.enabled() ? execute_over_queue(std::move(job), *a, command_line(ctx.argv))
+                                          : execute(std::move(job), *a, command_line(ctx.argv));
     } catch (const qr::OutdirBusy& e) {
       spdlog::error("run: {}", e.what());
       ctx.exit_code = 2;

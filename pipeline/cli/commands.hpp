@@ -28,5 +28,7 @@ void add_bench_command(CLI::App& app, Context& ctx);
 void add_merge_command(CLI::App& app, Context& ctx);
 void add_serve_command(CLI::App& app, Context& ctx);
 void add_quantize_command(CLI::App& app, Context& ctx);
+/// `quarry submit`, `quarry worker`, `quarry collect` (cmd_queue.cpp).
+void add_queue_commands(CLI::App& app, Context& ctx);
 
 }  // namespace quarry::cli

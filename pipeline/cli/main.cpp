@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   quarry::cli::add_merge_command(app, ctx);
   quarry::cli::add_serve_command(app, ctx);
   quarry::cli::add_quantize_command(app, ctx);
+  quarry::cli::add_queue_commands(app, ctx);
 
   // Logs go to stderr so that stdout carries only results (JSON lines, token ids).
   auto logger = spdlog::stderr_color_mt("quarry");

@@ -90,7 +90,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
   }
   check_keys(root,
              {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "retry_errors",
-              "shard", "engine", "extract"},
+              "shard", "engine", "extract", "queue"},
              path, "");
   const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   JobSpec job;
@@ -195,6 +195,44 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     get_uint(*t, "max_attachment_mb", job.extract.max_attachment_mb, path, "extract.");
     get_uint(*t, "max_pages", job.extract.max_pages, path, "extract.");
   }
+  if (const auto* e = root.get("queue")) {
+    const auto* t = e->as_table();
+    if (!t) fail(path, "queue", "expected a table");
+    check_keys(*t,
+               {"url", "job", "creds", "user", "password", "token", "tls", "tls_ca", "tls_cert", "tls_key", "ack_wait_s",
+                "max_deliver", "inline_kb", "dedupe_window_s", "reconnect_s", "idle_exit_s"},
+               path, "queue.");
+    auto& q = job.queue;
+    q.url = get_string(*t, "url", path, "queue.");
+    q.job = get_string(*t, "job", path, "queue.");
+    q.creds = relative_to(base, get_string(*t, "creds", path, "queue.")).string();
+    q.user = get_string(*t, "user", path, "queue.");
+    q.password = get_string(*t, "password", path, "queue.");
+    q.token = get_string(*t, "token", path, "queue.");
+    if (const auto* n = t->get("tls")) {
+      if (!n->is_boolean()) fail(path, "queue.tls", "expected true or false");
+      q.tls = *n->value<bool>();
+    }
+    q.tls_ca = relative_to(base, get_string(*t, "tls_ca", path, "queue.")).string();
+    q.tls_cert = relative_to(base, get_string(*t, "tls_cert", path, "queue.")).string();
+    q.tls_key = relative_to(base, get_string(*t, "tls_key", path, "queue.")).string();
+    const auto seconds = [&](const char* key, double& out, double lo, double hi) {
+      const auto* n = t->get(key);
+      if (!n) return;
+      if (!n->is_number() || *n->value<double>() < lo || *n->value<double>() > hi)
+        fail(path, std::string("queue.") + key,
+             "expected a number of seconds in [" + std::to_string(static_cast<long>(lo)) + ", " +
+                 std::to_string(static_cast<long>(hi)) + "]");
+      out = *n->value<double>();
+    };
+    seconds("ack_wait_s", q.ack_wait_s, 1, 86400);
+    seconds("dedupe_window_s", q.dedupe_window_s, 1, 30 * 86400);
+    seconds("reconnect_s", q.reconnect_s, 0, 86400);
+    seconds("idle_exit_s", q.idle_exit_s, 0, 30 * 86400);
+    get_uint(*t, "max_deliver", q.max_deliver, path, "queue.");
+    get_uint(*t, "inline_kb", q.inline_kb, path, "queue.");
+    if (q.max_deliver < 2) fail(path, "queue.max_deliver", "expected at least 2 (one try and the error record)");
+  }
   return job;
 }
 
@@ -242,9 +280,9 @@ std::vector<std::string> fit_to_this_machine(JobSpec& job) {
   return fit_to_machine(job, std::thread::hardware_concurrency(), files);
 }
 
-void resolve_defaults(JobSpec& job) {
+void resolve_defaults(JobSpec& job, bool needs_output) {
   if (job.inputs.empty()) throw std::runtime_error("no inputs given (paths, folders or glob patterns)");
-  if (job.output.empty()) throw std::runtime_error("no output folder given (-o DIR, or `output` in the job file)");
+  if (needs_output && job.output.empty()) throw std::runtime_error("no output folder given (-o DIR, or `output` in the job file)");
   if (!job.task_set &&
       std::any_of(job.inputs.begin(), job.inputs.end(), [](const std::string& p) { return openai::looks_like_batch_file(p); }))
     job.task = Task::batch;

@@ -16,6 +16,9 @@
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   shard   = "0/3"                        # this run does shard I of N (0 <= I < N): the documents whose sha256 says so
+//   [queue]   url, job, creds, user, password, token, tls, tls_ca, tls_cert, tls_key, ack_wait_s (60),
+//             max_deliver (4), inline_kb (512), dedupe_window_s (7200), reconnect_s (60), idle_exit_s (0)
+//             (the roles `quarry submit` / `worker` / `collect` on one NATS JetStream job: pipeline/queue/queue.hpp)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, grounding, kv_cache_mb,
 //             compute, device
 //   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
@@ -69,6 +72,26 @@ struct ExtractSettings {
   std::uint64_t max_pages = 5000;    ///< pages per document
 };
 
+/// A distributed job on NATS JetStream (`quarry submit`, `quarry worker`, `quarry collect`;
+/// pipeline/queue/queue.hpp describes the streams and the consumer). Durations in seconds.
+struct QueueSettings {
+  std::string url;                 ///< nats://HOST:PORT (tls://HOST:PORT for TLS; several separated by commas)
+  std::string job;                 ///< the job's name: [A-Za-z0-9_-], at most 64 characters
+  std::string creds;               ///< a NATS credentials file (JWT and NKey seed), as `nsc` writes it
+  std::string user, password;      ///< user and password authentication
+  std::string token;               ///< token authentication
+  bool tls = false;                ///< require TLS (also on with a tls:// URL or any tls_* file)
+  std::string tls_ca;              ///< CA certificates (PEM) to verify the server with
+  std::string tls_cert, tls_key;   ///< client certificate chain and key (PEM), for mutual TLS
+  double ack_wait_s = 60;          ///< a task not acked (nor progress-acked) within this is redelivered
+  std::size_t max_deliver = 4;     ///< deliveries of a task at most; the last one becomes an `error` record
+  std::size_t inline_kb = 512;     ///< documents up to this size travel in the task (larger: by path, shared storage)
+  double dedupe_window_s = 7200;   ///< the streams' duplicate window (message ids remembered this long)
+  double reconnect_s = 60;         ///< submit / collect: how long to keep reconnecting before failing
+  double idle_exit_s = 0;          ///< worker: exit after this long without a task (0: never)
+  bool enabled() const { return !url.empty() || !job.empty(); }
+};
+
 struct JobSpec {
   std::vector<std::string> inputs;  ///< paths, folders, glob patterns (as the user wrote them)
   Task task = Task::kie;
@@ -87,6 +110,7 @@ struct JobSpec {
   /// Deterministic sharding (Slurm arrays, Kubernetes indexed jobs): this run does the documents of shard
   /// shard_index of shard_count (shard_of_sha256); the others are left to the other shards' runs.
   std::size_t shard_index = 0, shard_count = 1;
+  QueueSettings queue;  ///< the [queue] table: only the roles of a distributed job read it
 };
 
 /// Parses "I/N" (0 <= I < N, N >= 1) into (I, N). Throws std::invalid_argument with the reason.
@@ -124,6 +148,7 @@ std::uint64_t raise_open_file_limit();
 /// (openai::looks_like_batch_file); a batch job's inputs must be regular files (no folders or patterns).
 /// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a
 /// missing model folder, schema, prompts or questions file.
-void resolve_defaults(JobSpec& job);
+/// `needs_output` false: no output folder is required (`quarry submit`, which writes none).
+void resolve_defaults(JobSpec& job, bool needs_output = true);
 
 }  // namespace quarry::run

@@ -92,6 +92,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   discover_out.bind(ep_extract);
   std::vector<zmq::socket_t> extract_in;
   const bool batch = job.task == Task::batch;  // batch files are read by discover: nothing to extract
+  if (batch && options.hooks) throw std::runtime_error("the batch task has no other source than its files");
   for (std::size_t i = 0; i < (batch ? 0 : job.extract_threads); ++i) {
     extract_in.push_back(make_socket(zctx, zmq::socket_type::pull, 1));
     extract_in.back().connect(ep_extract);
@@ -132,13 +133,17 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   });
   std::thread discover_thread([&] {
     guarded(sh, "discover", [&] {
-      if (batch) batch_discover_stage(sh, batch_to_build, batch_to_writer);
+      if (options.hooks) options.hooks->source(sh, discover_out, zctx);
+      else if (batch) batch_discover_stage(sh, batch_to_build, batch_to_writer);
       else discover_stage(sh, discover_out);
     });
     sh.discover_done = true;
   });
 
-  guarded(sh, "write", [&] { write_stage(sh, writer_in, ledger, metrics, start); });
+  guarded(sh, "write", [&] {
+    if (options.hooks) options.hooks->sink(sh, writer_in, metrics);
+    else write_stage(sh, writer_in, ledger, metrics, start);
+  });
   // Everything is accounted for (or the run failed): stop the stages.
   zctx.shutdown();
   discover_thread.join();

@@ -25,6 +25,8 @@
 #include <functional>
 #include <string>
 
+#include <zmq.hpp>
+
 #include "pipeline/run/job.hpp"
 #include "pipeline/run/ledger.hpp"
 #include "pipeline/run/outdir.hpp"
@@ -68,6 +70,20 @@ struct Progress {
   std::uint64_t decode_tokens = 0;
 };
 
+namespace stages {
+struct Shared;
+}
+
+/// Another source and sink for the run's stages (the queue worker, pipeline/queue/queue.hpp): `source`
+/// replaces discover (it sends InputMsg to `to_extract`, counts Shared::discovered, and may open its own
+/// sockets on `zctx`, e.g. to ep_write); `sink` replaces write (it receives every RecordMsg and NoticeMsg
+/// from `in` and returns when the run is over, or when Shared::failed). Neither uses OUTDIR's ledger.
+/// Extract, build, engine and validate run as in a local run.
+struct StageHooks {
+  std::function<void(stages::Shared& sh, zmq::socket_t& to_extract, zmq::context_t& zctx)> source;
+  std::function<void(stages::Shared& sh, zmq::socket_t& in, RunMetrics& m)> sink;
+};
+
 struct RunOptions {
   /// Called from the writer thread after each commit and every ~0.25 s; may be empty.
   std::function<void(const Progress&)> on_progress;
@@ -78,6 +94,8 @@ struct RunOptions {
   const OutdirLock* lock = nullptr;
   /// After a stop (stop_level 1), seconds the model requests in flight get before they are cancelled.
   double stop_grace_s = 2.0;
+  /// Null: discover and write (a local run). Else the hooks replace them (kie and rag tasks only).
+  const StageHooks* hooks = nullptr;
 };
 
 /// Runs the job to completion (or until `control` stops it). Throws std::runtime_error for setup
