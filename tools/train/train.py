@@ -413,6 +413,9 @@ def main():
     ap.add_argument("--extra-eval", action="append", default=[],
                     help="NAME=FILE: another corpus-format file evaluated like the held-out split "
                          "(e.g. real documents; never trained on)")
+    ap.add_argument("--init-from", metavar="MODEL_DIR",
+                    help="continue from an exported model (its weights, MTP module and tokenizer) instead of "
+                         "training a tokenizer and starting from random weights")
     ap.add_argument("--eval-only", metavar="MODEL_DIR",
                     help="evaluate an exported model (held-out split of --corpus, and --extra-eval) and exit")
     args = ap.parse_args()
@@ -431,9 +434,13 @@ def main():
     heldout = [e for e in corpus if e["split"] == "heldout"]
     print(f"corpus: {len(train_ex)} train, {len(heldout)} held out", flush=True)
 
-    tok_dir = out / "_tokenizer"
-    tok = train_tokenizer((e["system"] + "\n" + e["user"] + "\n" + e["assistant"] for e in train_ex),
-                          args.vocab, tok_dir)
+    if args.init_from:  # a second stage: the exported model's tokenizer and weights
+        tok_dir = Path(args.init_from)
+        model, mtp, tok = load_exported(args.init_from, device)
+    else:
+        tok_dir = out / "_tokenizer"
+        tok = train_tokenizer((e["system"] + "\n" + e["user"] + "\n" + e["assistant"] for e in train_ex),
+                              args.vocab, tok_dir)
     vocab_size = tok.get_vocab_size()
     print(f"tokenizer: {vocab_size} tokens ({time.time() - t_start:.1f}s)", flush=True)
 
@@ -443,9 +450,12 @@ def main():
           flush=True)
 
     from transformers import Qwen3ForCausalLM
-    cfg = make_config(args, tok, vocab_size)
-    model = Qwen3ForCausalLM(cfg).to(device)
-    mtp = MTPModule(cfg).to(device)
+    if args.init_from:
+        cfg = model.config
+    else:
+        cfg = make_config(args, tok, vocab_size)
+        model = Qwen3ForCausalLM(cfg).to(device)
+        mtp = MTPModule(cfg).to(device)
     n_main = sum(p.numel() for p in model.parameters())
     n_mtp = sum(p.numel() for p in mtp.parameters())
     print(f"params: main {n_main/1e6:.2f}M, mtp {n_mtp/1e6:.2f}M, bf16 size "
