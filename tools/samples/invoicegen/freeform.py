@@ -852,8 +852,9 @@ def render_txt(pages, rng, scanned):
                 t = b[1]
                 lines.append(t.center(width).rstrip() if b[2] == "c" else (t.rjust(width) if b[2] == "r" else t))
             elif k == "para":
-                t = ocr_noise(rng, b[1]) if scanned else b[1]
-                if scanned and len(t) > 30 and rng.random() < 0.5:
+                noisy = scanned and (len(b) < 3 or b[2] != "fact")  # ("para", text, "fact"): carries values
+                t = ocr_noise(rng, b[1]) if noisy else b[1]
+                if noisy and len(t) > 30 and rng.random() < 0.5:
                     cut = t.find(" ", len(t) // 2)
                     word_end = t.find(" ", cut + 1)
                     if cut > 0 and word_end > cut + 5:
