@@ -542,7 +542,7 @@ def blocks_for(rng, lang, kind, F, long):
             if long and rng.random() < 0.6:
                 filler(rng.randrange(1, 3))
         if long:
-            filler(rng.randrange(3, 7))
+            filler(rng.randrange(5, 12))
         if len(sents) > 1:
             B.append(("para", sents[-1], "fact"))
         rest = [k for k in F if not k.startswith("_") and k not in done and F[k].printed is not None]
@@ -561,7 +561,7 @@ def blocks_for(rng, lang, kind, F, long):
         for s in sentences(done):
             B.append(("para", s, "fact"))
         if long:
-            filler(rng.randrange(3, 7))
+            filler(rng.randrange(5, 12))
         rest = [k for k in F if not k.startswith("_") and k not in done and F[k].printed is not None]
         kv(rest)
     elif kind == "form":
@@ -575,7 +575,7 @@ def blocks_for(rng, lang, kind, F, long):
         else:
             kv(keys)
         if long:
-            filler(rng.randrange(3, 7))
+            filler(rng.randrange(5, 12))
     elif kind in ("receipt", "order"):
         head = F["store"].printed if kind == "receipt" else (TITLES["order"][_LI[lang]])
         B.append(("line", head, "c" if kind == "receipt" else "l"))
@@ -595,7 +595,7 @@ def blocks_for(rng, lang, kind, F, long):
         B.append(("blank",))
         kv([k for k in ("total", "vat", "currency", "payment_method") if k in F])
         if long:
-            filler(rng.randrange(3, 7))
+            filler(rng.randrange(5, 12))
     elif kind == "report":
         B.append(("line", "%s – %s" % (title, F["company"].printed), "l"))
         kv([k for k in ("author", "report_date", "period_start", "period_end") if k in F])
@@ -611,7 +611,7 @@ def blocks_for(rng, lang, kind, F, long):
         rest = [k for k in F if not k.startswith("_") and k not in done and k != "regions" and F[k].printed is not None]
         kv([k for k in rest if k in _FL])
         if long:
-            filler(rng.randrange(2, 5))
+            filler(rng.randrange(4, 9))
     # pages: split after a number of blocks
     pages, cur, size = [], [], 0
     per = rng.randrange(1400, 2600)
