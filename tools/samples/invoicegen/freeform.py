@@ -412,7 +412,8 @@ def render_blocks(inv, rng):
         meta.append((lay.label("order_reference"), inv.order_reference))
     if inv.preceding_invoice:
         meta.append((lay.label("preceding_invoice"), inv.preceding_invoice))
-    if rng.random() < 0.5:
+    means_printed = rng.random() < 0.5
+    if means_printed:
         meta.append((lay.label("payment_means"), rng.choice(LX.MEANS[inv.payment_means][lang])))
     if rng.random() < 0.3:
         meta.append((lay.label("currency"), inv.currency))
@@ -497,6 +498,11 @@ def render_blocks(inv, rng):
     if rng.random() < 0.3 and "vat_rate" in cols:
         cols.remove("vat_rate")
         cols.insert(cols.index("net_amount"), "vat_rate")
+    if rng.random() < 0.12:  # any order of the columns after the description
+        k = cols.index("description") + 1
+        tail_cols = cols[k:]
+        rng.shuffle(tail_cols)
+        cols = cols[:k] + tail_cols
     if rng.random() < 0.15 and "unit" in cols:
         cols.remove("unit")
         cols.insert(cols.index("quantity") if "quantity" in cols else 1, "unit")
@@ -636,7 +642,7 @@ def render_blocks(inv, rng):
     li_idx = 0
     for k, ch in enumerate(chunks):
         hdr = header if (k == 0 or repeat_header) else None
-        cur.append(("table", hdr, ch, right, tstyle))
+        cur.append(("table", hdr, ch, right, tstyle, cols.index("description")))
         for _ in ch:
             running += inv.lines[li_idx].net
             li_idx += 1
@@ -699,8 +705,9 @@ def render_blocks(inv, rng):
         exp["payment"]["account_number"] = None
     if not show["bic"]:
         exp["payment"]["bic"] = None
-    if exp["payment"]["means"] is not None and not any(k == lay.labels.get("payment_means") for k in ()):
-        pass
+    if not means_printed:
+        # a transfer shows in the printed bank account; card or cash cannot be told from the page
+        exp["payment"]["means"] = "transfer" if (inv.payment_means == "transfer" and show["iban"]) else None
     for j, li in enumerate(inv.lines):
         e = exp["line_items"][j]
         if "unit" in dropped:
@@ -728,8 +735,6 @@ def render_blocks(inv, rng):
         exp["totals"]["net"] = exp["totals"]["net"]  # derivable: sum of line net amounts
     if not show["vat_total"]:
         exp["totals"]["vat"] = exp["totals"]["vat"]
-    if not any(lbl == lay.labels.get("amount_due") for lbl in ()):
-        pass
     printed = {"/invoice_number": inv.number, "/issue_date": st.date(inv.issue), "/seller/name": inv.seller.name,
                "/buyer/name": inv.buyer.name, "/totals/gross": st.amount(inv.gross)}
     if show["net_total"]:
@@ -783,7 +788,7 @@ def _w(s):
     return len(s)
 
 
-def txt_table(hdr, rows, right, style, rng, gap):
+def txt_table(hdr, rows, right, style, rng, gap, wrap_col=None):
     out = []
     allrows = ([hdr] if hdr else []) + rows
     if style == "blocks":
@@ -871,8 +876,16 @@ def render_txt(pages, rng, scanned):
             elif k == "kv":
                 lines += kv_text(b[1], b[2], rng, width)
             elif k == "table":
-                lines += txt_table(b[1], b[2], b[3], b[4], rng, gap)
+                lines += txt_table(b[1], b[2], b[3], b[4], rng, gap, b[5] if len(b) > 5 else None)
         if scanned:
+            broken = []
+            for ln in lines:  # a label and its value broken over two lines
+                k = ln.find(": ")
+                if 0 < k < 30 and rng.random() < 0.1:
+                    broken += [ln[:k + 1], ln[k + 2:]]
+                else:
+                    broken.append(ln)
+            lines = broken
             lines = [(ln.replace(" ", "  ", 1) if rng.random() < 0.1 else ln) for ln in lines]
             lines = [(" " * rng.randrange(0, 3) + ln if rng.random() < 0.2 and ln else ln) for ln in lines]
         out_pages.append("\n".join(lines).rstrip() + "\n")
@@ -1000,7 +1013,9 @@ def render_pdf(pages, rng, title):
                 c.setFont(font, size)
                 cols = b[1:]
                 xs = [left, left + (right_edge - left) * rng.choice([0.5, 0.55, 0.6])]
-                xs[1] = min(max(xs[1], left + max(sw(x, bold) for x in cols[0]) + 12), right_edge - 120)
+                xs[1] = min(max(xs[1], left + max([sw(x, bold) for x in cols[0]] + [0]) + 12), right_edge - 120)
+                if xs[1] + max([sw(x, bold) for x in cols[1]] + [0]) > W - 12:  # no room side by side: stack
+                    cols = [cols[0] + [""] + cols[1]]
                 for r in range(max(len(cc) for cc in cols)):
                     for j, cc in enumerate(cols):
                         if r < len(cc):
