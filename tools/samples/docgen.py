@@ -534,15 +534,18 @@ def blocks_for(rng, lang, kind, F, long):
         B.append(("blank",))
         done = set()
         sents = sentences(done)
-        if rng.random() < 0.35:  # a cover block with the key data as well
+        if rng.random() < (0.1 if long else 0.35):  # a cover block with the key data as well
             kv([k for k in F if not k.startswith("_") and k not in ("signatory",)])
         B.append(("para", sents[0] if sents else "", "fact"))
-        for s in sents[1:-1]:
-            B.append(("para", s, "fact"))
-            if long and rng.random() < 0.6:
-                filler(rng.randrange(1, 3))
+        middle = sents[1:-1]
         if long:
-            filler(rng.randrange(5, 12))
+            rng.shuffle(middle)  # facts spread over the pages, between clauses
+        for s in middle:
+            if long and rng.random() < 0.8:
+                filler(rng.randrange(1, 4))
+            B.append(("para", s, "fact"))
+        if long:
+            filler(rng.randrange(2, 7))
         if len(sents) > 1:
             B.append(("para", sents[-1], "fact"))
         rest = [k for k in F if not k.startswith("_") and k not in done and F[k].printed is not None]
@@ -559,14 +562,19 @@ def blocks_for(rng, lang, kind, F, long):
         B.append(("blank",))
         done = {"sender", "recipient", "letter_date", "reference_number", "subject"}
         for s in sentences(done):
+            if long and rng.random() < 0.7:
+                filler(rng.randrange(1, 5))
             B.append(("para", s, "fact"))
         if long:
-            filler(rng.randrange(5, 12))
+            filler(rng.randrange(2, 6))
         rest = [k for k in F if not k.startswith("_") and k not in done and F[k].printed is not None]
         kv(rest)
     elif kind == "form":
         B.append(("line", title, "c"))
         B.append(("blank",))
+        if long and rng.random() < 0.5:  # conditions first, the filled-in fields after them
+            filler(rng.randrange(4, 9))
+            long = False
         keys = [k for k in F if not k.startswith("_")]
         rng.shuffle(keys)
         if rng.random() < 0.5:
@@ -582,6 +590,9 @@ def blocks_for(rng, lang, kind, F, long):
         if kind == "order":
             B.append(("cols", [label("customer", lang) + sep, F["customer"].printed], []))
         B.append(("blank",))
+        if long and rng.random() < 0.5:
+            filler(rng.randrange(4, 9))
+            long = False
         kv([k for k in ("receipt_date", "receipt_number", "order_number", "order_date", "delivery_date") if k in F])
         B.append(("blank",))
         rows = F["items"].printed
@@ -601,10 +612,12 @@ def blocks_for(rng, lang, kind, F, long):
         kv([k for k in ("author", "report_date", "period_start", "period_end") if k in F])
         B.append(("blank",))
         done = set()
+        if long:
+            filler(rng.randrange(1, 4))
         for s in sentences(done):
             B.append(("para", s, "fact"))
             if long:
-                filler(rng.randrange(1, 3))
+                filler(rng.randrange(1, 4))
         if F["regions"].printed:
             B.append(("line", rng.choice(["Regions", "Régions", "Regionen", "Régiók", "Regioni", "Regiones", "Regio's", "Regiony"]) + ": " + ", ".join(F["regions"].printed), "l"))
         done.update(("author", "report_date", "period_start", "period_end", "company"))
@@ -614,7 +627,7 @@ def blocks_for(rng, lang, kind, F, long):
             filler(rng.randrange(4, 9))
     # pages: split after a number of blocks
     pages, cur, size = [], [], 0
-    per = rng.randrange(1400, 2600)
+    per = rng.randrange(900, 2200)
     for b in B:
         n = len(b[1]) if b[0] in ("para", "line") else 200
         if cur and size + n > per and long:

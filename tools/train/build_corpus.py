@@ -191,15 +191,20 @@ def qa_doc(rng, doc, text, prompts):
         k = absent[0]
         return prompts["rag"]["user"].format(document=text, question=question_for(rng, k, doc.lang)), \
             compact({"answer": None, "evidence": [], "pages": []})
+    by_page = {}
     for k in keys:
         pr = doc.facts[k].printed
         if pr is None:
             continue
         ev, page = evidence_of(text, pr)
         if ev:
-            return prompts["rag"]["user"].format(document=text, question=question_for(rng, k, doc.lang)), \
-                compact({"answer": pr, "evidence": [ev], "pages": [page]})
-    return None
+            by_page.setdefault(page, []).append((k, pr, ev))
+    if not by_page:
+        return None
+    page = rng.choice(sorted(by_page))  # every page as likely as the first, whatever it holds
+    k, pr, ev = rng.choice(by_page[page])
+    return prompts["rag"]["user"].format(document=text, question=question_for(rng, k, doc.lang)), \
+        compact({"answer": pr, "evidence": [ev], "pages": [page]})
 
 
 INVOICE_FACTS = {  # pointer -> (fact key, type)
@@ -256,6 +261,8 @@ def build(quarry, count, seed, split, prompts, schema, workdir, rng, mix, legacy
     for i, task in enumerate(plan(rng, count, mix)):
         doc_seed = "%s/%s-%d" % (split, seed, i)
         fmt = rng.choice(["pdf", "pdf", "pdf", "html", "txt", "txt"])
+        if task == "qa" and rng.random() < 0.5:  # long documents are mostly PDFs: pages to cite
+            fmt = "pdf"
         lang = rng.choice(lexicon.LANGS)
         try:
             if task == "kie" and rng.random() < legacy_share:
