@@ -175,10 +175,32 @@ def qa_invoice(rng, lang, text, printed, prompts):
     return None
 
 
+EN_QUESTIONS = {
+    "contract_number": "What is the contract number?", "party_a": "Who is the client (the first party)?",
+    "party_b": "Who is the contractor (the second party)?", "effective_date": "When does the agreement take effect?",
+    "end_date": "When does the agreement end?", "fee": "How much is the monthly fee?", "currency": "In which currency is the fee paid?",
+    "payment_days": "Within how many days must invoices be paid?", "governing_law": "Which country's law governs the agreement?",
+    "city": "Which city does the document name?", "signatory": "Who signed the document?",
+    "notice_days": "How many days' notice are needed to terminate?", "term_years": "For how many years must the information be kept confidential?",
+    "sender": "Who sent the letter?", "recipient": "To whom is the letter addressed?", "letter_date": "What is the date of the letter?",
+    "subject": "What is the subject of the letter?", "reference_number": "What is the reference number?",
+    "deadline": "By when must the documents be returned?", "contact_person": "Who is the contact person?",
+    "phone": "What phone number is given?", "email": "What e-mail address is given?", "applicant": "What is the applicant's name?",
+    "birth_date": "What is the applicant's date of birth?", "postal_code": "What is the postal code?", "id_number": "What is the ID number?",
+    "membership": "Which membership type was chosen?", "start_date": "When does it start?", "store": "Which shop issued the receipt?",
+    "receipt_date": "When was the purchase made?", "receipt_number": "What is the receipt number?", "total": "What is the total amount?",
+    "vat": "How much VAT is included?", "payment_method": "How was the purchase paid?", "author": "Who prepared the report?",
+    "report_date": "What is the date of the report?", "period_start": "When does the reporting period start?",
+    "period_end": "When does the reporting period end?", "revenue": "What was the revenue?", "employees": "How many employees are there?",
+    "growth": "By how much did it grow?", "company": "Which company is the report about?", "order_number": "What is the order number?",
+    "order_date": "When was the order placed?", "customer": "Who is the customer?", "delivery_date": "When is the delivery planned?",
+}
+
+
 def question_for(rng, key, lang):
     if rng.random() < 0.5 or lang == "en":
         d = docgen.DESCR[key]
-        return rng.choice(["What is the %s?" % (d[0].lower() + d[1:]), "%s?" % d, "Find: %s." % (d[0].lower() + d[1:])])
+        return rng.choice([EN_QUESTIONS[key], EN_QUESTIONS[key], "%s?" % d])
     lab = docgen.label(key, lang) if key in docgen._FL else docgen.DESCR[key]
     return rng.choice(FRAMES[lang]).format(l=lab, L=lab)
 
