@@ -32,6 +32,7 @@ The invoice itself (parties, lines, VAT, totals) uses model.Invoice, so the arit
 of the fixed-layout generator."""
 import datetime as dt
 import io
+import os
 import random
 from decimal import Decimal, ROUND_HALF_UP
 from html import escape as E
@@ -942,14 +943,29 @@ def render_html(pages, rng):
     return "\n".join(h)
 
 
+# More type faces than the fixed-layout generator's DejaVu families (other glyph widths give other
+# gaps, and so other spacing, in the extracted text): (regular, bold) pairs and their files.
+EXTRA_FONTS = [("LiberationSans-Regular", "LiberationSans-Bold"), ("LiberationSerif-Regular", "LiberationSerif-Bold"),
+               ("LiberationMono-Regular", "LiberationMono-Bold"), ("FreeSans", "FreeSansBold"), ("FreeSerif", "FreeSerifBold"),
+               ("FreeMono", "FreeMonoBold")]
+EXTRA_FONT_FILES = {n: "/usr/share/fonts/truetype/%s/%s.ttf" % ("freefont" if n.startswith("Free") else "liberation2", n)
+                    for pair in EXTRA_FONTS for n in pair}
+
+
 def render_pdf(pages, rng, title):
     from reportlab.lib.pagesizes import A4
     from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
     from reportlab.pdfgen import canvas
     from . import render_pdf as RP
     RP.register_fonts()
-    fam = rng.choice(list(RP.FAMILIES.values()))
-    font, bold = fam
+    font, bold = rng.choice(list(RP.FAMILIES.values()) + list(EXTRA_FONTS))
+    for name in (font, bold):
+        if name not in pdfmetrics.getRegisteredFontNames():
+            path = EXTRA_FONT_FILES[name]
+            if not os.path.exists(path):
+                raise RuntimeError("%s: font file missing (tools/setup-tools.sh installs it)" % path)
+            pdfmetrics.registerFont(TTFont(name, path))
     size = rng.choice([8, 8.5, 9, 9.5, 10])
     lead = size * rng.choice([1.25, 1.35, 1.5])
     W, H = A4
