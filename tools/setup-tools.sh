@@ -2,11 +2,12 @@
 # Installs what the scripts under tools/ need (not the product): Debian packages only.
 #   python3-reportlab   PDF rendering for the sample generator (tools/samples/)
 #   fonts-dejavu-core   DejaVu TrueType fonts embedded in the generated PDFs (ő, ű and other Latin-2 letters)
+#   fonts-liberation2, fonts-freefont-ttf   more type faces for the free-layout training PDFs
 #   poppler-utils       pdftotext, used to check that generated PDFs show the expected values
 #   python3-regex       Unicode property classes for the BPE in tools/samples/estimate_check.py
 # usage: tools/setup-tools.sh
 set -euo pipefail
-packages=(python3 python3-reportlab python3-regex fonts-dejavu-core poppler-utils)
+packages=(python3 python3-reportlab python3-regex fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf poppler-utils)
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/lib/apt-install.sh"
 apt_install_missing setup-tools "${packages[@]}"
