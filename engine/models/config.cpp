@@ -169,6 +169,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& origi
       if (!text.contains(k) && k != "text_config" && k != "vision_config" && k != "model_type") text[k] = v;
     c.architecture = c.architecture.substr(0, c.architecture.size() - wrapper.size()) + "ForCausalLM";
     c.weight_prefix = "model.language_model.";
+    if (j.contains("vision_config")) c.not_loaded = "the vision tower (vision_config): text inputs only";
     j = std::move(text);
   }
   c.model_type = get_or<std::string>(j, "model_type", "", origin);

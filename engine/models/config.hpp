@@ -47,6 +47,9 @@ struct ModelConfig {
   /// Where the decoder's tensors are named: "model." (…CausalLM), "model.language_model." (the text model
   /// of a …ForConditionalGeneration checkpoint, whose architecture is then reported as …ForCausalLM).
   std::string weight_prefix = "model.";
+  /// Parts of the checkpoint quarry does not run, for the load message ("vision tower (vision_config)"
+  /// of a multimodal checkpoint: text only); empty when everything is used.
+  std::string not_loaded;
   std::size_t vocab_size = 0;
   std::size_t hidden_size = 0;
   std::size_t intermediate_size = 0;

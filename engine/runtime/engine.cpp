@@ -122,6 +122,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
                  std::to_string(kv.allocator().max_blocks() * kv.bytes_per_block() >> 20) + " MiB " +
                  dtype_name(kv.spec().dtype) + "), prefix caching " +
                  (kv.prefix_options().enabled ? "on" : stateful ? "off (recurrent state)" : "off"));
+    if (!c.not_loaded.empty()) options_.log("engine: not loaded: " + c.not_loaded);
   }
 }
 

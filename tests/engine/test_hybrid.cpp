@@ -115,6 +115,7 @@ TEST(HybridModel, ConditionalGenerationCheckpointLoadsItsTextModel) {
   const auto c = load_model_config(dir / "config.json");
   EXPECT_EQ(c.architecture, "Qwen3_5MoeForCausalLM");
   EXPECT_EQ(c.weight_prefix, "model.language_model.");
+  EXPECT_NE(c.not_loaded.find("vision"), std::string::npos) << c.not_loaded;
   EXPECT_EQ(c.hidden_size, 64u);
   auto wrapped = load_model(dir, testing::test_backend(), Compute::exact);
   auto plain = load_model(fixture_dir("tiny_qwen35moe_f32"), testing::test_backend(), Compute::exact);
