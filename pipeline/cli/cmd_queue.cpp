@@ -111,25 +111,9 @@ std::string queue_label(const qr::JobSpec& job) { return "queue " + job.queue.ur
 
 /// Collects into job.output and writes the report; the exit code of `quarry run`.
 int collect_and_report(const qr::JobSpec& job, const RunArgs& a, const std::string& resume_cmd) {
-  qr::RunControl control;
-  ProgressPrinter printer(a.progress);
-  qr::RunOptions opts;
-  opts.on_progress = [&](const qr::Progress& p) { printer(p); };
-  opts.log = [&](const std::string& m) {
-    printer.end_line();
-    spdlog::info("{}", m);
-  };
-  qr::OutdirLock lock(job.output);
-  opts.lock = &lock;
-  qr::RunMetrics m;
-  {
-    SignalWatcher watcher(control, resume_cmd);
-    m = queue::collect(job, control, opts);
-  }
-  printer.end_line();
-  const auto report = qr::write_report(job, m);
-  std::printf("results: %s\nreport:  %s (and report.json)\n", (job.output / qr::Ledger::results_name).c_str(),
-              (job.output / "report.md").c_str());
+  const auto [m, report] = run_and_report(job, a, resume_cmd, [&](qr::RunControl& control, const qr::RunOptions& opts) {
+    return queue::collect(job, control, opts);
+  });
   std::printf("%zu record(s) collected in %.1f s: %zu ok, %zu invalid, %zu error; %zu already in OUTDIR\n", m.written,
               m.wall_s, m.ok, m.invalid, m.error, m.skipped);
   std::fflush(stdout);
@@ -137,8 +121,7 @@ int collect_and_report(const qr::JobSpec& job, const RunArgs& a, const std::stri
     std::fprintf(stderr, "quarry: collect interrupted; everything reported is saved.\nResume with: %s\n", resume_cmd.c_str());
     return 130;
   }
-  const auto& by = report["by_status"];
-  return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
+  return status_exit_code(report);
 }
 
 int submit_and_print(qr::JobSpec job) {

@@ -52,28 +52,10 @@ namespace {
 int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
   qr::resolve_defaults(job);
   qr::raise_open_file_limit();
-  qr::RunControl control;
-  ProgressPrinter printer(a.progress);
-  qr::RunOptions opts;
-  opts.on_progress = [&](const qr::Progress& p) { printer(p); };
-  opts.log = [&](const std::string& m) {
-    printer.end_line();
-    spdlog::info("{}", m);
-  };
-  // OUTDIR is this run's alone until the report is written.
-  qr::OutdirLock lock(job.output);
-  opts.lock = &lock;
-  qr::RunMetrics m;
-  {
-    SignalWatcher watcher(control, resume_cmd);
-    m = qr::run_job(job, control, opts);
-  }
-  printer.end_line();
-  const auto report = qr::write_report(job, m);
-  const auto out = job.output;
-  std::printf("results: %s\nreport:  %s (and report.json)\n", (out / qr::Ledger::results_name).c_str(),
-              (out / "report.md").c_str());
-  if (job.task == qr::Task::batch) std::printf("output:  %s (OpenAI Batch output)\n", (out / "output.jsonl").c_str());
+  const auto [m, report] = run_and_report(job, a, resume_cmd, [&](qr::RunControl& control, const qr::RunOptions& opts) {
+    return qr::run_job(job, control, opts);
+  });
+  if (job.task == qr::Task::batch) std::printf("output:  %s (OpenAI Batch output)\n", (job.output / "output.jsonl").c_str());
   std::printf("%zu record(s) written in %.1f s: %zu ok, %zu invalid, %zu error; %zu already done\n", m.written, m.wall_s,
               m.ok, m.invalid, m.error, m.skipped);
   std::fflush(stdout);
@@ -85,11 +67,40 @@ int execute(qr::JobSpec job, const RunArgs& a, const std::string& resume_cmd) {
     return 130;
   }
   // The status of the output folder as a whole (a resumed run reports the failures of earlier runs too).
-  const auto& by = report["by_status"];
-  return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
+  return status_exit_code(report);
 }
 
 }  // namespace
+
+FinishedRun run_and_report(const qr::JobSpec& job, const RunArgs& a, const std::string& resume_cmd,
+                           const std::function<qr::RunMetrics(qr::RunControl&, const qr::RunOptions&)>& body) {
+  qr::RunControl control;
+  ProgressPrinter printer(a.progress);
+  qr::RunOptions opts;
+  opts.on_progress = [&](const qr::Progress& p) { printer(p); };
+  opts.log = [&](const std::string& m) {
+    printer.end_line();
+    spdlog::info("{}", m);
+  };
+  // OUTDIR is this run's alone until the report is written.
+  qr::OutdirLock lock(job.output);
+  opts.lock = &lock;
+  FinishedRun f;
+  {
+    SignalWatcher watcher(control, resume_cmd);
+    f.metrics = body(control, opts);
+  }
+  printer.end_line();
+  f.report = qr::write_report(job, f.metrics);
+  std::printf("results: %s\nreport:  %s (and report.json)\n", (job.output / qr::Ledger::results_name).c_str(),
+              (job.output / "report.md").c_str());
+  return f;
+}
+
+int status_exit_code(const nlohmann::json& report) {
+  const auto& by = report["by_status"];
+  return (by.value("invalid", 0) + by.value("error", 0)) > 0 ? 2 : 0;
+}
 
 /// The per-document limits of extraction (README "Limits and safety"); same names in `quarry ingest`.
 static void add_extract_limit_options(CLI::App* sub, RunArgs& a) {

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,5 +169,18 @@ class SignalWatcher {
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
+
+/// What a finished run or collect measured and the report it wrote.
+struct FinishedRun {
+  qr::RunMetrics metrics;
+  nlohmann::json report;
+};
+/// Runs `body` (the local run, or a collect) into job.output with the progress display, the OUTDIR
+/// lock and the signal watcher (whose second signal prints `resume_cmd`), then writes the report and
+/// prints where results and report are.
+FinishedRun run_and_report(const qr::JobSpec& job, const RunArgs& a, const std::string& resume_cmd,
+                           const std::function<qr::RunMetrics(qr::RunControl&, const qr::RunOptions&)>& body);
+/// The exit code of an output folder as a whole: 2 when a record is invalid or an error, else 0.
+int status_exit_code(const nlohmann::json& report);
 
 }  // namespace quarry::cli
