@@ -128,6 +128,26 @@ float* Workspace::get(std::size_t slot, std::size_t floats) {
   return b.as<float>();
 }
 
+DeviceBuffer rope_inv_freq(Backend& b, const ModelConfig& c) {
+  const std::size_t rdim = c.rotary_dim();
+  std::vector<float> inv_freq(rdim / 2);
+  for (std::size_t i = 0; i < rdim / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rdim);
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(e)));
+  }
+  return b.load_vector(inv_freq);
+}
+
+void mtp_input(Backend& b, const Weight& embed, const Weight& fc, const float* norm_e, const float* norm_h, float eps,
+               const ForwardBatch& batch, const float* hidden_in, std::size_t hidden, float* cat, float* x) {
+  const std::size_t T = batch.size(), H = hidden;
+  b.embedding(batch.staged().tokens, T, embed, cat, 2 * H);
+  b.copy_rows(cat + H, 2 * H, hidden_in, H, T, H);
+  b.rms_norm(cat, cat, T, H, 2 * H, norm_e, eps);
+  b.rms_norm(cat + H, cat + H, T, H, 2 * H, norm_h, eps);
+  b.matmul(cat, T, 2 * H, fc, H, x, H);
+}
+
 RopeTables rope_tables(Backend& b, Workspace& ws, const ForwardBatch& batch, const float* inv_freq,
                        std::size_t rotary_dim) {
   const std::size_t n = batch.size() * (rotary_dim / 2);

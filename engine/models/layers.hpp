@@ -118,6 +118,15 @@ enum Slot : std::size_t {
   kFirstFreeSlot
 };
 
+/// RoPE inverse frequencies [rotary_dim / 2] of `c` on the backend, as HF computes them: the exponent
+/// 2i / rotary_dim in f32, then rope_theta ** exponent, then the reciprocal.
+DeviceBuffer rope_inv_freq(Backend& b, const ModelConfig& c);
+
+/// The MTP module's input (Qwen3-Next / DeepSeek-V3 layout): x [T, H] = fc([norm_e(embed(tokens)),
+/// norm_h(hidden_in)]) for the staged batch's tokens; `cat` is scratch of [T, 2H]. hidden_in [T, H].
+void mtp_input(Backend& b, const Weight& embed, const Weight& fc, const float* norm_e, const float* norm_h, float eps,
+               const ForwardBatch& batch, const float* hidden_in, std::size_t hidden, float* cat, float* x);
+
 /// The RoPE tables of a batch: cos/sin [n_tokens, rotary_dim / 2] (computed once per forward call and
 /// shared by every layer).
 struct RopeTables {

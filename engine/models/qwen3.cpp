@@ -64,14 +64,7 @@ class Qwen3 final : public Model {
           layers::load_decoder_layer(w, "model.layers." + std::to_string(l) + ".", c, c.is_sparse_layer(l)));
     final_norm_ = w.vector("model.norm.weight", H);
     if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
-    // RoPE frequencies, as HF: exponent computed in f32, then theta ** exponent, then reciprocal.
-    const std::size_t rdim = c.rotary_dim();
-    std::vector<float> inv_freq(rdim / 2);
-    for (std::size_t i = 0; i < rdim / 2; ++i) {
-      const float e = static_cast<float>(2 * i) / static_cast<float>(rdim);
-      inv_freq[i] = static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(e)));
-    }
-    inv_freq_ = backend_->load_vector(inv_freq);
+    inv_freq_ = layers::rope_inv_freq(*backend_, c);
 
     if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5: mtp.*
       MtpModule m;
@@ -179,14 +172,9 @@ class Qwen3 final : public Model {
     const std::size_t H = cfg_.hidden_size;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Backend& be = *backend_;
-    // cat = [norm_e(embed(token)), norm_h(hidden)]  [T, 2H]; x = cat fc^T  [T, H]
-    float* cat = ws_.get(kCat, T * 2 * H);
     float* x = ws_.get(kX, T * H);
-    be.embedding(b.staged().tokens, T, *embed_, cat, 2 * H);
-    be.copy_rows(cat + H, 2 * H, hidden_in, H, T, H);
-    be.rms_norm(cat, cat, T, H, 2 * H, m.norm_e.as<float>(), eps);
-    be.rms_norm(cat + H, cat + H, T, H, 2 * H, m.norm_h.as<float>(), eps);
-    be.matmul(cat, T, 2 * H, *m.fc, H, x, H);
+    layers::mtp_input(be, *embed_, *m.fc, m.norm_e.as<float>(), m.norm_h.as<float>(), eps, b, hidden_in, H,
+                      ws_.get(kCat, T * 2 * H), x);
     const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
     layers::decoder_layer(be, ws_, m.layer, cfg_, kv_layer, x, b, kv, rope);
     be.rms_norm(x, out.hidden, T, H, H, m.norm.as<float>(), eps);

@@ -166,13 +166,7 @@ class HybridQwen final : public Model {
     }
     final_norm_ = vector_plus(w, c.weight_prefix + "norm.weight", {H}, 1.0f);
     if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
-    const std::size_t rdim = c.rotary_dim();
-    std::vector<float> inv_freq(rdim / 2);
-    for (std::size_t i = 0; i < rdim / 2; ++i) {
-      const float e = static_cast<float>(2 * i) / static_cast<float>(rdim);
-      inv_freq[i] = static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(e)));
-    }
-    inv_freq_ = backend_->load_vector(inv_freq);
+    inv_freq_ = layers::rope_inv_freq(*backend_, c);
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -221,13 +215,9 @@ class HybridQwen final : public Model {
     const std::size_t H = cfg_.hidden_size;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Backend& be = *backend_;
-    float* cat = ws_.get(kCat, T * 2 * H);
     float* x = ws_.get(kX, T * H);
-    be.embedding(b.staged().tokens, T, *embed_, cat, 2 * H);
-    be.copy_rows(cat + H, 2 * H, hidden_in, H, T, H);
-    be.rms_norm(cat, cat, T, H, 2 * H, mtp_->norm_e.as<float>(), eps);
-    be.rms_norm(cat + H, cat + H, T, H, 2 * H, mtp_->norm_h.as<float>(), eps);
-    be.matmul(cat, T, 2 * H, *mtp_->fc, H, x, H);
+    layers::mtp_input(be, *embed_, *mtp_->fc, mtp_->norm_e.as<float>(), mtp_->norm_h.as<float>(), eps, b, hidden_in,
+                      H, ws_.get(kCat, T * 2 * H), x);
     const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
     gated_attention(mtp_->layer.attn, x, b, kv, rope, kv_layer);
     ffn(mtp_->layer, x, T);

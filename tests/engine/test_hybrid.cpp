@@ -12,6 +12,7 @@
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "fixtures.hpp"
+#include "last_logits.hpp"
 #include "tests/common/device.hpp"
 
 namespace quarry::engine {
@@ -98,16 +99,7 @@ void write_wrapper_checkpoint(const std::filesystem::path& src, const std::files
   out.write(bytes.data() + 8 + n, static_cast<std::streamsize>(bytes.size() - 8 - n));
 }
 
-std::vector<float> last_logits(Model& m, const std::vector<TokenId>& prompt) {
-  auto kv = m.make_kv_cache(256);
-  const SeqId seq = kv->create_sequence();
-  EXPECT_TRUE(kv->reserve(seq, prompt.size()));
-  Batch b;
-  for (std::size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<std::int32_t>(i), seq, i + 1 == prompt.size());
-  std::vector<float> logits(m.config().vocab_size);
-  m.forward(b, *kv, logits.data());
-  return logits;
-}
+using testing::last_logits;
 
 TEST(HybridModel, ConditionalGenerationCheckpointLoadsItsTextModel) {
   const auto dir = testing::scratch_dir("hybrid_wrapper");

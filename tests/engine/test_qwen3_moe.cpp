@@ -7,6 +7,7 @@
 #include "engine/models/config.hpp"
 #include "engine/models/model.hpp"
 #include "fixtures.hpp"
+#include "last_logits.hpp"
 #include "tests/common/device.hpp"
 
 namespace quarry::engine {
@@ -65,17 +66,7 @@ TEST(MoeConfig, BadTopKIsRefusedNamingTheFile) {
   EXPECT_THROW(parse_model_config(j.dump(), "config.json"), std::runtime_error);
 }
 
-/// Last-position logits of `prompt` (one forward over the whole prompt).
-std::vector<float> last_logits(Model& m, const std::vector<TokenId>& prompt) {
-  auto kv = m.make_kv_cache(256);
-  const SeqId seq = kv->create_sequence();
-  EXPECT_TRUE(kv->reserve(seq, prompt.size()));
-  Batch b;
-  for (std::size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<std::int32_t>(i), seq, i + 1 == prompt.size());
-  std::vector<float> logits(m.config().vocab_size);
-  m.forward(b, *kv, logits.data());
-  return logits;
-}
+using testing::last_logits;
 
 TEST(MoeModel, FusedAndPerExpertLayoutsGiveIdenticalLogits) {
   std::vector<TokenId> prompt;
