@@ -330,6 +330,10 @@ class Backend : public std::enable_shared_from_this<Backend> {
   virtual void fill(float* x, std::size_t n, float value) = 0;
   /// Waits for every op issued before.
   virtual void synchronize() = 0;
+  /// Makes the calling thread able to drive this backend (CUDA: makes its device the thread's current
+  /// one). A thread that drives backends of several devices in turn (the ranks of a tensor-parallel
+  /// group) calls it before it uses one. The CPU needs nothing.
+  virtual void bind_thread() {}
 
   // ---- weights and KV storage ----
   /// Makes `host` ([rows, cols] row-major in `dtype`) a weight of this backend, prepared for `use` under
@@ -435,6 +439,13 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// Runs a recording again. Returns false, running nothing, when device memory was allocated or freed
   /// since it was recorded (it may point to freed buffers): record anew.
   virtual bool replay(const CapturedOps& ops);
+  /// Whether replay(ops) would run it now (false: memory was allocated or freed since it was recorded).
+  /// The ranks of a tensor-parallel group ask before any of them replays, since a rank that replays
+  /// its step alone would wait in its collectives for the others.
+  virtual bool replayable(const CapturedOps& ops) const {
+    (void)ops;
+    return supports_capture();
+  }
 
   // ---- probes (for benchmarks' rooflines) ----
   /// Memory bandwidth in GB/s (1e9 B/s) of `runs` passes over `bytes` bytes, as decode meets it: on the

@@ -29,6 +29,53 @@ std::unique_ptr<Weight> WeightLoader::slice(const std::string& name, std::size_t
   return backend_.load_matrix(base + offset, t.dtype, rows, cols, WeightUse::matmul, compute_);
 }
 
+void WeightLoader::refuse_quantized(const std::string& name) const {
+  if (quant_ && quant_->present())
+    throw std::runtime_error(store_.origin().string() + ": " + name +
+                             ": tensor parallelism over a quantized checkpoint is not implemented yet");
+}
+
+std::unique_ptr<Weight> WeightLoader::row_slice(const std::string& name, std::size_t rows, std::size_t cols,
+                                                std::size_t row0, std::size_t n, WeightUse use) const {
+  if (row0 == 0 && n == rows) return matrix(name, rows, cols, use);
+  refuse_quantized(name);
+  const TensorView& t = store_.get(name, {rows, cols});
+  if (row0 + n > rows) throw std::logic_error(name + ": row slice outside the tensor");
+  const auto* base = static_cast<const unsigned char*>(t.data) + row0 * cols * dtype_size(t.dtype);
+  return backend_.load_matrix(base, t.dtype, n, cols, use, compute_);
+}
+
+std::unique_ptr<Weight> WeightLoader::copy_cols(const std::string& name, const void* base, DType dtype,
+                                                std::size_t rows, std::size_t cols, std::size_t col0,
+                                                std::size_t n) const {
+  if (col0 + n > cols) throw std::logic_error(name + ": column slice outside the tensor");
+  if (!keep_) throw std::logic_error(name + ": a column slice needs host memory to keep it in");
+  const std::size_t es = dtype_size(dtype);
+  std::vector<unsigned char> copy(rows * n * es);
+  const auto* src = static_cast<const unsigned char*>(base);
+  for (std::size_t r = 0; r < rows; ++r) std::memcpy(copy.data() + r * n * es, src + (r * cols + col0) * es, n * es);
+  keep_->push_back(std::move(copy));
+  return backend_.load_matrix(keep_->back().data(), dtype, rows, n, WeightUse::matmul, compute_);
+}
+
+std::unique_ptr<Weight> WeightLoader::col_slice(const std::string& name, std::size_t rows, std::size_t cols,
+                                                std::size_t col0, std::size_t n) const {
+  if (col0 == 0 && n == cols) return matrix(name, rows, cols);
+  refuse_quantized(name);
+  const TensorView& t = store_.get(name, {rows, cols});
+  return copy_cols(name, t.data, t.dtype, rows, cols, col0, n);
+}
+
+std::unique_ptr<Weight> WeightLoader::slice_cols(const std::string& name, std::size_t count, std::size_t slice_rows,
+                                                 std::size_t cols, std::size_t index, std::size_t col0,
+                                                 std::size_t n) const {
+  if (col0 == 0 && n == cols) return slice(name, count, slice_rows, cols, index, 0, slice_rows);
+  const TensorView& t = store_.get(name, {count, slice_rows, cols});
+  if (index >= count) throw std::logic_error(name + ": slice outside the tensor");
+  const auto* base = static_cast<const unsigned char*>(t.data) + index * slice_rows * cols * dtype_size(t.dtype);
+  return copy_cols(name, base, t.dtype, slice_rows, cols, col0, n);
+}
+
 DeviceBuffer WeightLoader::vector(const std::string& name, std::size_t n) const {
   const TensorView& t = store_.get(name, {n});
   std::vector<float> v(n);
@@ -50,6 +97,13 @@ AttentionWeights load_attention(const WeightLoader& w, const std::string& p, con
   a.input_norm = w.vector(p + "input_layernorm.weight", H);
   a.q_norm = w.vector(p + "self_attn.q_norm.weight", D);
   a.k_norm = w.vector(p + "self_attn.k_norm.weight", D);
+  if (const ShardDims* s = w.shard()) {  // this rank's heads
+    a.wq = w.row_slice(p + "self_attn.q_proj.weight", QD, H, s->q_head0 * D, s->q_heads * D);
+    a.wk = w.row_slice(p + "self_attn.k_proj.weight", KD, H, s->kv_head0 * D, s->kv_heads * D);
+    a.wv = w.row_slice(p + "self_attn.v_proj.weight", KD, H, s->kv_head0 * D, s->kv_heads * D);
+    a.wo = w.col_slice(p + "self_attn.o_proj.weight", H, QD, s->q_head0 * D, s->q_heads * D);
+    return a;
+  }
   a.wq = w.matrix(p + "self_attn.q_proj.weight", QD, H);
   a.wk = w.matrix(p + "self_attn.k_proj.weight", KD, H);
   a.wv = w.matrix(p + "self_attn.v_proj.weight", KD, H);
@@ -61,6 +115,12 @@ MlpWeights load_swiglu(const WeightLoader& w, const std::string& p, const ModelC
   const std::size_t H = c.hidden_size, I = c.intermediate_size;
   MlpWeights m;
   m.post_norm = w.vector(p + "post_attention_layernorm.weight", H);
+  if (const ShardDims* s = w.shard()) {  // this rank's intermediate columns
+    m.w_gate = w.row_slice(p + "mlp.gate_proj.weight", I, H, s->inter0, s->inter);
+    m.w_up = w.row_slice(p + "mlp.up_proj.weight", I, H, s->inter0, s->inter);
+    m.w_down = w.col_slice(p + "mlp.down_proj.weight", H, I, s->inter0, s->inter);
+    return m;
+  }
   m.w_gate = w.matrix(p + "mlp.gate_proj.weight", I, H);
   m.w_up = w.matrix(p + "mlp.up_proj.weight", I, H);
   m.w_down = w.matrix(p + "mlp.down_proj.weight", H, I);
@@ -87,7 +147,21 @@ MoeWeights load_moe(const WeightLoader& w, const std::string& p, const ModelConf
   m.router = w.matrix(p + "mlp.gate.weight", E, H);
   const std::string fused_gate_up = p + "mlp.experts.gate_up_proj", fused_down = p + "mlp.experts.down_proj";
   const bool fused = w.has(fused_gate_up);
-  for (std::size_t e = 0; e < E; ++e) {
+  const ShardDims* s = w.shard();
+  for (std::size_t e = 0; e < E && s; ++e) {  // every expert sharded: this rank's intermediate columns
+    const std::size_t i0 = s->moe_inter0, n = s->moe_inter;
+    if (fused) {
+      m.gate.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, i0, n));
+      m.up.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, I + i0, n));
+      m.down.push_back(w.slice_cols(fused_down, E, H, I, e, i0, n));
+    } else {
+      const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+      m.gate.push_back(w.row_slice(q + "gate_proj.weight", I, H, i0, n));
+      m.up.push_back(w.row_slice(q + "up_proj.weight", I, H, i0, n));
+      m.down.push_back(w.col_slice(q + "down_proj.weight", H, I, i0, n));
+    }
+  }
+  for (std::size_t e = 0; e < E && !s; ++e) {
     if (fused) {
       m.gate.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, 0, I));
       m.up.push_back(w.slice(fused_gate_up, E, 2 * I, H, e, I, I));
@@ -161,8 +235,19 @@ RopeTables rope_tables(Backend& b, Workspace& ws, const ForwardBatch& batch, con
   return r;
 }
 
+void add_projection(Backend& b, Collective* tp, const float* in, std::size_t T, std::size_t ldin, const Weight& w,
+                    float* x, std::size_t H, float* scratch) {
+  if (!tp) {
+    b.matmul_add(in, T, ldin, w, x, H, scratch);
+    return;
+  }
+  b.matmul(in, T, ldin, w, w.rows, scratch, H);
+  tp->all_reduce_sum(scratch, T * H);
+  b.add(x, scratch, T * H);
+}
+
 void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,
-                     float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope) {
+                     float* x, const ForwardBatch& batch, KvStorage& kv, const RopeTables& rope, Collective* tp) {
   const std::size_t T = batch.size(), H = c.hidden_size, D = c.head_dim;
   const std::size_t NH = c.num_attention_heads, NKV = c.num_key_value_heads;
   const std::size_t QD = NH * D, KD = NKV * D;
@@ -178,12 +263,13 @@ void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const
   b.matmul_many(h, T, H, qkv);
   b.head_norm_rope(q, T, NH, D, QD, w.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
   b.head_norm_rope(k, T, NKV, D, KD, w.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
-  b.kv_store(k, v, KD, batch.staged(), kv.storage(), kv_layer);
-  b.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), kv_layer, scale);
-  b.matmul_add(attn, T, QD, *w.wo, x, H, h);
+  b.kv_store(k, v, KD, batch.staged(), kv, kv_layer);
+  b.attention(q, QD, attn, QD, NH, batch.staged(), kv, kv_layer, scale);
+  add_projection(b, tp, attn, T, QD, *w.wo, x, H, h);
 }
 
-void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T) {
+void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T,
+                  Collective* tp) {
   const std::size_t H = c.hidden_size, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
@@ -192,10 +278,11 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
   b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
   b.matmul_swiglu(h, T, H, *w.w_gate, *w.w_up, gate, I, up);
   // down_proj's scratch: `up` (free again), [T, H] fits in [T, I].
-  b.matmul_add(gate, T, I, *w.w_down, x, H, up);
+  add_projection(b, tp, gate, T, I, *w.w_down, x, H, up);
 }
 
-void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T) {
+void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
+               Collective* tp) {
   const std::size_t H = c.hidden_size, E = w.gate.size(), K = w.top_k;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
@@ -206,14 +293,23 @@ void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig
   b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
   b.matmul(h, T, H, *w.router, E, logits, E);
   b.moe_route(logits, T, E, K, w.norm_topk_prob, ids, routing + T * K);
-  b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, x, H, scratch);
+  if (!tp) {
+    b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, x, H, scratch);
+    return;
+  }
+  // Each rank's experts give partial sums (their intermediate slices): summed over the ranks, then added.
+  float* y = ws.get(kMoeOut, T * H);
+  b.fill(y, T * H, 0.0f);
+  b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, y, H, scratch);
+  tp->all_reduce_sum(y, T * H);
+  b.add(x, y, T * H);
 }
 
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
-                   float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope) {
-  attention_block(b, ws, w.attn, c, kv_layer, x, batch, kv, rope);
-  if (w.sparse()) moe_block(b, ws, w.moe, c, x, batch.size());
-  else swiglu_block(b, ws, w.mlp, c, x, batch.size());
+                   float* x, const ForwardBatch& batch, KvStorage& kv, const RopeTables& rope, Collective* tp) {
+  attention_block(b, ws, w.attn, c, kv_layer, x, batch, kv, rope, tp);
+  if (w.sparse()) moe_block(b, ws, w.moe, c, x, batch.size(), tp);
+  else swiglu_block(b, ws, w.mlp, c, x, batch.size(), tp);
 }
 
 bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* norm, float eps, const float* states,
@@ -242,6 +338,43 @@ bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* no
   }
   b.matmul(sel, n_out, hidden, head, n_rows, logits, n_rows);
   return false;
+}
+
+void lm_head_parallel(Backend& b, Collective& tp, const Weight& head, std::size_t vocab_size, std::size_t chunk,
+                      std::size_t n_rows, const float* norm, float eps, const float* states, std::size_t hidden,
+                      const ForwardBatch& batch, float* sel, float* local, float* gathered, float* logits,
+                      std::span<const std::vector<std::int32_t>> candidates) {
+  const std::size_t n_out = batch.n_logits();
+  if (n_out == 0) return;
+  // Rank q holds ids [q * chunk, q * chunk + count(q)) of the first n_rows.
+  const auto count = [&](std::size_t q) {
+    const std::size_t v0 = std::min(n_rows, q * chunk), v1 = std::min({n_rows, vocab_size, (q + 1) * chunk});
+    return v1 > v0 ? v1 - v0 : std::size_t{0};
+  };
+  const std::size_t v0 = tp.rank() * chunk, mine = count(tp.rank());
+  b.gather_rows(sel, hidden, states, hidden, batch.staged().logit_rows, n_out, hidden);
+  if (norm) b.rms_norm(sel, sel, n_out, hidden, hidden, norm, eps);
+  const bool few = candidates.size() == n_out &&
+                   std::all_of(candidates.begin(), candidates.end(), [](const auto& ids) { return !ids.empty(); });
+  if (few) {  // the candidates this rank holds, as its own row indices
+    std::vector<std::vector<std::int32_t>> own(n_out);
+    for (std::size_t r = 0; r < n_out; ++r)
+      for (const auto id : candidates[r]) {
+        if (id < 0 || static_cast<std::size_t>(id) >= n_rows)
+          throw std::invalid_argument("lm_head: candidate token id " + std::to_string(id) +
+                                      " outside the draft vocabulary");
+        if (static_cast<std::size_t>(id) >= v0 && static_cast<std::size_t>(id) < v0 + mine)
+          own[r].push_back(static_cast<std::int32_t>(id - v0));
+      }
+    b.matmul_ids(sel, n_out, hidden, head, own, local, chunk);
+  } else if (mine > 0) {
+    b.matmul(sel, n_out, hidden, head, mine, local, chunk);
+  }
+  tp.all_gather(local, n_out * chunk, gathered);
+  if (!logits) return;
+  for (std::size_t q = 0; q < tp.size(); ++q)
+    if (const std::size_t n = count(q))
+      b.copy_rows(logits + q * chunk, n_rows, gathered + q * n_out * chunk, chunk, n_out, n);
 }
 
 }  // namespace quarry::engine::layers

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "engine/backend/backend.hpp"
+#include "engine/backend/collective.hpp"
 #include "engine/memory/kv_cache.hpp"
 #include "engine/models/config.hpp"
 #include "engine/models/model.hpp"
+#include "engine/models/parallel.hpp"
 #include "engine/models/safetensors.hpp"
 
 namespace quarry::engine::layers {
@@ -24,6 +26,23 @@ class WeightLoader {
   /// `quant`: the checkpoint's quantization_config (null or empty: none); must outlive the loader.
   WeightLoader(const TensorStore& store, Backend& backend, Compute compute, const QuantizationConfig* quant = nullptr)
       : store_(store), backend_(backend), compute_(compute), quant_(quant) {}
+  /// A loader of rank `shard`'s slices (tensor parallel): load_attention, load_swiglu, load_moe and
+  /// vocab_rows take the slices parallel.hpp describes. Column slices are copied into `keep` (host
+  /// memory the model keeps as long as its weights: backends may read weights in place).
+  WeightLoader(const TensorStore& store, Backend& backend, Compute compute, const QuantizationConfig* quant,
+               const ShardDims* shard, std::vector<std::vector<unsigned char>>* keep)
+      : store_(store), backend_(backend), compute_(compute), quant_(quant), shard_(shard), keep_(keep) {}
+  /// The slices this loader takes (null: whole matrices).
+  const ShardDims* shard() const { return shard_; }
+  /// Rows [row0, row0 + n) of the matrix `name` [rows, cols] (a column-parallel slice: contiguous, read
+  /// in place). Throws as matrix(); std::runtime_error for a quantized checkpoint unless the slice is
+  /// the whole matrix (quantized tensor parallelism is not implemented).
+  std::unique_ptr<Weight> row_slice(const std::string& name, std::size_t rows, std::size_t cols, std::size_t row0,
+                                    std::size_t n, WeightUse use = WeightUse::matmul) const;
+  /// Columns [col0, col0 + n) of the matrix `name` [rows, cols] (a row-parallel slice), copied into
+  /// `keep`. Throws as row_slice().
+  std::unique_ptr<Weight> col_slice(const std::string& name, std::size_t rows, std::size_t cols, std::size_t col0,
+                                    std::size_t n) const;
   /// The matrix `name` of shape [rows, cols], in its stored dtype, or packed as the quantization config
   /// says where the checkpoint stores the module quantized (quant_loader.hpp). Throws std::runtime_error
   /// naming the checkpoint and the tensor when it is missing or mis-shaped.
@@ -34,6 +53,10 @@ class WeightLoader {
   /// slice is read where it lies in the mapped file. Throws as matrix().
   std::unique_ptr<Weight> slice(const std::string& name, std::size_t count, std::size_t slice_rows, std::size_t cols,
                                 std::size_t index, std::size_t row0, std::size_t rows) const;
+  /// Slice `index` of the 3-D tensor `name` [count, slice_rows, cols], its columns [col0, col0 + n)
+  /// (a row-parallel slice of a fused expert tensor), copied into `keep`.
+  std::unique_ptr<Weight> slice_cols(const std::string& name, std::size_t count, std::size_t slice_rows,
+                                     std::size_t cols, std::size_t index, std::size_t col0, std::size_t n) const;
   /// The vector `name` of n elements, widened to f32 (norm weights: tiny).
   DeviceBuffer vector(const std::string& name, std::size_t n) const;
   bool has(const std::string& name) const { return store_.has(name); }
@@ -46,6 +69,12 @@ class WeightLoader {
   Backend& backend_;
   Compute compute_;
   const QuantizationConfig* quant_ = nullptr;
+  const ShardDims* shard_ = nullptr;
+  std::vector<std::vector<unsigned char>>* keep_ = nullptr;
+  /// Columns [col0, col0 + n) of the [rows, cols] matrix at `base` (stored dtype), into keep_.
+  std::unique_ptr<Weight> copy_cols(const std::string& name, const void* base, DType dtype, std::size_t rows,
+                                    std::size_t cols, std::size_t col0, std::size_t n) const;
+  void refuse_quantized(const std::string& name) const;
 };
 
 /// The attention part of a decoder layer (Qwen3: q/k RMSNorm over head_dim, no bias).
@@ -114,7 +143,7 @@ class Workspace {
 /// Slots of Workspace used by the builders below (a model may use others from kFirstFreeSlot on).
 enum Slot : std::size_t {
   kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin,
-  kRouter, kRouting, kMoeScratch,  // the MoE block's
+  kRouter, kRouting, kMoeScratch, kMoeOut,  // the MoE block's
   kFirstFreeSlot
 };
 
@@ -137,20 +166,32 @@ struct RopeTables {
 RopeTables rope_tables(Backend& b, Workspace& ws, const ForwardBatch& batch, const float* inv_freq,
                        std::size_t rotary_dim);
 
+/// x [T, H] += in [T, w.cols] . W^T (stride ldin). With `tp` (W a row-parallel slice) the ranks' partial
+/// products are summed by one all-reduce before the add. `scratch` holds [T, H].
+void add_projection(Backend& b, Collective* tp, const float* in, std::size_t T, std::size_t ldin, const Weight& w,
+                    float* x, std::size_t H, float* scratch);
+
+// The blocks below take `c` as this rank's layers see it (local_config under tensor parallelism) and
+// `tp`, this rank's collectives (null without tensor parallelism).
+
 /// x [T, hidden] += o_proj(attention(RoPE(q_norm(q_proj(h))), RoPE(k_norm(k_proj(h))), v_proj(h))) with
 /// h = input_norm(x), K/V stored into KV layer `kv_layer` (HF Qwen3Attention, GQA, causal, paged).
 void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,
-                     float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
+                     float* x, const ForwardBatch& batch, KvStorage& kv, const RopeTables& rope,
+                     Collective* tp = nullptr);
 /// x [T, hidden] += down_proj(silu(gate_proj(h)) * up_proj(h)) with h = post_norm(x) (HF Qwen3MLP).
-void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T);
+void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelConfig& c, float* x, std::size_t T,
+                  Collective* tp = nullptr);
 /// x [T, hidden] += the MoE block of h = post_norm(x) (HF Qwen3MoeSparseMoeBlock): router logits h R^T,
 /// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob)
 /// (Backend::moe_route), each token's experts' SwiGLU outputs weighted and summed in expert order, added
 /// to x (Backend::moe_experts).
-void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T);
+void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
+               Collective* tp = nullptr);
 /// One decoder layer: attention_block then swiglu_block or moe_block.
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
-                   float* x, const ForwardBatch& batch, KvCache& kv, const RopeTables& rope);
+                   float* x, const ForwardBatch& batch, KvStorage& kv, const RopeTables& rope,
+                   Collective* tp = nullptr);
 
 /// The LM head over the batch rows that want logits: rows of `states` [T, hidden] gathered, normed by
 /// `norm` (null: already normed), then logits [n_logits, ld] = rows . head[0:n_rows]^T, or the ids of
@@ -160,5 +201,17 @@ void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, cons
 bool lm_head(Backend& b, const Weight& head, std::size_t n_rows, const float* norm, float eps, const float* states,
              std::size_t hidden, const ForwardBatch& batch, float* sel, float* logits,
              std::span<const std::uint32_t> lm_head_groups, std::span<const std::vector<std::int32_t>> candidates);
+
+/// The vocabulary-parallel LM head of one rank (tensor parallel): `head` holds this rank's rows
+/// [rank * chunk, rank * chunk + head.rows) of a vocab_size-row head, chunk = ceil(vocab_size / ranks).
+/// Like lm_head() over the first n_rows ids (n_rows <= vocab_size: a draft vocabulary): each rank computes
+/// the logits of its ids below n_rows (or of the `candidates` it holds, when every row has some) into
+/// `local` [n_logits, chunk], all-gathers them into `gathered` [ranks, n_logits, chunk], and rank 0 writes
+/// logits [n_logits, n_rows] (`logits` null elsewhere). `sel`: scratch [n_logits, hidden]. Every rank
+/// calls it with the same shapes.
+void lm_head_parallel(Backend& b, Collective& tp, const Weight& head, std::size_t vocab_size, std::size_t chunk,
+                      std::size_t n_rows, const float* norm, float eps, const float* states, std::size_t hidden,
+                      const ForwardBatch& batch, float* sel, float* local, float* gathered, float* logits,
+                      std::span<const std::vector<std::int32_t>> candidates);
 
 }  // namespace quarry::engine::layers

@@ -45,16 +45,32 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
   }
   if (kv.spec().state_floats > 0)
     for (const SeqId s : seqs) states_.push_back(kv.recurrent_state(s));
+  tokens_.assign(b.tokens.begin(), b.tokens.end());
+  positions_.assign(b.positions.begin(), b.positions.end());
+  seq_index_ = std::move(seq_index);
+  tables_ = std::move(tables);
+  logit_rows_ = std::move(logit_rows);
+  max_blocks_ = max_blocks;
+  stage(backend);
+}
+
+ForwardBatch::ForwardBatch(const ForwardBatch& o, Backend& backend)
+    : states_(o.states_), tokens_(o.tokens_), positions_(o.positions_), seq_index_(o.seq_index_), tables_(o.tables_),
+      logit_rows_(o.logit_rows_), max_blocks_(o.max_blocks_) {
+  stage(backend);
+}
+
+void ForwardBatch::stage(Backend& backend) {
   BatchInputs in;
-  in.tokens = b.tokens;
-  in.positions = b.positions;
-  in.seq_index = seq_index;
-  in.block_tables = tables;
-  in.max_blocks = max_blocks;
-  in.logit_rows = logit_rows;
+  in.tokens = tokens_;
+  in.positions = positions_;
+  in.seq_index = seq_index_;
+  in.block_tables = tables_;
+  in.max_blocks = max_blocks_;
+  in.logit_rows = logit_rows_;
   staged_ = &backend.stage(in);
-  n_tokens_ = T;
-  n_logits_ = logit_rows.size();
+  n_tokens_ = tokens_.size();
+  n_logits_ = logit_rows_.size();
 }
 
 void Model::mtp_forward(std::size_t, const ForwardBatch&, const float*, KvCache&, const ForwardOutputs&, std::size_t,
@@ -107,7 +123,9 @@ std::unique_ptr<KvCache> Model::make_kv_cache(std::size_t max_tokens, std::size_
                                               const PrefixCacheOptions& prefix) const {
   KvSpec spec = kv_spec();
   spec.n_layers = config().attention_layers() + std::min(mtp_layers, mtp_depths());
-  return std::make_unique<KvCache>(backend(), spec, max_tokens, prefix);
+  const std::size_t blocks = (max_tokens + spec.block_size - 1) / spec.block_size;
+  if (spec.state_floats > 0) return std::make_unique<KvCache>(backend(), spec, max_tokens, prefix);
+  return std::make_unique<KvCache>(spec, max_tokens, prefix, make_kv_storage(spec, blocks));
 }
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, std::shared_ptr<Backend> backend, Compute compute) {

@@ -32,6 +32,10 @@ class ForwardBatch {
   /// Checks the batch (token ids < vocab_size, each position inside its sequence's block table) and
   /// stages it on `backend`. Throws std::invalid_argument naming the token or position.
   ForwardBatch(Backend& backend, const Batch& batch, const KvCache& kv, std::size_t vocab_size);
+  /// The same batch staged on another backend (another rank of a tensor-parallel group).
+  ForwardBatch(const ForwardBatch& other, Backend& backend);
+  ForwardBatch(const ForwardBatch&) = delete;
+  ForwardBatch& operator=(const ForwardBatch&) = delete;
   const StagedBatch& staged() const { return *staged_; }
   /// Sequences in the batch and the stride of its block tables (a power of two, at least 16).
   std::size_t n_seqs() const { return staged_->n_seqs; }
@@ -44,6 +48,11 @@ class ForwardBatch {
 
  private:
   std::vector<float*> states_;
+  // The host inputs (kept for staging on other backends).
+  std::vector<TokenId> tokens_;
+  std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;
+  std::size_t max_blocks_ = 0;
+  void stage(Backend& backend);
   const StagedBatch* staged_ = nullptr;
   std::size_t n_tokens_ = 0, n_logits_ = 0;
 };
@@ -76,6 +85,24 @@ class Model {
     (void)n_tokens;
     return true;
   }
+  /// Records and replays of forward calls for the runner (Backend::begin_capture, end_capture, replay);
+  /// the defaults record on backend(). A model over several backends (tensor parallel) records each.
+  virtual bool can_record() const { return backend().supports_capture(); }
+  virtual void begin_capture() { backend().begin_capture(); }
+  virtual std::unique_ptr<CapturedOps> end_capture() { return backend().end_capture(); }
+  /// Replays a recording of forward() over `batch` (staged on backend() already; the recording reads
+  /// the staged inputs). Returns false, running nothing, when the recording went stale (Backend::replay).
+  virtual bool replay(const CapturedOps& ops, const ForwardBatch& batch) {
+    (void)batch;
+    return backend().replay(ops);
+  }
+
+  /// The KV block storage for `spec` (this model's kv_spec() with the runner's layer count) and up to
+  /// `max_blocks` blocks: the backend's by default; a tensor-parallel model's holds every rank's.
+  virtual std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) const {
+    return backend().make_kv_storage(spec, max_blocks);
+  }
+
   /// Whether forward() can restrict the LM head to lm_head_groups here (so computing them pays).
   virtual bool supports_lm_head_groups() const { return false; }
 

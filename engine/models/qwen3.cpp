@@ -23,6 +23,7 @@
 #include "engine/models/qwen3.hpp"
 #include "engine/models/registry.hpp"
 #include "engine/models/safetensors.hpp"
+#include "engine/models/tensor_parallel.hpp"
 
 namespace quarry::engine {
 
@@ -42,28 +43,42 @@ struct MtpModule {
 constexpr std::size_t kMaxRecursiveMtpDepth = 8;
 
 /// Workspace slots of this model beyond the shared builders'.
-enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kCat };
+enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kCat, kLocalLogits, kGathered };
 
-class Qwen3 final : public Model {
+class Qwen3 final : public RankModel {
  public:
-  Qwen3(const ModelConfig& c, std::unique_ptr<TensorStore> store, std::shared_ptr<Backend> backend, Compute requested)
-      : cfg_(c), store_(std::move(store)), backend_(std::move(backend)), ws_(*backend_) {
+  Qwen3(const ModelConfig& c, std::unique_ptr<TensorStore> store, std::shared_ptr<Backend> backend, Compute requested,
+        const TensorParallel& tp = {})
+      : cfg_(c), local_(c), tp_(tp), store_(std::move(store)), backend_(std::move(backend)), ws_(*backend_) {
     const std::size_t H = c.hidden_size;
     if (c.attention_bias)
       throw std::runtime_error(store_->origin().string() + ": attention_bias=true is not supported for Qwen3");
+    if (tp_.active()) {
+      try {
+        dims_ = shard_dims(c, tp_.rank, tp_.size);
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(store_->origin().string() + ": " + e.what());
+      }
+      local_ = local_config(c, dims_);
+    }
     // The checkpoint's dtype, as its embedding table is stored.
     const DType ckpt = store_->get("model.embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
-    const layers::WeightLoader w(*store_, *backend_, compute_, &cfg_.quantization);
+    const layers::WeightLoader w(*store_, *backend_, compute_, &cfg_.quantization, tp_.active() ? &dims_ : nullptr,
+                                 &keep_);
     const auto sparse_module = [&](const std::string& p) { return c.num_experts > 0 && store_->has(p + "mlp.gate.weight"); };
     // Tied checkpoints usually omit lm_head.weight (save_pretrained drops it); some keep a copy.
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
-    embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
+    const std::string head_name = tied_head ? "model.embed_tokens.weight" : "lm_head.weight";
+    // Under tensor parallelism the embedding table is whole on every rank and the head is the rank's slice.
+    embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, H,
+                      tied_head && !tp_.active() ? WeightUse::both : WeightUse::embedding);
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
       layers_.push_back(
           layers::load_decoder_layer(w, "model.layers." + std::to_string(l) + ".", c, c.is_sparse_layer(l)));
     final_norm_ = w.vector("model.norm.weight", H);
-    if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
+    if (tp_.active()) own_lm_head_ = w.row_slice(head_name, c.vocab_size, H, dims_.vocab0, dims_.vocab);
+    else if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
     inv_freq_ = layers::rope_inv_freq(*backend_, c);
 
     if (c.mtp_num_hidden_layers > 0) {  // Qwen3-Next / Qwen3.5: mtp.*
@@ -85,7 +100,8 @@ class Qwen3 final : public Model {
         m.layer = layers::load_decoder_layer(w, p, c, sparse_module(p));
         m.norm = w.vector(p + "shared_head.norm.weight", H);
         if (store_->has(p + "shared_head.head.weight"))
-          m.own_head = w.matrix(p + "shared_head.head.weight", c.vocab_size, H);
+          m.own_head = tp_.active() ? w.row_slice(p + "shared_head.head.weight", c.vocab_size, H, dims_.vocab0, dims_.vocab)
+                                    : w.matrix(p + "shared_head.head.weight", c.vocab_size, H);
         mtp_.push_back(std::move(m));
       }
       mtp_depths_ = std::max(kMaxRecursiveMtpDepth, c.num_nextn_predict_layers);
@@ -97,11 +113,11 @@ class Qwen3 final : public Model {
   Compute compute() const override { return compute_; }
 
   KvSpec kv_spec() const override {
-    KvSpec s;
+    KvSpec s;  // this rank's KV heads
     s.n_layers = cfg_.num_hidden_layers + mtp_depths_;
-    s.n_kv_heads = cfg_.num_key_value_heads;
+    s.n_kv_heads = local_.num_key_value_heads;
     s.head_dim = cfg_.head_dim;
-    s.dtype = backend_->kv_dtype(compute_, cfg_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
+    s.dtype = backend_->kv_dtype(compute_, local_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
     return s;
   }
 
@@ -129,13 +145,26 @@ class Qwen3 final : public Model {
     return true;
   }
 
-  bool supports_lm_head_groups() const override { return backend_->supports_matmul_groups(lm_head()); }
+  bool supports_lm_head_groups() const override {
+    return !tp_.active() && backend_->supports_matmul_groups(lm_head());
+  }
 
   using Model::forward;
   using Model::mtp_forward;
 
   bool forward(const ForwardBatch& b, KvCache& kv, const ForwardOutputs& out,
                std::span<const std::uint32_t> lm_head_groups) override {
+    return forward_rank(b, kv.storage(), out, out.logits != nullptr, lm_head_groups);
+  }
+
+  void mtp_forward(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvCache& kv,
+                   const ForwardOutputs& out, std::size_t draft_vocab,
+                   std::span<const std::vector<std::int32_t>> candidates) override {
+    mtp_forward_rank(depth, b, hidden_in, kv.storage(), out, out.logits != nullptr, draft_vocab, candidates);
+  }
+
+  bool forward_rank(const ForwardBatch& b, KvStorage& kv, const ForwardOutputs& out, bool want_logits,
+                    std::span<const std::uint32_t> lm_head_groups) override {
     const std::size_t T = b.size();
     if (T == 0) return false;
     const std::size_t H = cfg_.hidden_size;
@@ -144,20 +173,25 @@ class Qwen3 final : public Model {
     float* x = ws_.get(kX, T * H);
     const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
     be.embedding(b.staged().tokens, T, *embed_, x, H);
-    for (std::size_t l = 0; l < layers_.size(); ++l) layers::decoder_layer(be, ws_, layers_[l], cfg_, l, x, b, kv, rope);
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      layers::decoder_layer(be, ws_, layers_[l], local_, l, x, b, kv, rope, tp_.comm);
     if (out.hidden) {  // every row's state for the MTP module
       if (cfg_.mtp_hidden_state == "pre_norm") be.copy_rows(out.hidden, H, x, H, T, H);
       else be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
     }
     // Final norm and LM head only for the rows whose logits are wanted.
     float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    if (tp_.active()) {
+      if (want_logits) head_parallel(lm_head(), cfg_.vocab_size, final_norm_.as<float>(), x, b, sel, out.logits, {});
+      return false;
+    }
     return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
                            lm_head_groups, {});
   }
 
-  void mtp_forward(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvCache& kv,
-                   const ForwardOutputs& out, std::size_t draft_vocab,
-                   std::span<const std::vector<std::int32_t>> candidates) override {
+  void mtp_forward_rank(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvStorage& kv,
+                        const ForwardOutputs& out, bool want_logits, std::size_t draft_vocab,
+                        std::span<const std::vector<std::int32_t>> candidates) override {
     if (mtp_.empty()) throw std::invalid_argument("mtp_forward: the model has no MTP module");
     if (depth == 0 || depth > mtp_depths_)
       throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
@@ -168,6 +202,7 @@ class Qwen3 final : public Model {
     const std::size_t T = b.size();
     if (T == 0) return;
     if (!out.hidden) throw std::invalid_argument("mtp_forward: the hidden output is required");
+    (void)want_logits;
     const MtpModule& m = mtp_[std::min(depth, mtp_.size()) - 1];
     const std::size_t H = cfg_.hidden_size;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
@@ -176,19 +211,42 @@ class Qwen3 final : public Model {
     layers::mtp_input(be, *embed_, *m.fc, m.norm_e.as<float>(), m.norm_h.as<float>(), eps, b, hidden_in, H,
                       ws_.get(kCat, T * 2 * H), x);
     const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
-    layers::decoder_layer(be, ws_, m.layer, cfg_, kv_layer, x, b, kv, rope);
+    layers::decoder_layer(be, ws_, m.layer, local_, kv_layer, x, b, kv, rope, tp_.comm);
     be.rms_norm(x, out.hidden, T, H, H, m.norm.as<float>(), eps);
     // The draft logits: the first draft_vocab rows of the head (same storage, fewer rows).
     const Weight& head = m.own_head ? *m.own_head : lm_head();
-    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
     float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    if (tp_.active()) {
+      const std::size_t V = cfg_.vocab_size;
+      if (want_logits)
+        head_parallel(head, draft_vocab > 0 && draft_vocab < V ? draft_vocab : V, nullptr, out.hidden, b, sel,
+                      out.logits, candidates);
+      return;
+    }
+    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
     layers::lm_head(be, head, rows, nullptr, eps, out.hidden, H, b, sel, out.logits, {}, candidates);
   }
 
  private:
   const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
 
+  /// The vocabulary-parallel head over the first n_rows ids (layers::lm_head_parallel).
+  void head_parallel(const Weight& head, std::size_t n_rows, const float* norm, const float* states,
+                     const ForwardBatch& b, float* sel, float* logits,
+                     std::span<const std::vector<std::int32_t>> candidates) {
+    const std::size_t n = std::max<std::size_t>(b.n_logits(), 1), chunk = dims_.vocab_chunk;
+    float* local = ws_.get(kLocalLogits, n * chunk);
+    float* gathered = ws_.get(kGathered, tp_.size * n * chunk);
+    layers::lm_head_parallel(*backend_, *tp_.comm, head, cfg_.vocab_size, chunk, n_rows, norm,
+                             static_cast<float>(cfg_.rms_norm_eps), states, cfg_.hidden_size, b, sel, local, gathered,
+                             logits, candidates);
+  }
+
   ModelConfig cfg_;
+  ModelConfig local_;  ///< cfg_ as this rank's layers see it (tensor parallel: its heads and widths)
+  TensorParallel tp_;
+  ShardDims dims_;
+  std::vector<std::vector<unsigned char>> keep_;  ///< host copies of column slices (backends may read in place)
   std::unique_ptr<TensorStore> store_;
   std::shared_ptr<Backend> backend_;
   Compute compute_ = Compute::exact;
@@ -205,6 +263,12 @@ class Qwen3 final : public Model {
 std::unique_ptr<Model> make_qwen3_decoder(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                           std::shared_ptr<Backend> backend, Compute compute) {
   return std::make_unique<Qwen3>(config, std::move(store), std::move(backend), compute);
+}
+
+std::unique_ptr<RankModel> make_qwen3_rank(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                           std::shared_ptr<Backend> backend, Compute compute,
+                                           const TensorParallel& tp) {
+  return std::make_unique<Qwen3>(config, std::move(store), std::move(backend), compute, tp);
 }
 
 std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<TensorStore> store,

@@ -19,10 +19,18 @@ namespace quarry::engine {
 using ModelFactory = std::unique_ptr<Model> (*)(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                                 std::shared_ptr<Backend> backend, Compute compute);
 
+class RankModel;
+struct TensorParallel;
+/// Builds rank tp.rank of a tensor-parallel group over an open checkpoint (its slices only).
+using RankFactory = std::unique_ptr<RankModel> (*)(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                                   std::shared_ptr<Backend> backend, Compute compute,
+                                                   const TensorParallel& tp);
+
 struct Architecture {
   const char* name;        ///< architectures[0] in config.json, e.g. "Qwen3ForCausalLM"
   const char* model_type;  ///< model_type, used when architectures is missing, e.g. "qwen3"
   ModelFactory make;
+  RankFactory make_rank = nullptr;  ///< null: no tensor-parallel form
 };
 
 /// Every registered architecture.
@@ -37,6 +45,10 @@ std::unique_ptr<Model> make_qwen3(const ModelConfig& config, std::unique_ptr<Ten
                                   std::shared_ptr<Backend> backend, Compute compute);
 std::unique_ptr<Model> make_qwen3_moe(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                       std::shared_ptr<Backend> backend, Compute compute);
+/// A rank of the Qwen3 decoder (dense or MoE) under tensor parallelism.
+std::unique_ptr<RankModel> make_qwen3_rank(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                           std::shared_ptr<Backend> backend, Compute compute,
+                                           const TensorParallel& tp);
 /// Hybrid Gated DeltaNet + gated attention models (qwen3_next.cpp): Qwen3NextForCausalLM,
 /// Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM.
 std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,

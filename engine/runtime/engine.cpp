@@ -5,8 +5,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 
 #include "engine/grammar/matcher.hpp"
+#include "engine/models/tensor_parallel.hpp"
 #include "engine/runtime/model_runner.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "engine/runtime/sequence.hpp"
@@ -71,8 +73,21 @@ std::uint64_t model_salt(const Model& m) {
 
 std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, std::shared_ptr<const Tokenizer> tokenizer,
                                      const EngineOptions& options) {
-  auto backend = make_backend({options.device, options.n_threads});
-  auto model = load_model(dir, std::move(backend), options.compute);
+  std::unique_ptr<Model> model;
+  if (options.tensor_parallel <= 1) {
+    model = load_model(dir, make_backend({options.device, options.n_threads}), options.compute);
+  } else {
+    const std::size_t N = options.tensor_parallel;
+    std::vector<std::shared_ptr<Backend>> backends;
+    for (std::size_t r = 0; r < N; ++r) {
+      DeviceSpec d = options.device;
+      if (d.kind == DeviceSpec::Kind::cuda) d.index += static_cast<int>(r);
+      const std::size_t all = options.n_threads ? options.n_threads : std::thread::hardware_concurrency();
+      const std::size_t threads = std::max<std::size_t>(1, all / N);  // CPU ranks share the cores
+      backends.push_back(make_backend({d, threads}));
+    }
+    model = load_model_parallel(dir, std::move(backends), options.compute);
+  }
   std::vector<TokenId> eos = generation_config_eos(dir);
   return std::make_unique<Engine>(std::move(model), std::move(tokenizer), options, std::move(eos));
 }

@@ -60,6 +60,10 @@ struct EngineOptions {
   /// Where the model runs (Engine::open): cpu, cuda:N (engine/backend/backend.hpp parse_device).
   DeviceSpec device;
   std::size_t n_threads = 0;            ///< CPU worker threads incl. the caller; 0: all hardware threads
+  /// Devices the model is split over (tensor parallelism, engine/models/parallel.hpp): 1 runs it on
+  /// `device`; N > 1 on cuda:index .. cuda:index+N-1 (N simulated ranks on the CPU, each with
+  /// n_threads / N threads: the same split, for tests). The KV-cache budget (kv_cache_mb) is per device.
+  std::size_t tensor_parallel = 1;
   std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
   std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
   /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (in the cache's dtype); 0:

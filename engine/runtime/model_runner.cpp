@@ -13,7 +13,12 @@ ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions&
     const std::size_t blocks = options.kv_cache_mb * (std::size_t{1} << 20) / std::max<std::size_t>(block_bytes, 1);
     kv_tokens = std::min(kv_tokens, blocks * spec.block_size);
   }
-  kv_ = std::make_unique<KvCache>(model_->backend(), spec, kv_tokens, options.prefix);
+  if (spec.state_floats > 0) {  // recurrent state slots come from the backend
+    kv_ = std::make_unique<KvCache>(model_->backend(), spec, kv_tokens, options.prefix);
+  } else {
+    const std::size_t blocks = (kv_tokens + spec.block_size - 1) / spec.block_size;
+    kv_ = std::make_unique<KvCache>(spec, kv_tokens, options.prefix, model_->make_kv_storage(spec, blocks));
+  }
 }
 
 ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups) {
@@ -46,7 +51,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
   const ForwardBatch fb(be, batch, *kv_, V);
   const ForwardOutputs outs{nl ? dev_logits_.as<float>() : nullptr, want_hidden ? dev_hidden_.as<float>() : nullptr};
   bool restricted = false;
-  const bool recordable = be.supports_capture() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
+  const bool recordable = model_->can_record() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
   if (!recordable) {
     restricted = model_->forward(fb, *kv_, outs, lm_head_groups);
   } else {
@@ -54,20 +59,20 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
     for (auto p : batch.positions) max_pos = std::max(max_pos, p);
     const ShapeKey key{T, nl, want_hidden, fb.n_seqs(), fb.table_stride(), max_pos / 512};
     auto it = recorded_.find(key);
-    if (it == recorded_.end() || !be.replay(*it->second)) {
+    if (it == recorded_.end() || !model_->replay(*it->second, fb)) {
       if (seen_[key]++ == 0) {
         model_->forward(fb, *kv_, outs);  // the first run of a shape allocates what it needs
       } else {
         if (recorded_.size() >= 256) recorded_.clear();
-        be.begin_capture();
+        model_->begin_capture();
         try {
           model_->forward(fb, *kv_, outs);
         } catch (...) {
-          be.end_capture();
+          model_->end_capture();
           throw;
         }
-        auto rec = be.end_capture();
-        if (!be.replay(*rec)) model_->forward(fb, *kv_, outs);  // memory moved while recording: run plainly
+        auto rec = model_->end_capture();
+        if (!model_->replay(*rec, fb)) model_->forward(fb, *kv_, outs);  // memory moved while recording: run plainly
         recorded_[key] = std::move(rec);
       }
     }

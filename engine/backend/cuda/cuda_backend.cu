@@ -364,6 +364,8 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+  void bind_thread() override { check(cudaSetDevice(index_), "cudaSetDevice"); }
+  cudaStream_t stream() const { return stream_; }
 
   // ---- weights and KV storage ----
   std::unique_ptr<engine::Weight> load_matrix(const void* host, DType dtype, std::size_t rows, std::size_t cols,
@@ -555,6 +557,7 @@ class CudaBackend final : public Backend {
       }
     for (const auto& l : ids) pairs.insert(pairs.end(), l.begin(), l.end());
     launch_fill(y, m * ldy, -std::numeric_limits<float>::infinity(), stream_);
+    if (n_pairs == 0) return;  // every row empty (a tensor-parallel rank holding none of the ids)
     auto* dev = static_cast<std::int32_t*>(ids_buf_.get(std::max<std::size_t>(pairs.size(), 1) * sizeof(std::int32_t)));
     upload(dev, pairs.data(), pairs.size() * sizeof(std::int32_t));
     launch_matmul_ids(x, ldx, w.data, wtype(w.device_dtype), w.cols, dev, dev + n_pairs, n_pairs, y, ldy, stream_);
@@ -670,6 +673,9 @@ class CudaBackend final : public Backend {
     g->generation = generation_;
     return g;
   }
+  bool replayable(const CapturedOps& ops) const override {
+    return static_cast<const CudaGraph&>(ops).generation == generation_;
+  }
   bool replay(const CapturedOps& ops) override {
     const auto& g = static_cast<const CudaGraph&>(ops);
     if (g.generation != generation_) return false;
@@ -773,5 +779,11 @@ int device_count() {
 }
 
 std::shared_ptr<Backend> make_cuda_backend(int index) { return std::make_shared<CudaBackend>(index); }
+
+void* stream_of(Backend& backend) {
+  auto* b = dynamic_cast<CudaBackend*>(&backend);
+  if (!b) throw std::invalid_argument("stream_of: " + backend.description() + " is not a CUDA backend");
+  return b->stream();
+}
 
 }  // namespace quarry::engine::cuda

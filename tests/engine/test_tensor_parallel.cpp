@@ -1,0 +1,239 @@
+// Tensor parallelism (engine/models/parallel.hpp, tensor_parallel.hpp): the model split over N ranks
+// (simulated ranks on the CPU: N CPU backends in one process with the in-process collectives; in the
+// gpu-labelled build N GPUs over NCCL, skipped where fewer are present) against the transformers
+// fixtures and against the unsplit model, the engine's greedy outputs, and the refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "engine/backend/collective.hpp"
+#include "engine/backend/cpu/ops.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/parallel.hpp"
+#include "engine/models/tensor_parallel.hpp"
+#include "engine/runtime/engine.hpp"
+#include "engine/tokenizer/tokenizer.hpp"
+#include "fixtures.hpp"
+#include "tests/common/device.hpp"
+
+namespace quarry::engine {
+namespace {
+
+using testing::fixture_dir;
+using testing::load_reference;
+
+/// N backends of the test device: N CPU backends of one thread, or cuda:0..N-1 (empty when absent).
+std::vector<std::shared_ptr<Backend>> rank_backends(std::size_t n) {
+  std::vector<std::shared_ptr<Backend>> out;
+  if (testing::on_gpu() && static_cast<std::size_t>(cuda_device_count()) < n) return out;
+  for (std::size_t r = 0; r < n; ++r) {
+    DeviceSpec d = testing::test_device();
+    if (d.kind == DeviceSpec::Kind::cuda) d.index = static_cast<int>(r);
+    out.push_back(make_backend({d, 1}));
+  }
+  return out;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0.f;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+/// Prefills `prompt` in chunks of 5 then decodes greedily `steps` tokens; returns the logits of the
+/// prompt's last position and the tokens.
+std::pair<std::vector<float>, std::vector<TokenId>> run_greedy(Model& m, const std::vector<TokenId>& prompt,
+                                                               std::size_t steps) {
+  const std::size_t V = m.config().vocab_size;
+  auto kv = m.make_kv_cache(1024);
+  const SeqId seq = kv->create_sequence();
+  EXPECT_TRUE(kv->reserve(seq, prompt.size() + steps));
+  std::vector<float> logits(V), first;
+  for (std::size_t s = 0; s < prompt.size(); s += 5) {
+    Batch b;
+    const std::size_t e = std::min(prompt.size(), s + 5);
+    for (std::size_t i = s; i < e; ++i) b.add(prompt[i], static_cast<std::int32_t>(i), seq, i + 1 == prompt.size());
+    m.forward(b, *kv, logits.data());
+  }
+  first = logits;
+  std::vector<TokenId> tokens;
+  std::size_t pos = prompt.size();
+  for (std::size_t step = 0; step < steps; ++step) {
+    const TokenId next = cpu::argmax(logits.data(), V);
+    tokens.push_back(next);
+    Batch b;
+    b.add(next, static_cast<std::int32_t>(pos++), seq, true);
+    m.forward(b, *kv, logits.data());
+  }
+  return {first, tokens};
+}
+
+struct TpCase {
+  std::string fixture;
+  std::size_t ranks;
+};
+
+class TensorParallelParity : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelParity, LogitsAndGreedyTokensMatchTransformersAndTheUnsplitModel) {
+  const auto [name, N] = GetParam();
+  auto backends = rank_backends(N);
+  if (backends.empty()) GTEST_SKIP() << "fewer than " << N << " GPUs";
+  const auto ref = load_reference(name);
+  auto whole = load_model(fixture_dir(name), rank_backends(1)[0], Compute::exact);
+  auto split = load_model_parallel(fixture_dir(name), backends, Compute::exact);
+  // The split model reads the slices: over all ranks as many weight bytes as the whole model, plus
+  // each rank's own embedding row and norms.
+  EXPECT_GE(split->weight_bytes_per_step(), whole->weight_bytes_per_step());
+  EXPECT_EQ(split->kv_spec().n_kv_heads, std::max<std::size_t>(1, whole->kv_spec().n_kv_heads / N));
+  float worst_ref = 0.f, worst_whole = 0.f;
+  for (const auto& p : ref["prompts"]) {
+    const auto prompt = p["ids"].get<std::vector<TokenId>>();
+    const auto greedy = p["greedy"].get<std::vector<TokenId>>();
+    const auto [logits, tokens] = run_greedy(*split, prompt, greedy.size());
+    const auto [whole_logits, whole_tokens] = run_greedy(*whole, prompt, greedy.size());
+    const auto want = p["last_logits"].get<std::vector<float>>();
+    worst_ref = std::max(worst_ref, max_abs_diff(logits, want));
+    worst_whole = std::max(worst_whole, max_abs_diff(logits, whole_logits));
+    EXPECT_EQ(tokens, greedy) << name << " tp " << N << " prompt length " << prompt.size();
+    EXPECT_EQ(tokens, whole_tokens);
+  }
+  EXPECT_LE(worst_ref, 1e-3f) << name;
+  EXPECT_LE(worst_whole, 1e-4f) << name;
+  std::cout << "[   info   ] " << name << " tp " << N << ": max |logit - transformers| = " << worst_ref
+            << ", max |logit - tp 1| = " << worst_whole << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
+                         ::testing::Values(TpCase{"tiny_gqa_tied_f32", 2}, TpCase{"tiny_gqa_tied_f32", 4},
+                                           TpCase{"tiny_mha_untied_sharded_f32", 2},
+                                           TpCase{"tiny_mha_untied_sharded_f32", 4},
+                                           TpCase{"tiny_gqa_untied_bf16", 2}, TpCase{"tiny_moe_f32", 2},
+                                           TpCase{"tiny_moe_f32_fused", 4}, TpCase{"tiny_moe_bf16_fused", 2}),
+                         [](const auto& info) { return info.param.fixture + "_tp" + std::to_string(info.param.ranks); });
+
+TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {
+  ModelConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.intermediate_size = 12288;
+  c.moe_intermediate_size = 768;
+  c.vocab_size = 151937;  // odd: the last rank's slice is short
+  for (std::size_t N : {1, 2, 4, 8, 16, 32}) {
+    std::size_t q = 0, inter = 0, moe = 0, vocab = 0;
+    std::vector<int> kv_readers(8, 0);
+    for (std::size_t r = 0; r < N; ++r) {
+      const ShardDims d = shard_dims(c, r, N);
+      EXPECT_EQ(d.q_head0, q);
+      EXPECT_EQ(d.inter0, inter);
+      EXPECT_EQ(d.moe_inter0, moe);
+      EXPECT_EQ(d.vocab0, vocab);
+      q += d.q_heads;
+      inter += d.inter;
+      moe += d.moe_inter;
+      vocab += d.vocab;
+      EXPECT_LE(d.vocab, d.vocab_chunk);
+      // The rank's query heads all read KV heads it holds (GQA groups of 4).
+      for (std::size_t h = d.q_head0; h < d.q_head0 + d.q_heads; ++h) {
+        EXPECT_GE(h / 4, d.kv_head0);
+        EXPECT_LT(h / 4, d.kv_head0 + d.kv_heads);
+        ++kv_readers[h / 4];
+      }
+    }
+    EXPECT_EQ(q, 32u);
+    EXPECT_EQ(inter, 12288u);
+    EXPECT_EQ(moe, 768u);
+    EXPECT_EQ(vocab, 151937u);
+    for (int n : kv_readers) EXPECT_EQ(n, 4);
+  }
+  EXPECT_THROW(shard_dims(c, 0, 3), std::invalid_argument);  // 32 heads over 3
+  c.num_key_value_heads = 6;
+  c.num_attention_heads = 36;
+  EXPECT_THROW(shard_dims(c, 0, 4), std::invalid_argument);  // 6 KV heads neither divisible by 4 nor dividing it
+}
+
+TEST(TensorParallel, RefusalsNameTheCheckpointAndTheReason) {
+  if (testing::on_gpu()) GTEST_SKIP() << "the refusals happen before any device work";
+  try {
+    load_model_parallel(fixture_dir("tiny_next_f32"), rank_backends(2), Compute::exact);
+    FAIL() << "a hybrid model was split";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor-parallel"), std::string::npos) << e.what();
+  }
+  try {
+    load_model_parallel(fixture_dir("tiny_gqa_tied_f32"), rank_backends(3), Compute::exact);
+    FAIL() << "4 heads were split over 3 ranks";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_attention_heads 4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TensorParallel, HostCollectivesSumInRankOrderAndGather) {
+  if (testing::on_gpu()) GTEST_SKIP() << "host collectives";
+  constexpr std::size_t N = 3, n = 1001;
+  auto backends = rank_backends(N);
+  auto comms = make_collectives(backends);
+  std::vector<std::vector<float>> x(N), gathered(N, std::vector<float>(N * n));
+  for (std::size_t r = 0; r < N; ++r)
+    for (std::size_t i = 0; i < n; ++i) x[r].push_back(static_cast<float>(std::sin(0.1 * (i + 1) * (r + 1))) * 1e3f);
+  const auto original = x;
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      comms[r]->all_gather(x[r].data(), n, gathered[r].data());
+      comms[r]->all_reduce_sum(x[r].data(), n);
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < n; ++i) {
+    float want = 0.f;
+    for (std::size_t r = 0; r < N; ++r) want += original[r][i];
+    for (std::size_t r = 0; r < N; ++r) ASSERT_EQ(x[r][i], want) << "element " << i << " rank " << r;
+  }
+  for (std::size_t r = 0; r < N; ++r)
+    for (std::size_t q = 0; q < N; ++q)
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(gathered[r][q * n + i], original[q][i]);
+  // A rank that fails releases the others from their wait.
+  std::thread waiter([&] { EXPECT_THROW(comms[1]->all_reduce_sum(x[1].data(), n), std::runtime_error); });
+  comms[0]->abort();
+  waiter.join();
+}
+
+TEST(TensorParallel, EngineGreedyOutputsEqualOneDeviceWithMtpAndBatching) {
+  const auto dir = std::filesystem::path(QUARRY_SOURCE_DIR) / "models/quarry-extract-11m";
+  if (testing::on_gpu() && cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 GPUs";
+  auto tok = Tokenizer::from_file(dir / "tokenizer.json");
+  const std::vector<std::string> prompts = {"Invoice number: INV-2024-0042\nTotal: 1 250,00 EUR\n",
+                                            "Rechnung Nr. 77/2023, Datum 12.03.2023, Betrag 99,95 EUR",
+                                            "Számla sorszáma: A-15, kelte: 2024.01.31."};
+  const auto run = [&](std::size_t tp, std::size_t mtp) {
+    EngineOptions o;
+    o.device = testing::test_device();
+    o.n_threads = 2;
+    o.tensor_parallel = tp;
+    o.mtp_depth = mtp;
+    o.compute = Compute::exact;
+    auto engine = Engine::open(dir, tok, o);
+    std::vector<GenerationRequest> reqs;
+    for (const auto& p : prompts) {
+      GenerationRequest r;
+      r.prompt = tok->encode(p);
+      r.max_tokens = 24;
+      r.ignore_eos = true;
+      reqs.push_back(r);
+    }
+    std::vector<std::vector<TokenId>> out;
+    for (const auto& g : engine->generate(reqs)) out.push_back(g.tokens);
+    return out;
+  };
+  const auto one = run(1, 0);
+  EXPECT_EQ(run(2, 0), one);
+  EXPECT_EQ(run(2, 3), one);  // MTP drafting on every rank, verified losslessly
+}
+
+}  // namespace
+}  // namespace quarry::engine
