@@ -25,6 +25,10 @@
 //        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
 //                     (quantized copies of the checkpoint against it in the same run: decode tok/s, GB/s,
 //                     speed-up against the ratio of weight bytes read per step, prefill; bench_quant.{json,md})
+//        bench_engine --tp 1,2 [--device cuda] [--preset qwen3-8b] [--tg 128] [--pp 512] [--runs 3]
+//                     (the checkpoint split over 1, 2, ... devices, all open at once, runs alternating: batch-1
+//                     decode tok/s and prefill tok/s with their ratio to TP 1, and the all-reduce of one
+//                     decode row timed alone, times two per layer; bench_tp.{json,md})
 // Writes OUT/bench_engine.json and OUT/bench_engine.md.
 #include <algorithm>
 #include <chrono>
@@ -42,6 +46,7 @@
 
 #include "bench/common/machine_info.hpp"
 #include "engine/backend/backend.hpp"
+#include "engine/backend/collective.hpp"
 #include "engine/models/quantize.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
@@ -101,7 +106,121 @@ struct Options {
   std::vector<std::size_t> pp = {512}, concurrency = {1, 4};
   fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out = ".";
   std::vector<std::string> quant;  ///< --quant int8,int4,fp8: quantized copies against the float model
+  std::vector<std::size_t> tp;      ///< --tp 1,2,4: tensor-parallel degrees against each other
 };
+
+/// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
+/// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread.
+double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats) {
+  std::vector<std::shared_ptr<Backend>> backends;
+  for (std::size_t r = 0; r < n; ++r) {
+    DeviceSpec d = device;
+    if (d.kind == DeviceSpec::Kind::cuda) d.index += static_cast<int>(r);
+    backends.push_back(make_backend({d, 1}));
+  }
+  auto comms = make_collectives(backends);
+  std::vector<DeviceBuffer> bufs;
+  for (auto& b : backends) {
+    b->bind_thread();
+    bufs.push_back(b->alloc(floats * sizeof(float)));
+    b->fill(bufs.back().as<float>(), floats, 1.0f);
+    b->synchronize();
+  }
+  std::vector<double> batches;
+  for (int batch = 0; batch <= 5; ++batch) {
+    constexpr int kOps = 200;
+    std::vector<std::thread> threads;
+    const double t0 = now_s();
+    for (std::size_t r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        backends[r]->bind_thread();
+        for (int i = 0; i < kOps; ++i) comms[r]->all_reduce_sum(bufs[r].as<float>(), floats);
+        backends[r]->synchronize();
+      });
+    for (auto& t : threads) t.join();
+    if (batch > 0) batches.push_back((now_s() - t0) / kOps * 1e6);
+  }
+  backends[0]->bind_thread();
+  return median(batches);
+}
+
+/// --tp: the checkpoint split over each degree of o.tp (see the usage above).
+int run_tp(const Options& o, const fs::path& model_dir, const std::string& name) {
+  const DeviceSpec device = parse_device(o.device);
+  const std::size_t pp = o.pp.empty() ? 512 : o.pp[0];
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (const std::size_t n : o.tp) {
+    EngineOptions eo;
+    eo.device = device;
+    eo.n_threads = o.threads;
+    eo.tensor_parallel = n;
+    eo.compute = parse_compute(o.compute);
+    eo.max_batch_tokens = o.batch_tokens;
+    eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
+    const double t0 = now_s();
+    engines.push_back(Engine::open(model_dir, nullptr, eo));
+    std::cerr << "tp " << n << " loaded in " << now_s() - t0 << " s\n";
+  }
+  const auto& c = engines[0]->model().config();
+  const std::size_t V = c.vocab_size, k = engines.size();
+  std::vector<std::vector<double>> tg(k), pf(k);
+  std::uint64_t salt = 1;
+  for (std::size_t r = 0; r <= o.runs; ++r)
+    for (std::size_t i = 0; i < k; ++i) {
+      Engine& e = *engines[i];
+      GenerationRequest req;
+      req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
+      req.max_tokens = o.tg + 1;
+      req.ignore_eos = true;
+      EngineStats before = e.stats();
+      e.generate(req);
+      EngineStats after = e.stats();
+      const double t = static_cast<double>(after.decode_tokens - before.decode_tokens) / (after.decode_s - before.decode_s);
+      GenerationRequest preq;
+      preq.prompt = prompt(pp, salt++, V);
+      preq.max_tokens = 1;
+      before = e.stats();
+      e.generate(preq);
+      after = e.stats();
+      const double p = static_cast<double>(after.prefill_tokens - before.prefill_tokens) / (after.prefill_s - before.prefill_s);
+      if (r == 0) continue;
+      tg[i].push_back(t);
+      pf[i].push_back(p);
+      std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << t << " tok/s, pp" << pp << " " << p << " tok/s\n";
+    }
+  json rep;
+  rep["bench"] = "bench_engine --tp";
+  rep["commit"] = quarry::bench::git_commit();
+  rep["device"] = engines[0]->backend().description();
+  rep["cpu"] = quarry::bench::cpu_model();
+  rep["model"] = name;
+  rep["runs"] = o.runs;
+  rep["tg"] = o.tg;
+  rep["pp"] = pp;
+  std::ostringstream md;
+  md << "# Tensor parallel, " << name << ", " << rep["device"].get<std::string>() << " (and the next devices)\n\n"
+     << "| TP | decode tok/s (tg" << o.tg << ") | x TP 1 | prefill tok/s (pp" << pp << ") | x TP 1 | all-reduce of one "
+     << "row, us | all-reduce per decode step, ms |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+  json rows = json::array();
+  for (std::size_t i = 0; i < k; ++i) {
+    const double us = o.tp[i] > 1 ? allreduce_us(device, o.tp[i], c.hidden_size) : 0.0;
+    const double step_ms = us * 2.0 * static_cast<double>(c.num_hidden_layers) / 1e3;
+    rows.push_back({{"tp", o.tp[i]}, {"decode_tok_s", median(tg[i])}, {"decode_tok_s_runs", tg[i]},
+                    {"decode_x_tp1", median(tg[i]) / median(tg[0])}, {"prefill_tok_s", median(pf[i])},
+                    {"prefill_tok_s_runs", pf[i]}, {"prefill_x_tp1", median(pf[i]) / median(pf[0])},
+                    {"allreduce_row_us", us}, {"allreduce_per_step_ms", step_ms}});
+    char line[512];
+    std::snprintf(line, sizeof line, "| %zu | %.2f | %.2f | %.1f | %.2f | %.1f | %.3f |\n", o.tp[i], median(tg[i]),
+                  median(tg[i]) / median(tg[0]), median(pf[i]), median(pf[i]) / median(pf[0]), us, step_ms);
+    md << line;
+  }
+  rep["rows"] = rows;
+  fs::create_directories(o.out);
+  std::ofstream(o.out / "bench_tp.json") << rep.dump(2) << "\n";
+  std::ofstream(o.out / "bench_tp.md") << md.str();
+  std::cout << md.str();
+  return 0;
+}
 
 /// --quant: the random checkpoint and copies of it quantized by quantize_checkpoint (every linear layer
 /// including the LM head; int8: per channel, int4: GPTQ sym, groups of 128, fp8: 128x128 blocks), all
@@ -336,6 +455,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") o.out = v;
     else if (a == "--kie") o.kie = v;
     else if (a == "--mtp") o.mtp = std::stoul(v);
+    else if (a == "--tp") o.tp = parse_list(v);
     else if (a == "--quant") {
       std::stringstream ss(v);
       std::string item;
@@ -368,6 +488,7 @@ int main(int argc, char** argv) {
     }
 
     if (!o.quant.empty()) return run_quant(o, model_dir, name);
+    if (!o.tp.empty()) return run_tp(o, model_dir, name);
     const DeviceSpec device = parse_device(o.device);
     const auto probe = make_backend({device, o.threads});
     std::cerr << "device: " << probe->description() << "\n";

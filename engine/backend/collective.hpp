@@ -25,8 +25,9 @@ class Collective {
   /// out[q * n + i] = rank q's x[i] for every rank q, i < n (f32, this rank's backend memory; out holds
   /// size() * n floats and may not overlap x).
   virtual void all_gather(const float* x, std::size_t n, float* out) = 0;
-  /// Releases every rank waiting in a collective with std::runtime_error (a rank that failed calls it,
-  /// so that the others do not wait for it forever). Host implementation only; NCCL ignores it.
+  /// Ends the group after a rank failed, so that the others do not wait for it forever: ranks waiting
+  /// in a host collective get std::runtime_error; NCCL communicators are aborted (ncclCommAbort), so
+  /// that collectives in flight end. The group is unusable afterwards.
   virtual void abort() {}
 
  protected:

@@ -186,6 +186,7 @@ class TensorParallelModel final : public Model {
       }
       const ForwardBatch own(batch, *backends_[r]);
       backends_[r]->replay(*rec.ranks[r]);
+      backends_[r]->synchronize();
     });
     return true;
   }
@@ -210,6 +211,7 @@ class TensorParallelModel final : public Model {
       if (r == 0) return record(0, [&] { ranks_[0]->forward_rank(b, st.rank(0), out, want_logits, {}); });
       const ForwardBatch own(b, *backends_[r]);
       record(r, [&] { ranks_[r]->forward_rank(own, st.rank(r), {}, want_logits, {}); });
+      if (!capturing_) backends_[r]->synchronize();  // this rank's collectives are done when run() returns
     });
     return false;
   }
@@ -240,6 +242,7 @@ class TensorParallelModel final : public Model {
       }
       ranks_[r]->mtp_forward_rank(depth, own, in, st.rank(r), {nullptr, hidden_out_[r].as<float>()}, want_logits,
                                   draft_vocab, candidates);
+      be.synchronize();
     });
   }
 

@@ -5,9 +5,12 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.hpp"
@@ -26,6 +29,7 @@ struct Nccl {
   std::string error;
   NcclResult (*comm_init_all)(NcclComm*, int, const int*) = nullptr;
   NcclResult (*comm_destroy)(NcclComm) = nullptr;
+  NcclResult (*comm_abort)(NcclComm) = nullptr;
   NcclResult (*all_reduce)(const void*, void*, std::size_t, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*all_gather)(const void*, void*, std::size_t, int, NcclComm, cudaStream_t) = nullptr;
   const char* (*error_string)(NcclResult) = nullptr;
@@ -50,11 +54,12 @@ struct Nccl {
       };
       sym(a.comm_init_all, "ncclCommInitAll");
       sym(a.comm_destroy, "ncclCommDestroy");
+      sym(a.comm_abort, "ncclCommAbort");
       sym(a.all_reduce, "ncclAllReduce");
       sym(a.all_gather, "ncclAllGather");
       sym(a.error_string, "ncclGetErrorString");
       sym(a.get_version, "ncclGetVersion");
-      if (!a.comm_init_all || !a.comm_destroy || !a.all_reduce || !a.all_gather || !a.error_string || !a.get_version)
+      if (!a.comm_init_all || !a.comm_destroy || !a.comm_abort || !a.all_reduce || !a.all_gather || !a.error_string || !a.get_version)
         a.lib = nullptr;
       return a;
     }();
@@ -68,10 +73,47 @@ void check_nccl(NcclResult r, const char* what) {
                              std::to_string(r) + ")");
 }
 
-/// What the ranks share: the communicators (destroyed with the last rank).
+/// What the ranks share: the communicators (destroyed with the last rank), and a host barrier every
+/// rank passes before it enqueues a collective. Without it a rank whose collective is already waiting
+/// on its GPU for a peer can block the peer's host thread for good: a thread that waits for its device
+/// inside a call that holds the driver's memory lock (cudaFree, a copy through pageable memory) keeps
+/// the peer's cudaMalloc from returning, and so the peer from enqueueing its part (NCCL's "Using
+/// multiple NCCL communicators concurrently"; the same hang XLA fixed with a barrier after
+/// ncclCommInitRank). Once every rank has passed the barrier each enqueues at once, so the collective
+/// completes whatever any thread does next. Spinning (about a microsecond): it runs twice per layer
+/// in steps that are not replayed from a recording (a recording holds no host code).
 struct NcclGroup {
+  explicit NcclGroup(std::size_t n) : size(n) {}
+  const std::size_t size;
   std::vector<NcclComm> comms;
+  std::atomic<std::size_t> arrived{0}, generation{0};
+  std::atomic<bool> stopped{false};
+  void barrier() {
+    const std::size_t gen = generation.load(std::memory_order_acquire);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    for (std::size_t spins = 0; generation.load(std::memory_order_acquire) == gen; ++spins) {
+      if (stopped.load(std::memory_order_relaxed)) throw std::runtime_error("tensor parallel: another rank failed");
+      if (spins > 4096) std::this_thread::yield();
+    }
+  }
+  std::once_flag aborted;
+  bool was_aborted = false;
+  /// Aborts every communicator (ncclCommAbort): collectives in flight end, so that the ranks' threads
+  /// waiting on their streams return. The communicators are unusable afterwards.
+  void abort() {
+    stopped = true;
+    std::call_once(aborted, [&] {
+      was_aborted = true;
+      for (NcclComm c : comms)
+        if (c) Nccl::get().comm_abort(c);
+    });
+  }
   ~NcclGroup() {
+    if (was_aborted) return;
     for (NcclComm c : comms)
       if (c) Nccl::get().comm_destroy(c);
   }
@@ -82,11 +124,14 @@ class NcclCollective final : public Collective {
   NcclCollective(std::size_t rank, std::size_t size, std::shared_ptr<NcclGroup> group, cudaStream_t stream)
       : Collective(rank, size), group_(std::move(group)), stream_(stream) {}
   void all_reduce_sum(float* x, std::size_t n) override {
+    group_->barrier();
     check_nccl(Nccl::get().all_reduce(x, x, n, kNcclFloat32, kNcclSum, group_->comms[rank()], stream_), "ncclAllReduce");
   }
   void all_gather(const float* x, std::size_t n, float* out) override {
+    group_->barrier();
     check_nccl(Nccl::get().all_gather(x, out, n, kNcclFloat32, group_->comms[rank()], stream_), "ncclAllGather");
   }
+  void abort() override { group_->abort(); }
 
  private:
   std::shared_ptr<NcclGroup> group_;
@@ -107,7 +152,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_collectives(std::span<const s
         throw std::runtime_error("tensor parallel: device cuda:" + std::to_string(d) + " given twice");
     devices.push_back(b->device().index);
   }
-  auto group = std::make_shared<NcclGroup>();
+  auto group = std::make_shared<NcclGroup>(backends.size());
   group->comms.assign(devices.size(), nullptr);
   check_nccl(api.comm_init_all(group->comms.data(), static_cast<int>(devices.size()), devices.data()),
              "ncclCommInitAll");
