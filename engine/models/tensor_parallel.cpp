@@ -57,10 +57,12 @@ class RankThreads {
     try {
       fn(r);
     } catch (...) {
+      {  // the cause first: the ranks released by the abort fail with "another rank failed"
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
       for (Collective* c : comms_)
         if (c) c->abort();
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
     }
   }
   void work(std::size_t r) {

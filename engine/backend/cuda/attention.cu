@@ -10,8 +10,10 @@
 //    positions gathered through the block table into shared memory, the online softmax in f32.
 #include <mma.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
@@ -348,13 +350,17 @@ template <int D>
 void flash_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
                   const KvLayer& kv, float scale, cudaStream_t s) {
   constexpr std::size_t bytes = flash_smem_bytes(D);
-  static const bool configured = [] {
+  // The shared-memory limit is a per-device attribute of the kernel: set once on each device used.
+  static std::atomic<std::uint64_t> configured{0};
+  int device = 0;
+  check(cudaGetDevice(&device), "attention (device)");
+  const std::uint64_t bit = std::uint64_t{1} << (device & 63);
+  if (!(configured.load(std::memory_order_acquire) & bit)) {
     check(cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
           "attention (shared memory)");
-    return true;
-  }();
-  (void)configured;
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
   const dim3 grid(static_cast<unsigned>(b.n_fa_tiles), static_cast<unsigned>(n_heads));
   flash_attention_kernel<D><<<grid, kFlashWarps * 32, bytes, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale);
 }
