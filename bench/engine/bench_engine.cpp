@@ -176,6 +176,7 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
       e.generate(req);
       EngineStats after = e.stats();
       const double t = static_cast<double>(after.decode_tokens - before.decode_tokens) / (after.decode_s - before.decode_s);
+      const std::size_t replayed = after.replayed_steps - before.replayed_steps, steps = after.decode_steps - before.decode_steps;
       GenerationRequest preq;
       preq.prompt = prompt(pp, salt++, V);
       preq.max_tokens = 1;
@@ -186,7 +187,8 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
       if (r == 0) continue;
       tg[i].push_back(t);
       pf[i].push_back(p);
-      std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << t << " tok/s, pp" << pp << " " << p << " tok/s\n";
+      std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << t << " tok/s (" << replayed << " of " << steps
+                << " decode steps replayed), pp" << pp << " " << p << " tok/s\n";
     }
   json rep;
   rep["bench"] = "bench_engine --tp";

@@ -22,6 +22,10 @@ class Collective {
   /// x[i] = the sum of every rank's x[i], i < n, in place (f32, this rank's backend memory). The result
   /// is the same on every rank. Host implementation: summed in rank order 0..size-1.
   virtual void all_reduce_sum(float* x, std::size_t n) = 0;
+  /// x[i] += the sum of every rank's y[i], i < n (a row-parallel product's partial sums y added to the
+  /// residual stream x, identical on every rank); y may be overwritten. Host implementation: the sum
+  /// in rank order, then the add. CUDA: small sizes (decode rows) in one kernel over peer memory.
+  virtual void all_reduce_add(float* x, float* y, std::size_t n) = 0;
   /// out[q * n + i] = rank q's x[i] for every rank q, i < n (f32, this rank's backend memory; out holds
   /// size() * n floats and may not overlap x).
   virtual void all_gather(const float* x, std::size_t n, float* out) = 0;

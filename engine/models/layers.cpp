@@ -242,8 +242,7 @@ void add_projection(Backend& b, Collective* tp, const float* in, std::size_t T, 
     return;
   }
   b.matmul(in, T, ldin, w, w.rows, scratch, H);
-  tp->all_reduce_sum(scratch, T * H);
-  b.add(x, scratch, T * H);
+  tp->all_reduce_add(x, scratch, T * H);
 }
 
 void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,
@@ -301,8 +300,7 @@ void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig
   float* y = ws.get(kMoeOut, T * H);
   b.fill(y, T * H, 0.0f);
   b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, y, H, scratch);
-  tp->all_reduce_sum(y, T * H);
-  b.add(x, y, T * H);
+  tp->all_reduce_add(x, y, T * H);
 }
 
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,

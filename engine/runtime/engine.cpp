@@ -428,7 +428,9 @@ std::vector<FinishedRequest> Engine::step() {
     if (kv.spec().state_floats > 0)
       for (const auto& e : sched.scheduled)
         if (e.n_drafts > 0) kv.save_state(e.seq->kv);
+    const std::size_t replays_before = runner_->replays();
     const ModelOutput result = runner_->execute(batch, want_hidden, groups);
+    stats_.replayed_steps += runner_->replays() - replays_before;
     if (result.lm_head_restricted) {
       const std::size_t n_groups = (runner_->model().config().vocab_size + 15) / 16;
       ++stats_.grammar_lm_head_steps;

@@ -59,7 +59,9 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
     for (auto p : batch.positions) max_pos = std::max(max_pos, p);
     const ShapeKey key{T, nl, want_hidden, fb.n_seqs(), fb.table_stride(), max_pos / 512};
     auto it = recorded_.find(key);
-    if (it == recorded_.end() || !model_->replay(*it->second, fb)) {
+    const bool replayed = it != recorded_.end() && model_->replay(*it->second, fb);
+    replays_ += replayed ? 1 : 0;
+    if (!replayed) {
       if (seen_[key]++ == 0) {
         model_->forward(fb, *kv_, outs);  // the first run of a shape allocates what it needs
       } else {

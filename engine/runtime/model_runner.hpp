@@ -46,6 +46,8 @@ class ModelRunner {
   KvCache& kv() { return *kv_; }
   const KvCache& kv() const { return *kv_; }
 
+  /// Forward steps replayed from a recording so far.
+  std::size_t replays() const { return replays_; }
   /// Runs the batch; the spans stay valid until the next execute().
   ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups);
 
@@ -61,7 +63,8 @@ class ModelRunner {
   DeviceBuffer dev_logits_, dev_hidden_;
   using ShapeKey = std::tuple<std::size_t, std::size_t, bool, std::size_t, std::size_t, std::int32_t>;
   std::map<ShapeKey, std::unique_ptr<CapturedOps>> recorded_;
-  std::map<ShapeKey, int> seen_;  ///< runs of each shape before recording (the first allocates its buffers)
+  std::map<ShapeKey, int> seen_;
+  std::size_t replays_ = 0;  ///< runs of each shape before recording (the first allocates its buffers)
 };
 
 }  // namespace quarry::engine

@@ -45,6 +45,7 @@ struct EngineStats {
   std::size_t prefill_tokens = 0, prefill_steps = 0;  ///< prompt tokens computed (prefix-cache hits excluded)
   double prefill_s = 0.0;
   std::size_t decode_tokens = 0, decode_steps = 0;
+  std::size_t replayed_steps = 0;  ///< forward steps replayed from a recording (CUDA graphs)
   std::size_t forced_tokens = 0;  ///< output tokens appended by jump-forward (not sampled)
   /// Forward steps whose LM head was computed only for the grammar's allowed groups of ids
   /// (EngineOptions::grammar_lm_head), and the LM-head groups of 16 rows they computed / skipped.
