@@ -152,6 +152,31 @@ void Backend::matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, cons
   silu_mul(out, ldo, scratch, up.rows, out, ldo, m, gate.rows);
 }
 
+void Backend::norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx,
+                               const float* norm_weight, float eps, float* h, std::span<const MatmulOut> outs) {
+  if (ldx != hidden) throw std::invalid_argument("norm_matmul_many: x must be contiguous rows");
+  rms_norm(x, h, m, hidden, ldx, norm_weight, eps);
+  matmul_many(h, m, hidden, outs);
+}
+
+void Backend::norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx,
+                                 const float* norm_weight, float eps, float* h, const Weight& gate, const Weight& up,
+                                 float* out, std::size_t ldo, float* scratch) {
+  if (ldx != hidden) throw std::invalid_argument("norm_matmul_swiglu: x must be contiguous rows");
+  rms_norm(x, h, m, hidden, ldx, norm_weight, eps);
+  matmul_swiglu(h, m, hidden, gate, up, out, ldo, scratch);
+}
+
+void Backend::qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
+                                 std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim,
+                                 const float* q_norm, const float* k_norm, float eps, std::size_t rotary_dim,
+                                 const float* cos, const float* sin, const StagedBatch& batch, KvStorage& kv,
+                                 std::size_t layer) {
+  head_norm_rope(q, batch.n_tokens, n_heads, head_dim, ldq, q_norm, eps, rotary_dim, cos, sin);
+  head_norm_rope(k, batch.n_tokens, n_kv_heads, head_dim, ldkv, k_norm, eps, rotary_dim, cos, sin);
+  kv_store(k, v, ldkv, batch, kv, layer);
+}
+
 void Backend::head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
                              const float* norm_weight, float eps, std::size_t rotary_dim, const float* cos,
                              const float* sin) {

@@ -382,6 +382,26 @@ class Backend : public std::enable_shared_from_this<Backend> {
                               std::size_t ld, const float* norm_weight, float eps, std::size_t rotary_dim,
                               const float* cos, const float* sin);
 
+  /// matmul_many() of h = rms_norm(x) (weight norm_weight [ldx-wide rows of `hidden`], eps): a block's
+  /// input norm and its first products. The default writes h ([m, hidden] at stride hidden) then runs
+  /// matmul_many(h); a backend may fold the norm into the products (CUDA decode steps) and leave h
+  /// unwritten, with the same values: the callers use h as scratch only.
+  virtual void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx,
+                                const float* norm_weight, float eps, float* h, std::span<const MatmulOut> outs);
+  /// matmul_swiglu() of h = rms_norm(x), as norm_matmul_many().
+  virtual void norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx,
+                                  const float* norm_weight, float eps, float* h, const Weight& gate, const Weight& up,
+                                  float* out, std::size_t ldo, float* scratch);
+  /// A Qwen3 attention block's step between the q/k/v products and attention: head_norm_rope() of q
+  /// (n_heads heads, stride ldq) with q_norm and of k (n_kv_heads, stride ldkv) with k_norm, then
+  /// kv_store() of k and v into layer `layer` of `kv`. The default issues those ops; a backend may fuse
+  /// them (CUDA: one launch).
+  virtual void qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
+                                  std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim,
+                                  const float* q_norm, const float* k_norm, float eps, std::size_t rotary_dim,
+                                  const float* cos, const float* sin, const StagedBatch& batch, KvStorage& kv,
+                                  std::size_t layer);
+
   /// Whether matmul_groups() can compute a subset of `w`'s rows bit-identically to matmul().
   virtual bool supports_matmul_groups(const Weight& w) const = 0;
   /// matmul() for the output columns of some groups of 16 only: y[:, 16 g .. 16 g + 15] for each g in

@@ -257,12 +257,10 @@ void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const
   float* k = ws.get(kK, T * KD);
   float* v = ws.get(kV, T * KD);
   float* attn = ws.get(kAttn, T * QD);
-  b.rms_norm(x, h, T, H, H, w.input_norm.as<float>(), eps);
   const Backend::MatmulOut qkv[] = {{w.wq.get(), q, QD}, {w.wk.get(), k, KD}, {w.wv.get(), v, KD}};
-  b.matmul_many(h, T, H, qkv);
-  b.head_norm_rope(q, T, NH, D, QD, w.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
-  b.head_norm_rope(k, T, NKV, D, KD, w.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
-  b.kv_store(k, v, KD, batch.staged(), kv, kv_layer);
+  b.norm_matmul_many(x, T, H, H, w.input_norm.as<float>(), eps, h, qkv);
+  b.qk_norm_rope_store(q, QD, k, v, KD, NH, NKV, D, w.q_norm.as<float>(), w.k_norm.as<float>(), eps, rope.rotary_dim,
+                       rope.cos, rope.sin, batch.staged(), kv, kv_layer);
   b.attention(q, QD, attn, QD, NH, batch.staged(), kv, kv_layer, scale);
   add_projection(b, tp, attn, T, QD, *w.wo, x, H, h);
 }
@@ -274,8 +272,7 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
   float* h = ws.get(kH, T * H);
   float* gate = ws.get(kGate, T * I);
   float* up = ws.get(kUp, T * std::max(I, H));  // also down_proj's scratch [T, H]
-  b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
-  b.matmul_swiglu(h, T, H, *w.w_gate, *w.w_up, gate, I, up);
+  b.norm_matmul_swiglu(x, T, H, H, w.post_norm.as<float>(), eps, h, *w.w_gate, *w.w_up, gate, I, up);
   // down_proj's scratch: `up` (free again), [T, H] fits in [T, I].
   add_projection(b, tp, gate, T, I, *w.w_down, x, H, up);
 }

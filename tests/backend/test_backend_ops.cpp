@@ -251,6 +251,94 @@ TEST_F(BackendOps, FusedProductsEqualTheirPlainSequences) {
     }
 }
 
+TEST_F(BackendOps, NormFoldedIntoProductsGivesTheSameBitsAsNormThenProduct) {
+  // norm_matmul_many / norm_matmul_swiglu (CUDA decode: RMSNorm read inside the GEMV) against rms_norm
+  // then the product on the same backend: bit-identical, so that decode and verify steps of any size
+  // agree (lossless MTP) whichever path a row takes.
+  const std::size_t k = 1024;
+  std::uint64_t seed = 900;
+  for (const Compute compute : {Compute::exact, Compute::bf16})
+    for (const std::size_t m : {1u, 3u, 8u, 12u}) {
+      const Compute resolved = under_test_->resolve_compute(compute, DType::bf16);
+      const std::string what = std::string(compute_name(resolved)) + " m=" + std::to_string(m);
+      const auto x = randn(m * k, seed++, 3.f), nw = randn(k, seed++);
+      auto xb = dev_.put(x), nb = dev_.put(nw), hb = dev_.zeros(m * k), h2 = dev_.zeros(m * k);
+      std::vector<HostWeight> hw = {make_weight(192, k, DType::bf16, seed++), make_weight(64, k, DType::bf16, seed++),
+                                    make_weight(64, k, DType::bf16, seed++)};
+      std::vector<std::unique_ptr<Weight>> w;
+      for (const auto& h : hw)
+        w.push_back(under_test_->load_matrix(h.bytes.data(), h.dtype, h.rows, h.cols, WeightUse::matmul, resolved));
+      std::vector<DeviceBuffer> fused, plain;
+      std::vector<Backend::MatmulOut> fo, po;
+      for (std::size_t i = 0; i < 3; ++i) {
+        fused.push_back(dev_.zeros(m * hw[i].rows));
+        plain.push_back(dev_.zeros(m * hw[i].rows));
+        fo.push_back({w[i].get(), fused.back().as<float>(), hw[i].rows});
+        po.push_back({w[i].get(), plain.back().as<float>(), hw[i].rows});
+      }
+      under_test_->norm_matmul_many(xb.as<float>(), m, k, k, nb.as<float>(), 1e-6f, hb.as<float>(), fo);
+      under_test_->rms_norm(xb.as<float>(), h2.as<float>(), m, k, k, nb.as<float>(), 1e-6f);
+      under_test_->matmul_many(h2.as<float>(), m, k, po);
+      for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(dev_.get(fused[i], m * hw[i].rows), dev_.get(plain[i], m * hw[i].rows)) << "output " << i << " " << what;
+      auto of = dev_.zeros(m * 64), op = dev_.zeros(m * 64), sf = dev_.zeros(m * 64), sp = dev_.zeros(m * 64);
+      under_test_->norm_matmul_swiglu(xb.as<float>(), m, k, k, nb.as<float>(), 1e-6f, hb.as<float>(), *w[1], *w[2],
+                                      of.as<float>(), 64, sf.as<float>());
+      under_test_->matmul_swiglu(h2.as<float>(), m, k, *w[1], *w[2], op.as<float>(), 64, sp.as<float>());
+      EXPECT_EQ(dev_.get(of, m * 64), dev_.get(op, m * 64)) << "swiglu " << what;
+    }
+}
+
+TEST_F(BackendOps, QkNormRopeStoreEqualsItsThreeOps) {
+  // The fused step (CUDA: one launch) against head_norm_rope of q and k then kv_store: the same q, k
+  // and the same cache contents (read back through attention), bit for bit.
+  const std::size_t D = 128, NH = 8, NKV = 2, QD = NH * D, KD = NKV * D;
+  for (const DType kv_dtype : {DType::f32, DType::bf16}) {
+    if (kv_dtype == DType::bf16 && under_test_->kv_dtype(Compute::bf16, NH, NKV, D, 16) != DType::bf16) continue;
+    KvSpec spec;
+    spec.n_layers = 1;
+    spec.n_kv_heads = NKV;
+    spec.head_dim = D;
+    spec.dtype = kv_dtype;
+    KvCache a(*under_test_, spec, 256), b(*under_test_, spec, 256);
+    const SeqId sa = a.create_sequence(), sb = b.create_sequence();
+    ASSERT_TRUE(a.reserve(sa, 40));
+    ASSERT_TRUE(b.reserve(sb, 40));
+    const std::vector<std::int32_t> pos = {0, 1, 2, 17, 33};
+    std::vector<TokenId> tokens(pos.size(), 0);
+    std::vector<std::int32_t> seq(pos.size(), 0), table(a.block_table(sa).begin(), a.block_table(sa).end());
+    ASSERT_EQ(table, std::vector<std::int32_t>(b.block_table(sb).begin(), b.block_table(sb).end()));
+    BatchInputs in;
+    in.tokens = tokens;
+    in.positions = pos;
+    in.seq_index = seq;
+    in.block_tables = table;
+    in.max_blocks = table.size();
+    const StagedBatch& st = under_test_->stage(in);
+    std::vector<float> inv(D / 2);
+    for (std::size_t i = 0; i < D / 2; ++i) inv[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / D));
+    auto invb = dev_.put(inv), cs = dev_.zeros(pos.size() * D / 2), sn = dev_.zeros(pos.size() * D / 2);
+    under_test_->rope_angles(st, invb.as<float>(), D, cs.as<float>(), sn.as<float>());
+    const auto q = randn(pos.size() * QD, 31, 2.f), k = randn(pos.size() * KD, 32, 2.f), v = randn(pos.size() * KD, 33);
+    const auto qn = randn(D, 34), kn = randn(D, 35);
+    auto q1 = dev_.put(q), k1 = dev_.put(k), q2 = dev_.put(q), k2 = dev_.put(k), vb = dev_.put(v);
+    auto qnb = dev_.put(qn), knb = dev_.put(kn);
+    under_test_->qk_norm_rope_store(q1.as<float>(), QD, k1.as<float>(), vb.as<float>(), KD, NH, NKV, D, qnb.as<float>(),
+                                    knb.as<float>(), 1e-6f, D, cs.as<float>(), sn.as<float>(), st, a.storage(), 0);
+    under_test_->head_norm_rope(q2.as<float>(), pos.size(), NH, D, QD, qnb.as<float>(), 1e-6f, D, cs.as<float>(),
+                                sn.as<float>());
+    under_test_->head_norm_rope(k2.as<float>(), pos.size(), NKV, D, KD, knb.as<float>(), 1e-6f, D, cs.as<float>(),
+                                sn.as<float>());
+    under_test_->kv_store(k2.as<float>(), vb.as<float>(), KD, st, b.storage(), 0);
+    EXPECT_EQ(dev_.get(q1, q.size()), dev_.get(q2, q.size()));
+    EXPECT_EQ(dev_.get(k1, k.size()), dev_.get(k2, k.size()));
+    auto o1 = dev_.zeros(pos.size() * QD), o2 = dev_.zeros(pos.size() * QD);
+    under_test_->attention(q1.as<float>(), QD, o1.as<float>(), QD, NH, st, a.storage(), 0, 0.1f);
+    under_test_->attention(q1.as<float>(), QD, o2.as<float>(), QD, NH, st, b.storage(), 0, 0.1f);
+    EXPECT_EQ(dev_.get(o1, q.size()), dev_.get(o2, q.size())) << dtype_name(kv_dtype);
+  }
+}
+
 TEST_F(BackendOps, HeadNormRopeEqualsNormThenRope) {
   const std::size_t head_dim = 128, heads = 8, half = 64, ld = heads * head_dim;
   const std::vector<std::int32_t> pos = {0, 5, 300, 4097};

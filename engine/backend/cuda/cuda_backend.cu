@@ -489,42 +489,49 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) override {
-    // One GEMV launch for up to three weights of the same width and type (q, k, v of a decode step).
-    bool fused = m > 0 && m <= 8 && !outs.empty() && outs.size() <= 3;
-    for (const auto& o : outs) {
-      const CudaWeight& w = cuda_weight(*o.w);
-      const CudaWeight& w0 = cuda_weight(*outs[0].w);
-      fused = fused && w.cols == w0.cols && w.device_dtype == w0.device_dtype && w.bf16_compute == w0.bf16_compute &&
-              gemv_supported(x, ldx, w.data, w.cols);
-    }
-    if (!fused) return Backend::matmul_many(x, m, ldx, outs);
-    const CudaWeight& w0 = cuda_weight(*outs[0].w);
     GemvArgs a;
-    a.x = x;
-    a.ldx = ldx;
-    a.k = w0.cols;
-    a.round_x = w0.bf16_compute;
-    a.n_seg = static_cast<int>(outs.size());
-    for (std::size_t i = 0; i < outs.size(); ++i) a.seg[i] = {cuda_weight(*outs[i].w).data, outs[i].y, outs[i].w->rows, outs[i].ldy};
-    launch_gemv(a, m, wtype(w0.device_dtype), 0, stream_);
+    if (!many_args(x, m, ldx, outs, a)) return Backend::matmul_many(x, m, ldx, outs);
+    launch_gemv(a, m, wtype(cuda_weight(*outs[0].w).device_dtype), 0, stream_);
+  }
+  void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
+                        float eps, float* h, std::span<const MatmulOut> outs) override {
+    GemvArgs a;
+    if (ldx != hidden || !many_args(x, m, ldx, outs, a) || a.k != hidden)
+      return Backend::norm_matmul_many(x, m, hidden, ldx, norm_weight, eps, h, outs);
+    a.norm = norm_weight;  // the input norm read with x (h stays unwritten)
+    a.eps = eps;
+    launch_gemv(a, m, wtype(cuda_weight(*outs[0].w).device_dtype), 0, stream_);
   }
 
   void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate,
                      const engine::Weight& up, float* out, std::size_t ldo, float* scratch) override {
-    const CudaWeight& g = cuda_weight(gate);
-    const CudaWeight& u = cuda_weight(up);
-    if (m == 0 || m > 8 || g.rows != u.rows || g.cols != u.cols || g.device_dtype != u.device_dtype ||
-        !gemv_supported(x, ldx, g.data, g.cols) || !gemv_supported(x, ldx, u.data, u.cols))
-      return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
     GemvArgs a;
-    a.x = x;
-    a.ldx = ldx;
-    a.k = g.cols;
-    a.round_x = g.bf16_compute;
-    a.n_seg = 2;
-    a.seg[0] = {g.data, out, g.rows, ldo};
-    a.seg[1] = {u.data, out, u.rows, ldo};
-    launch_gemv(a, m, wtype(g.device_dtype), 2, stream_);
+    if (!swiglu_args(x, m, ldx, gate, up, out, ldo, a)) return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
+    launch_gemv(a, m, wtype(cuda_weight(gate).device_dtype), 2, stream_);
+  }
+  void norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
+                          float eps, float* h, const engine::Weight& gate, const engine::Weight& up, float* out,
+                          std::size_t ldo, float* scratch) override {
+    GemvArgs a;
+    if (ldx != hidden || !swiglu_args(x, m, ldx, gate, up, out, ldo, a) || a.k != hidden)
+      return Backend::norm_matmul_swiglu(x, m, hidden, ldx, norm_weight, eps, h, gate, up, out, ldo, scratch);
+    a.norm = norm_weight;
+    a.eps = eps;
+    launch_gemv(a, m, wtype(cuda_weight(gate).device_dtype), 2, stream_);
+  }
+
+  void qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv, std::size_t n_heads,
+                          std::size_t n_kv_heads, std::size_t head_dim, const float* q_norm, const float* k_norm,
+                          float eps, std::size_t rotary_dim, const float* cos, const float* sin, const StagedBatch& b,
+                          KvStorage& kv, std::size_t layer) override {
+    if (head_dim > 256)
+      return Backend::qk_norm_rope_store(q, ldq, k, v, ldkv, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
+                                         rotary_dim, cos, sin, b, kv, layer);
+    const KvLayer kl = cuda_kv(kv).layer(layer);
+    if (kl.n_kv_heads != static_cast<int>(n_kv_heads) || kl.head_dim != static_cast<int>(head_dim))
+      throw std::invalid_argument("qk_norm_rope_store: the KV layer has another shape");
+    launch_qk_norm_rope_store(q, ldq, k, v, ldkv, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps, rotary_dim / 2,
+                              cos, sin, attn_batch(b), kl, stream_);
   }
 
   void head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
@@ -690,6 +697,44 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  /// The GEMV arguments of one launch for up to three weights of the same width and type (q, k, v of a
+  /// decode step); false where the GEMV does not apply.
+  bool many_args(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs, GemvArgs& a) const {
+    bool fused = m > 0 && m <= 8 && !outs.empty() && outs.size() <= 3;
+    for (const auto& o : outs) {
+      const CudaWeight& w = cuda_weight(*o.w);
+      const CudaWeight& w0 = cuda_weight(*outs[0].w);
+      fused = fused && w.cols == w0.cols && w.device_dtype == w0.device_dtype && w.bf16_compute == w0.bf16_compute &&
+              gemv_supported(x, ldx, w.data, w.cols);
+    }
+    if (!fused) return false;
+    const CudaWeight& w0 = cuda_weight(*outs[0].w);
+    a.x = x;
+    a.ldx = ldx;
+    a.k = w0.cols;
+    a.round_x = w0.bf16_compute;
+    a.n_seg = static_cast<int>(outs.size());
+    for (std::size_t i = 0; i < outs.size(); ++i) a.seg[i] = {cuda_weight(*outs[i].w).data, outs[i].y, outs[i].w->rows, outs[i].ldy};
+    return true;
+  }
+  /// The GEMV arguments of SwiGLU's first half (gate and up in one launch); false where it does not apply.
+  bool swiglu_args(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate, const engine::Weight& up,
+                   float* out, std::size_t ldo, GemvArgs& a) const {
+    const CudaWeight& g = cuda_weight(gate);
+    const CudaWeight& u = cuda_weight(up);
+    if (m == 0 || m > 8 || g.rows != u.rows || g.cols != u.cols || g.device_dtype != u.device_dtype ||
+        !gemv_supported(x, ldx, g.data, g.cols) || !gemv_supported(x, ldx, u.data, u.cols))
+      return false;
+    a.x = x;
+    a.ldx = ldx;
+    a.k = g.cols;
+    a.round_x = g.bf16_compute;
+    a.n_seg = 2;
+    a.seg[0] = {g.data, out, g.rows, ldo};
+    a.seg[1] = {u.data, out, u.rows, ldo};
+    return true;
+  }
+
   /// y (=|+=) x . W[0:n]^T: the GEMV kernel for up to 8 rows, cuBLAS (bf16 tensor cores) under bf16 compute,
   /// the f32 tiled kernel otherwise.
   void product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n, float* y,

@@ -64,11 +64,9 @@ __global__ void rope_kernel(float* x, std::size_t n_heads, std::size_t head_dim,
   }
 }
 
-/// grid (tokens, heads), 128 threads: RMSNorm of one head (sum of squares in double) then its rotation.
-__global__ void head_norm_rope_kernel(float* x, std::size_t head_dim, std::size_t ld, const float* w, float eps,
-                                      std::size_t half, const float* cos_t, const float* sin_t) {
-  const std::size_t t = blockIdx.x, h = blockIdx.y;
-  float* v = x + t * ld + h * head_dim;
+/// The norm and rotation of one head in place (head_norm_rope_kernel's body, 128 threads).
+__device__ void norm_rope_head(float* v, std::size_t head_dim, const float* w, float eps, std::size_t half,
+                               const float* cs, const float* sn) {
   __shared__ float buf[256];
   __shared__ double part[4];
   double ss = 0.0;
@@ -80,13 +78,50 @@ __global__ void head_norm_rope_kernel(float* x, std::size_t head_dim, std::size_
   const float inv = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(head_dim)) + eps);
   for (std::size_t i = threadIdx.x; i < head_dim; i += blockDim.x) buf[i] = w[i] * (v[i] * inv);
   __syncthreads();
-  const float* cs = cos_t + t * half;
-  const float* sn = sin_t + t * half;
   for (std::size_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     float out = buf[i];
     if (i < half) out = __fsub_rn(__fmul_rn(buf[i], cs[i]), __fmul_rn(buf[i + half], sn[i]));
     else if (i < 2 * half) out = __fadd_rn(__fmul_rn(buf[i], cs[i - half]), __fmul_rn(buf[i - half], sn[i - half]));
     v[i] = out;
+  }
+}
+
+/// grid (tokens, heads), 128 threads: RMSNorm of one head (sum of squares in double) then its rotation.
+__global__ void head_norm_rope_kernel(float* x, std::size_t head_dim, std::size_t ld, const float* w, float eps,
+                                      std::size_t half, const float* cos_t, const float* sin_t) {
+  const std::size_t t = blockIdx.x, h = blockIdx.y;
+  norm_rope_head(x + t * ld + h * head_dim, head_dim, w, eps, half, cos_t + t * half, sin_t + t * half);
+}
+
+/// grid (tokens, heads + kv heads), 128 threads: q heads first, then each kv head's k (norm, rotation,
+/// store) and v (store).
+__global__ void qk_norm_rope_store_kernel(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
+                                          int n_heads, std::size_t head_dim, const float* q_norm, const float* k_norm,
+                                          float eps, std::size_t half, const float* cos_t, const float* sin_t,
+                                          const std::int32_t* positions, const std::int32_t* seq_index,
+                                          const std::int32_t* tables, int max_blocks, KvLayer kv) {
+  const std::size_t t = blockIdx.x;
+  const int h = static_cast<int>(blockIdx.y);
+  const float* cs = cos_t + t * half;
+  const float* sn = sin_t + t * half;
+  if (h < n_heads) return norm_rope_head(q + t * ldq + h * head_dim, head_dim, q_norm, eps, half, cs, sn);
+  const int kh = h - n_heads;
+  float* kr = k + t * ldkv + kh * head_dim;
+  norm_rope_head(kr, head_dim, k_norm, eps, half, cs, sn);
+  __syncthreads();
+  const int pos = positions[t];
+  const int block = tables[static_cast<std::size_t>(seq_index[t]) * max_blocks + pos / kv.block_size];
+  const std::size_t at0 =
+      ((static_cast<std::size_t>(block) * kv.n_kv_heads + kh) * kv.block_size + pos % kv.block_size) * kv.head_dim;
+  const float* vr = v + t * ldkv + kh * head_dim;
+  for (std::size_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    if (kv.bf16) {
+      static_cast<__nv_bfloat16*>(kv.k)[at0 + d] = __float2bfloat16_rn(kr[d]);
+      static_cast<__nv_bfloat16*>(kv.v)[at0 + d] = __float2bfloat16_rn(vr[d]);
+    } else {
+      static_cast<float*>(kv.k)[at0 + d] = kr[d];
+      static_cast<float*>(kv.v)[at0 + d] = vr[d];
+    }
   }
 }
 
@@ -188,8 +223,30 @@ unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::si
 /// with UNROLL chunks in flight before the FMAs; x is read through the L1 (small, reused by every warp).
 /// MODE 0: y = x.W^T over up to three weights of the same width (q, k, v in one launch); MODE 1: y +=
 /// x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate, seg[1] up, output seg[0].y).
+/// The inverse RMS of `rows` rows of x (width k) into inv[], by a block of kThreads threads in the order
+/// of rms_norm_kernel (so the normed values are the same bits).
+__device__ void block_inv_rms(const float* x, std::size_t ldx, std::size_t k, int rows, float eps, float* inv) {
+  __shared__ double part[kThreads / 32];
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    double ss = 0.0;
+    for (std::size_t i = threadIdx.x; i < k; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double total = 0.0;
+      for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
+      inv[r] = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(k)) + eps);
+    }
+    __syncthreads();
+  }
+}
+
 template <int M, int TYPE, int MODE, int UNROLL>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
+  __shared__ float inv[M];
+  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // before any warp leaves
   const std::size_t j_all = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   std::size_t j = j_all;
@@ -215,6 +272,13 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
       const float4* xp = reinterpret_cast<const float4*>(a.x + r * ldx + at);
       const float4 p = __ldg(xp), q4 = __ldg(xp + 1);
       float xv[8] = {p.x, p.y, p.z, p.w, q4.x, q4.y, q4.z, q4.w};
+      if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
+        const float4* np = reinterpret_cast<const float4*>(a.norm + at);
+        const float4 n0 = __ldg(np), n1 = __ldg(np + 1);
+        const float nv[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[i] = nv[i] * (xv[i] * inv[r]);
+      }
       if (a.round_x)
 #pragma unroll
         for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
@@ -487,6 +551,18 @@ void launch_head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, 
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
   head_norm_rope_kernel<<<grid, 128, 0, s>>>(x, head_dim, ld, w, eps, half, cos, sin);
   check_launch("head_norm_rope");
+}
+
+void launch_qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
+                               std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, const float* q_norm,
+                               const float* k_norm, float eps, std::size_t half, const float* cos, const float* sin,
+                               const AttnBatch& b, const KvLayer& kv, cudaStream_t s) {
+  if (b.n_tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads + n_kv_heads));
+  qk_norm_rope_store_kernel<<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, static_cast<int>(n_heads), head_dim, q_norm,
+                                                 k_norm, eps, half, cos, sin, b.positions, b.seq_index, b.block_tables,
+                                                 b.max_blocks, kv);
+  check_launch("qk_norm_rope_store");
 }
 
 void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,

@@ -81,6 +81,10 @@ struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
   bool round_x = false;
+  /// Optional RMSNorm folded into the product: x's rows are read as w[i] * (x[i] * inv_rms(row)), the
+  /// inverse RMS summed exactly as the rms_norm kernel sums it (so the values equal rms_norm's output).
+  const float* norm = nullptr;
+  float eps = 0.f;
   GemvSeg seg[3];
   int n_seg = 1;
 };
@@ -135,6 +139,12 @@ struct AttnBatch {
 /// Whether the flash kernel serves this cache (bf16, head_dim 64 or 128).
 bool flash_attention_supported(const KvLayer& kv);
 
+/// Backend::qk_norm_rope_store in one launch: grid (tokens, heads + kv heads); a block of a q head does its
+/// norm and rotation, a block of a kv head those of k and then stores k and v of that head.
+void launch_qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
+                               std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, const float* q_norm,
+                               const float* k_norm, float eps, std::size_t half, const float* cos, const float* sin,
+                               const AttnBatch& b, const KvLayer& kv, cudaStream_t s);
 /// Writes k, v ([n_tokens, n_kv_heads * head_dim] at stride ld) into the layer at each token's slot.
 void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
                      cudaStream_t s);
