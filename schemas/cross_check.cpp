@@ -198,11 +198,16 @@ struct Walker {
 
   void leaf(const json* s, const std::string& pointer, const std::string& field, const ojson& model, const ojson& xml) {
     const bool has_model = !is_absent(model), has_xml = !is_absent(xml);
+    const CompareAs as = leaf_kind(s, model, xml);
+    // A zero amount ("no allowance") is what a document that prints nothing says: zero and absent agree.
+    const auto zero = [&](const ojson& v) { return normalise_for_compare(v, CompareAs::number) == std::optional<std::string>("0"); };
+    if (as == CompareAs::number && has_xml && !has_model && zero(xml))
+      return add(pointer, field, FieldOutcome::agree, null_value(), xml);
+    if (as == CompareAs::number && !has_xml && has_model && zero(model)) return;
     if (!has_xml) {
       if (has_model) add(pointer, field, FieldOutcome::model_only, model, nullptr);
       return;
     }
-    const CompareAs as = leaf_kind(s, model, xml);
     const auto a = normalise_for_compare(model, as), b = normalise_for_compare(xml, as);
     add(pointer, field, a && b && *a == *b ? FieldOutcome::agree : FieldOutcome::disagree,
         has_model ? model : null_value(), xml);

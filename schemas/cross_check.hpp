@@ -12,7 +12,9 @@
 //    - reference present, model different or absent: disagree;
 //    - reference absent, model present: model_only (the XML does not carry the field, so nothing
 //      is checked; counted apart, never a disagreement);
-//    - both absent: not listed.
+//    - both absent: not listed;
+//    - at a number location, zero and absent agree (an allowance total of 0 in the XML and none
+//      printed): XML 0 and no model value agree, model 0 and no XML value are not listed.
 //  - arrays: the number of elements is one field at the array's pointer (values: the two counts),
 //    when the reference has elements; then elements are compared index by index up to the shorter
 //    length (documents list their lines in order); elements of the model beyond the reference's are

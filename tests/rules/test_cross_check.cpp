@@ -98,6 +98,22 @@ TEST(CrossCheck, InvoiceFieldsAgreeDisagreeAndAbsent) {
   EXPECT_EQ(r.compared(), 10u);
 }
 
+TEST(CrossCheck, ZeroAmountsAndAbsentAgree) {
+  const auto schema = invoice_schema();
+  const ojson xml = ojson::parse(R"({"totals": {"allowance_total": 0.00, "charge_total": 0, "vat": 0, "net": 5}})");
+  const ojson model = ojson::parse(R"({"totals": {"allowance_total": null, "charge_total": 0.0, "vat": 3, "amount_due": 0}})");
+  const auto r = cross_check(schema, model, xml);
+  EXPECT_EQ(find(r, "/totals/allowance_total")->outcome, FieldOutcome::agree);
+  EXPECT_EQ(find(r, "/totals/charge_total")->outcome, FieldOutcome::agree);
+  EXPECT_EQ(find(r, "/totals/vat")->outcome, FieldOutcome::disagree);  // 0 is not 3
+  EXPECT_EQ(find(r, "/totals/net")->outcome, FieldOutcome::disagree);  // 5 is not absent
+  EXPECT_EQ(find(r, "/totals/amount_due"), nullptr);                  // 0 where the XML says nothing
+  EXPECT_EQ(r.model_only, 0u);
+  // Text is not a number: "0" and nothing differ.
+  const auto t = cross_check(schema, ojson::parse(R"({"invoice_number": null})"), ojson::parse(R"({"invoice_number": "0"})"));
+  EXPECT_EQ(find(t, "/invoice_number")->outcome, FieldOutcome::disagree);
+}
+
 TEST(CrossCheck, MissingOnTheModelSideDisagrees) {
   const auto schema = invoice_schema();
   const ojson xml = ojson::parse(R"({"invoice_number": "7", "seller": {"name": "A", "vat_id": "DE1"}})");
