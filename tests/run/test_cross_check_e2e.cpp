@@ -181,6 +181,20 @@ TEST(RunCrossCheck, ListsExactlyTheDisagreeingFieldAndTheReportCountsIt) {
   const auto md = read_file(out / "report.md");
   EXPECT_NE(md.find("Cross-check"), std::string::npos);
   EXPECT_NE(md.find("| `/totals/gross` | 2 | 1 | 1 |"), std::string::npos) << md;
+
+  // A user's own schema: the e-invoice mapping (invoice schema) is not comparable, nothing is compared.
+  std::ofstream(s.dir / "own.schema.json")
+      << R"({"type": "object", "properties": {"invoice_number": {"type": "string"}}, "required": ["invoice_number"]})";
+  const auto own = s.dir / "own";
+  const int rc2 = run_quarry_args(run_args(s.dir / "in", own, {"--prefer", "model", "--cross-check", "--retries", "0",
+                                                               "--schema", (s.dir / "own.schema.json").string()}),
+                                  s.dir / "log2");
+  ASSERT_TRUE(rc2 == 0 || rc2 == 2) << read_file(s.dir / "log2");
+  for (const auto& [name, r] : records_by_name(own)) {
+    EXPECT_EQ(r["method"], "model") << name;
+    EXPECT_FALSE(r.contains("cross_check")) << r.dump();
+  }
+  EXPECT_FALSE(json::parse(read_file(own / "report.json")).contains("cross_check"));
 }
 
 TEST(RunCrossCheck, NeedsPreferModelAndTaskKie) {
