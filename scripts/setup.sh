@@ -25,6 +25,7 @@ packages=(
   libpoppler-cpp-dev libpoppler-private-dev poppler-utils qpdf libqpdf-dev libxml2-dev libssl-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libexpected-dev
   libzmq3-dev cppzmq-dev libnats-dev nats-server libcpp-httplib-dev libsqlite3-dev libvalijson-dev libre2-dev libtomlplusplus-dev
+  libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev json-schema-test-suite python3-jsonschema
   python3 python3-stdnum zlib1g-dev unicode-data iso-codes curl
 )

@@ -147,6 +147,10 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("-o,--output", a.output, "Output folder: results.jsonl, report.json, report.md, ledger.sqlite");
   sub->add_option("--prefer", a.prefer, "auto: structured e-invoices take the deterministic mapper; model: everything goes to the model")
       ->check(CLI::IsMember({"auto", "model"}));
+  sub->add_flag("--cross-check", a.cross_check,
+                "With --prefer model: a document that carries an e-invoice XML is read by the model too, and each "
+                "field is compared with the XML's value; disagreements are the record's warnings (rule:cross_check), "
+                "counted in the report. `data` stays the model's, the XML's values are in the record's cross_check");
   sub->add_option("--retries", a.retries, "Extra model attempts (another seed and temperature) before a record is invalid [2]");
   sub->add_flag("--retry-errors", a.retry_errors,
                 "Redo every `error` record of OUTDIR (errors caused by the run's settings, such as a KV cache or context too "
@@ -204,6 +208,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--model")) job.model = a.model;
   if (given("--output")) job.output = a.output;
   if (given("--prefer")) job.prefer = a.prefer == "model" ? qr::Prefer::model : qr::Prefer::automatic;
+  if (a.cross_check) job.cross_check = true;
   if (given("--retries")) job.retries = a.retries;
   if (a.retry_errors) job.retry_errors = true;
   if (!a.shard.empty()) std::tie(job.shard_index, job.shard_count) = qr::parse_shard(a.shard);
@@ -267,7 +272,8 @@ void add_run_command(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("run", "Extract one schema-valid JSON record per document: resumable, with a report");
   sub->footer(
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
-      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, retries, retry_errors, [engine] threads,\n"
+      "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, cross_check, retries, retry_errors,\n"
+      "[engine] threads, "
       "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, grounding, [extract]\n"
       "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"

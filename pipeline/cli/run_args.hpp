@@ -36,6 +36,7 @@ struct RunArgs {
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
   bool retry_errors = false;
+  bool cross_check = false;
   std::string shard;
   bool no_isolation = false;
   double extract_timeout = 30;

@@ -89,7 +89,7 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     throw std::runtime_error(os.str());
   }
   check_keys(root,
-             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "retries", "retry_errors",
+             {"inputs", "task", "schema", "prompts", "questions", "model", "output", "prefer", "cross_check", "retries", "retry_errors",
               "shard", "engine", "extract", "queue"},
              path, "");
   const auto base = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
@@ -122,6 +122,10 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     if (prefer == "auto") job.prefer = Prefer::automatic;
     else if (prefer == "model") job.prefer = Prefer::model;
     else fail(path, "prefer", "\"" + prefer + "\" is not one of \"auto\", \"model\"");
+  }
+  if (const auto* n = root.get("cross_check")) {
+    if (!n->is_boolean()) fail(path, "cross_check", "expected true or false");
+    job.cross_check = *n->value<bool>();
   }
   get_uint(root, "retries", job.retries, path);
   if (const auto* n = root.get("retry_errors")) {
@@ -286,6 +290,13 @@ void resolve_defaults(JobSpec& job, bool needs_output) {
   if (!job.task_set &&
       std::any_of(job.inputs.begin(), job.inputs.end(), [](const std::string& p) { return openai::looks_like_batch_file(p); }))
     job.task = Task::batch;
+  if (job.cross_check && job.prefer != Prefer::model)
+    throw std::runtime_error(
+        "--cross-check (cross_check in a job file) compares the model's values with an e-invoice's XML: it needs "
+        "--prefer model (prefer = \"model\"), else the XML alone is read");
+  if (job.cross_check && job.task != Task::kie)
+    throw std::runtime_error(std::string("--cross-check (cross_check in a job file) is for task kie, not ") +
+                             task_name(job.task));
   if (job.task == Task::batch && job.shard_count > 1)
     throw std::runtime_error("--shard is not supported for OpenAI Batch files yet (split the file instead)");
   if (job.task == Task::batch)

@@ -13,6 +13,8 @@
 //   model   = "models/quarry-extract-11m"  # default: the shipped default model
 //   output  = "out"                        # the output folder (results.jsonl, report.json, report.md, ledger)
 //   prefer  = "auto"                       # "auto": structured e-invoices take the mapper; "model": all go to the model
+//   cross_check = false                    # with prefer = "model": compare the model's values of a document that
+//                                          # carries an e-invoice XML with the XML's (schemas/cross_check.hpp)
 //   retries = 2                            # extra model attempts (another seed and temperature) before `invalid`
 //   retry_errors = false                   # redo every `error` record of OUTDIR (not only those caused by settings)
 //   shard   = "0/3"                        # this run does shard I of N (0 <= I < N): the documents whose sha256 says so
@@ -102,6 +104,11 @@ struct JobSpec {
   std::filesystem::path model;      ///< empty: quarry::default_model_dir()
   std::filesystem::path output;     ///< required
   Prefer prefer = Prefer::automatic;
+  /// With prefer == model (task kie): a document that carries a structured e-invoice is read by the
+  /// model as any other, and each field of its output is compared with the e-invoice's mapped value
+  /// (schemas/cross_check.hpp). `data` stays the model's; disagreements are the record's warnings
+  /// (rule:cross_check), its `cross_check` member holds the counts and the XML's values.
+  bool cross_check = false;
   std::size_t retries = 2;
   bool retry_errors = false;        ///< redo every `error` record (errors caused by settings are always redone)
   std::size_t extract_threads = 2;
@@ -147,7 +154,8 @@ std::uint64_t raise_open_file_limit();
 /// Without a task given, picks `batch` when an input looks like an OpenAI Batch file
 /// (openai::looks_like_batch_file); a batch job's inputs must be regular files (no folders or patterns).
 /// throws std::runtime_error with a clear message for missing inputs/output, an unknown task, a
-/// missing model folder, schema, prompts or questions file.
+/// missing model folder, schema, prompts or questions file, and for cross_check without prefer =
+/// "model" or with a task other than kie.
 /// `needs_output` false: no output folder is required (`quarry submit`, which writes none).
 void resolve_defaults(JobSpec& job, bool needs_output = true);
 

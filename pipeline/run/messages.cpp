@@ -81,7 +81,7 @@ std::optional<BatchSpec> batch_from(const json& j) {
 
 json task_to(const ModelTaskMsg& t) {
   return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text,
-                      batch_to(t.batch)});
+                      batch_to(t.batch), t.cross_check ? *t.cross_check : json(nullptr), t.cross_check_method});
 }
 
 ModelTaskMsg task_from(const json& j) {
@@ -93,6 +93,8 @@ ModelTaskMsg task_from(const json& j) {
   t.whole_document = j.at(4).get<bool>();
   t.document_text = j.at(5).get<std::string>();
   t.batch = batch_from(j.at(6));
+  if (!j.at(7).is_null()) t.cross_check = j.at(7);
+  t.cross_check_method = j.at(8).get<std::string>();
   return t;
 }
 

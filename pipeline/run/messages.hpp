@@ -91,6 +91,10 @@ struct ModelTaskMsg {
   bool whole_document = false;       ///< rag: the prompt holds the whole document
   std::string document_text;         ///< rag: the document, for the evidence check
   std::optional<BatchSpec> batch;    ///< batch task: the request's own format, schema and sampling
+  /// --cross-check: the invoice mapped from the document's e-invoice XML, which validate compares the
+  /// output with (schemas/cross_check.hpp); nullopt otherwise.
+  std::optional<nlohmann::ordered_json> cross_check;
+  std::string cross_check_method;    ///< with `cross_check`: "einvoice-ubl" / "einvoice-cii" / "einvoice-nav"
 };
 
 /// engine -> validate: one finished model request.

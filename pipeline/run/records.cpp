@@ -1,5 +1,7 @@
 #include "pipeline/run/records.hpp"
 
+#include "schemas/cross_check.hpp"
+
 namespace quarry::run {
 
 using json = nlohmann::ordered_json;
@@ -95,6 +97,46 @@ Document document_from_text(const std::string& source, const std::string& text) 
     start = end + 1;
   }
   return d;
+}
+
+void add_cross_check(json& record, const nlohmann::json& schema, const json& schema_ordered, const json& data,
+                     const json& xml, const std::string& method) {
+  json summary = json::object();
+  summary["against"] = method;
+  json warnings = json::array();
+  if (!data.is_object()) {
+    summary["fields_compared"] = 0;
+    summary["skipped"] = "the model's output is not a JSON object: nothing to compare";
+  } else {
+    const auto r = schemas::cross_check(schema, data, xml);
+    const auto shown = [](const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); };
+    json by_field = json::object();
+    for (const auto& f : r.fields) {
+      json& c = by_field[f.field][schemas::field_outcome_name(f.outcome)];
+      c = (c.is_null() ? 0 : c.get<std::size_t>()) + 1;
+      if (f.outcome != schemas::FieldOutcome::disagree) continue;
+      std::string message;
+      if (f.count)
+        message = "the model lists " + shown(f.model) + " element(s); the e-invoice XML (" + method + ") lists " +
+                  shown(f.xml);
+      else if (f.model.is_null())
+        message = "the model gives no value; the e-invoice XML (" + method + ") says " + shown(f.xml);
+      else
+        message = "the model read " + shown(f.model) + "; the e-invoice XML (" + method + ") says " + shown(f.xml);
+      json w = error_entry(f.pointer, "rule:cross_check", message);
+      w["model"] = f.model;
+      w["xml"] = f.xml;
+      warnings.push_back(std::move(w));
+    }
+    summary["fields_compared"] = r.compared();
+    summary["fields_agreeing"] = r.agree;
+    summary["fields_disagreeing"] = r.disagree;
+    summary["fields_model_only"] = r.model_only;
+    summary["by_field"] = std::move(by_field);
+  }
+  summary["xml"] = order_like_schema(xml, schema_ordered);
+  record["warnings"] = std::move(warnings);
+  record["cross_check"] = std::move(summary);
 }
 
 }  // namespace quarry::run

@@ -38,6 +38,20 @@ RecordMsg error_record(const Subject& s, const nlohmann::ordered_json& method, c
 /// stats of a record that no model produced (zero tokens, `attempts`, the subject's extract_ms).
 nlohmann::ordered_json stats_without_model(const Subject& s, std::size_t attempts);
 
+/// --cross-check: compares a model record's `data` with `xml` (the invoice mapped from the document's
+/// e-invoice by `method`, e.g. "einvoice-cii") along `schema` (schemas/cross_check.hpp) and adds to
+/// `record`:
+///   "warnings": one {"pointer", "rule": "rule:cross_check", "message", "model", "xml"} per field
+///               that disagrees (`model` null: the model gave none; for an array, the element counts);
+///   "cross_check": {"against": method, "fields_compared", "fields_agreeing", "fields_disagreeing",
+///                   "fields_model_only", "by_field": {"/line_items/*/net_amount": {"agree": 2,
+///                   "disagree": 1}} (the outcomes that occur), "xml": the XML's values, ordered like the schema}
+/// When `data` is not an object nothing is compared: "cross_check" then says why in "skipped".
+/// `data` is left as the model wrote it; the status is not changed (warnings are not errors).
+void add_cross_check(nlohmann::ordered_json& record, const nlohmann::json& schema,
+                     const nlohmann::ordered_json& schema_ordered, const nlohmann::ordered_json& data,
+                     const nlohmann::ordered_json& xml, const std::string& method);
+
 /// The ledger key of a record: `source`, or `source#question_id` (rag).
 std::string record_key(const std::string& source, const std::string& question_id);
 

@@ -21,11 +21,53 @@ std::string fmt(double v, int decimals) {
   return buf;
 }
 
+/// The cross-check counts over the records that carry a `cross_check` member (records.hpp add_cross_check).
+struct CrossCheckTally {
+  std::size_t documents = 0, compared_documents = 0, disagreeing_documents = 0;
+  std::size_t compared = 0, agreeing = 0, disagreeing = 0, model_only = 0;
+  std::map<std::string, std::map<std::string, std::size_t>> by_field;  // field -> outcome -> count
+
+  static std::size_t count(const json& c, const char* key) {
+    const auto it = c.find(key);
+    return it != c.end() && it->is_number_unsigned() ? it->get<std::size_t>() : 0;
+  }
+  void add(const json& c) {
+    ++documents;
+    if (c.contains("skipped")) return;
+    ++compared_documents;
+    compared += count(c, "fields_compared");
+    agreeing += count(c, "fields_agreeing");
+    disagreeing += count(c, "fields_disagreeing");
+    model_only += count(c, "fields_model_only");
+    if (count(c, "fields_disagreeing") > 0) ++disagreeing_documents;
+    if (const auto f = c.find("by_field"); f != c.end() && f->is_object())
+      for (const auto& [field, outcomes] : f->items())
+        for (const char* o : {"agree", "disagree", "model_only"}) by_field[field][o] += count(outcomes, o);
+  }
+  json to_json() const {
+    json fields = json::object();
+    for (const auto& [field, o] : by_field) {
+      const std::size_t agree = o.count("agree") ? o.at("agree") : 0, disagree = o.count("disagree") ? o.at("disagree") : 0,
+                        only = o.count("model_only") ? o.at("model_only") : 0;
+      fields[field] = {{"compared", agree + disagree}, {"agree", agree}, {"disagree", disagree}, {"model_only", only}};
+    }
+    return {{"documents", documents},
+            {"documents_compared", compared_documents},
+            {"documents_disagreeing", disagreeing_documents},
+            {"fields_compared", compared},
+            {"fields_agreeing", agreeing},
+            {"fields_disagreeing", disagreeing},
+            {"fields_model_only", model_only},
+            {"by_field", fields}};
+  }
+};
+
 }  // namespace
 
 json build_report(const JobSpec& job, const RunMetrics& m) {
   std::map<std::string, std::size_t> by_status, by_method, by_rule;
   std::size_t records = 0, retryable = 0;
+  CrossCheckTally cross;
   // The record that counts for each key is its latest line (an error caused by the run's settings is
   // superseded by the record of the run that redid it).
   const std::size_t lines = for_each_current_record(job.output, [&](const std::string& line) {
@@ -34,6 +76,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
     ++records;
     ++by_status[j.value("status", "?")];
     if (is_retryable_record(j)) ++retryable;
+    if (const auto c = j.find("cross_check"); c != j.end() && c->is_object()) cross.add(*c);
     ++by_method[j["method"].is_string() ? j["method"].get<std::string>() : "none"];
     if (j.contains("errors") && j["errors"].is_array() && j.value("status", "") != "ok") {
       // Count each rule once per record.
@@ -49,6 +92,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
               {"schema", job.task == Task::batch ? std::string("each request's response_format") : job.schema.string()},
               {"model", job.model.string()},
               {"prefer", job.prefer == Prefer::model ? "model" : "auto"},
+              {"cross_check", job.cross_check},
               {"retries", job.retries}};
   r["records"] = records;
   r["superseded_lines"] = lines > records ? lines - records : 0;
@@ -56,6 +100,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
   r["errors_retryable"] = retryable;
   r["by_method"] = by_method;
   r["failures_by_rule"] = by_rule;
+  if (cross.documents > 0) r["cross_check"] = cross.to_json();
   r["this_run"] = {
       {"wall_s", m.wall_s},
       {"discovered", m.discovered},
@@ -103,7 +148,7 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   md << "# quarry run report\n\n";
   md << "Task `" << r["job"]["task"].get<std::string>() << "`, schema `" << r["job"]["schema"].get<std::string>()
      << "`, model `" << r["job"]["model"].get<std::string>() << "`, prefer `" << r["job"]["prefer"].get<std::string>()
-     << "`.\n\n";
+     << "`" << (job.cross_check ? ", cross-check against e-invoice XML" : "") << ".\n\n";
   md << "## Records in results.jsonl (all runs): " << r["records"].get<std::size_t>() << "\n\n| status | records |\n| --- | ---: |\n";
   for (const auto& [k, v] : r["by_status"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
   if (r["errors_retryable"].get<std::size_t>() > 0)
@@ -120,6 +165,21 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   } else {
     md << "| rule | records |\n| --- | ---: |\n";
     for (const auto& [k, v] : r["failures_by_rule"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
+  }
+  if (r.contains("cross_check")) {
+    const auto& c = r["cross_check"];
+    md << "\n## Cross-check against the e-invoice XML (records of --prefer model --cross-check)\n\n";
+    md << "Documents cross-checked: " << c["documents_compared"].get<std::size_t>();
+    if (c["documents_compared"] != c["documents"])
+      md << " of " << c["documents"].get<std::size_t>() << " (the others' model output was not a JSON object)";
+    md << "; with a disagreement: " << c["documents_disagreeing"].get<std::size_t>() << ". Fields compared: "
+       << c["fields_compared"].get<std::size_t>() << ", agreeing " << c["fields_agreeing"].get<std::size_t>()
+       << ", disagreeing " << c["fields_disagreeing"].get<std::size_t>() << "; values only the model gave (the XML has "
+       << "none): " << c["fields_model_only"].get<std::size_t>() << ".\n\n";
+    md << "| field | compared | agree | disagree | model only |\n| --- | ---: | ---: | ---: | ---: |\n";
+    for (const auto& [k, v] : c["by_field"].items())
+      md << "| `" << k << "` | " << v["compared"].get<std::size_t>() << " | " << v["agree"].get<std::size_t>() << " | "
+         << v["disagree"].get<std::size_t>() << " | " << v["model_only"].get<std::size_t>() << " |\n";
   }
   md << "\n## This run\n\n";
   md << "| | |\n| --- | ---: |\n";

@@ -4,7 +4,9 @@
 // every record of the output folder, across resumed runs; one line at a time): the latest line of each
 // record key, the one its ledger row points at (a record redone by a later run supersedes the earlier
 // line). Errors caused by the run's settings are counted apart (errors_retryable). Throughput, time
-// per stage and token totals are this run's (RunMetrics).
+// per stage and token totals are this run's (RunMetrics). Records of --cross-check add "cross_check":
+// documents cross-checked (and with a disagreement), fields compared / agreeing / disagreeing / only
+// in the model's output, and the same per field ("/line_items/*/net_amount"), summed over the records.
 #pragma once
 
 #include <filesystem>

@@ -74,6 +74,11 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
     log("run: the prompt shows the schema " + job.schema.string() + " (the \"schema\" template of " +
         job.prompts.string() + ")");
   }
+  // The e-invoice mappers write the invoice schema: only its records can be compared with them.
+  bc.cross_check = job.cross_check && invoice_schema;
+  if (job.cross_check && !invoice_schema)
+    log("run: --cross-check compares with e-invoices mapped to the shipped invoice schema; with the schema " +
+        job.schema.string() + " nothing is compared");
   if (job.task == Task::rag) {
     auto qs = rag::read_questions(job.questions);
     if (!qs) throw std::runtime_error(qs.error().message());

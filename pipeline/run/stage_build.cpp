@@ -143,6 +143,10 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
                                                          : bc.prompts.schema_messages(doc->text, bc.schema_prompt);
           t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages, true, false));
           t.document_text = doc->text;  // grounded decoding and the evidence check
+          if (bc.cross_check && doc->einvoice) {
+            t.cross_check = *doc->einvoice;
+            t.cross_check_method = "einvoice-" + doc->einvoice_format;
+          }
           tasks.push_back(std::move(t));
         }
       } else {

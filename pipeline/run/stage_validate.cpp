@@ -168,6 +168,11 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         else {
           out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
           if (evidence) out.record["evidence"] = std::move(*evidence);
+          // --cross-check: compared with the e-invoice XML only once the output is final (the XML
+          // never decides a retry: the record shows what the model read).
+          if (g->task.cross_check)
+            add_cross_check(out.record, schema_plain, schema_ordered, data, *g->task.cross_check,
+                            g->task.cross_check_method);
         }
       }
     } catch (const std::exception& e) {

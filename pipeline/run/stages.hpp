@@ -112,6 +112,8 @@ struct BuildContext {
   /// prompt shows this text (schema_for_prompt) and e-invoice XML is not mapped; empty otherwise.
   std::string schema_prompt;
   std::size_t context_tokens = 0;  ///< the model's max_position_embeddings
+  /// --cross-check with the invoice schema: model tasks of documents with an e-invoice carry its mapping.
+  bool cross_check = false;
   std::vector<rag::Question> rag_questions;
   rag::RagTemplate rag_template;
 };

@@ -83,6 +83,35 @@ TEST(JobFile, ErrorsNameTheFileAndTheKey) {
   expect_error("[engine]\ngrounding = \"maybe\"\n", "engine.grounding");
 }
 
+TEST(JobFile, CrossCheckIsReadAndNeedsPreferModelAndTaskKie) {
+  Scratch s("jobcross");
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\nprefer = \"model\"\ncross_check = true\n";
+  auto job = load_job_file(s.dir / "job.toml");
+  EXPECT_TRUE(job.cross_check);
+  EXPECT_EQ(job.prefer, quarry::run::Prefer::model);
+  std::ofstream(s.dir / "job.toml") << "inputs = [\"a\"]\noutput = \"o\"\n";
+  EXPECT_FALSE(load_job_file(s.dir / "job.toml").cross_check);  // the default
+  expect_error("cross_check = \"yes\"\n", "cross_check");
+
+  const auto refused = [](quarry::run::JobSpec j, const std::string& needle) {
+    try {
+      quarry::run::resolve_defaults(j);
+      ADD_FAILURE() << "expected a refusal naming " << needle;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  quarry::run::JobSpec j;
+  j.inputs = {"a"};
+  j.output = "o";
+  j.cross_check = true;
+  refused(j, "--prefer model");  // prefer auto: the XML alone would be read
+  j.prefer = quarry::run::Prefer::model;
+  j.task = quarry::run::Task::rag;
+  j.task_set = true;
+  refused(j, "task kie");
+}
+
 TEST(JobFile, ResolveDefaultsRefusesAJobWithoutOutput) {
   quarry::run::JobSpec job;
   job.inputs = {"x"};

@@ -155,4 +155,24 @@ TEST(Stages, ValidateAloneMakesRecordsAndRetries) {
   EXPECT_FALSE(sh.failed.load()) << sh.fatal;
 }
 
+// --cross-check: the e-invoice's mapped values travel with the model task (and its retries).
+TEST(StageMessages, CrossCheckReferenceRoundTrips) {
+  ModelTaskMsg t;
+  t.subject.key = t.subject.source = "a.pdf";
+  t.prompt = {5, 6};
+  t.cross_check = json{{"invoice_number", "INV-1"}, {"totals", {{"gross", 118.62}}}};
+  t.cross_check_method = "einvoice-cii";
+  GeneratedMsg g;
+  g.task = t;
+  const auto bytes = encode(Message(g));
+  const auto back = std::get<GeneratedMsg>(decode(bytes.data(), bytes.size()));
+  ASSERT_TRUE(back.task.cross_check);
+  EXPECT_EQ(*back.task.cross_check, *t.cross_check);
+  EXPECT_EQ(back.task.cross_check->begin().key(), "invoice_number");  // member order kept
+  EXPECT_EQ(back.task.cross_check_method, "einvoice-cii");
+  t.cross_check.reset();
+  const auto plain = encode(Message(t));
+  EXPECT_FALSE(std::get<ModelTaskMsg>(decode(plain.data(), plain.size())).cross_check);
+}
+
 }  // namespace
