@@ -24,7 +24,7 @@ class Collective {
   virtual void all_reduce_sum(float* x, std::size_t n) = 0;
   /// x[i] += the sum of every rank's y[i], i < n (a row-parallel product's partial sums y added to the
   /// residual stream x, identical on every rank); y may be overwritten. Host implementation: the sum
-  /// in rank order, then the add. CUDA: small sizes (decode rows) in one kernel over peer memory.
+  /// in rank order, then the add.
   virtual void all_reduce_add(float* x, float* y, std::size_t n) = 0;
   /// out[q * n + i] = rank q's x[i] for every rank q, i < n (f32, this rank's backend memory; out holds
   /// size() * n floats and may not overlap x).

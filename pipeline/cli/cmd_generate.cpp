@@ -39,6 +39,7 @@ struct GenerateArgs {
   std::size_t mtp = 0;
   std::string compute = "auto";
   std::string device = "auto";
+  std::size_t tensor_parallel = 1;
   std::vector<std::string> stop;
   bool print_token_ids = false, stats = false, thinking = false;
 };
@@ -93,6 +94,7 @@ int run_generate(const GenerateArgs& args) {
   opt.mtp_depth = a.mtp;
   opt.compute = eng::parse_compute(a.compute);
   opt.device = eng::parse_device(a.device);
+  opt.tensor_parallel = a.tensor_parallel;
   opt.log = [](std::string_view msg) { spdlog::debug("{}", msg); };
   auto engine = eng::Engine::open(a.model, tok, opt);
 
@@ -178,6 +180,9 @@ void add_generate_command(CLI::App& app, Context& ctx) {
   sub->add_option("--device", args->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
                   "present, else the CPU)")
+      ->capture_default_str();
+  sub->add_option("--tensor-parallel", args->tensor_parallel, "Split the model over N devices (tensor parallelism: cuda:I .. cuda:I+N-1 from --device cuda:I)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   sub->add_option("--mtp", args->mtp,
                   "MTP speculative decoding: most drafts per step (0: off; adaptive below it; output unchanged)")

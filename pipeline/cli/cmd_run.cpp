@@ -182,6 +182,9 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--device", a.device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
                   "present, else the CPU) [auto]");
+  sub->add_option("--tensor-parallel", a.tensor_parallel,
+                  "Split the model over N devices (tensor parallelism: cuda:I .. cuda:I+N-1 from --device cuda:I) [1]")
+      ->check(CLI::Range(1, 64));
   sub->add_option("--temperature", a.temperature, "Sampling temperature of the first attempt (0: greedy) [0]")
       ->check(CLI::Range(0.0, 100.0));
   sub->add_option("--retry-temperature", a.retry_temperature, "Sampling temperature of retries [0.7]")
@@ -230,6 +233,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
   if (given("--compute")) job.engine.compute = a.compute;
+  if (given("--tensor-parallel")) job.engine.tensor_parallel = a.tensor_parallel;
   if (given("--device")) job.engine.device = a.device;
   if (given("--temperature")) job.engine.temperature = a.temperature;
   if (given("--retry-temperature")) job.engine.retry_temperature = a.retry_temperature;

@@ -30,7 +30,7 @@ struct ServeArgs {
   std::string model;
   serve::ServeOptions server;
   double max_body_mb = 16;
-  std::size_t threads = 0, mtp = 0, kv_cache_mb = 0, max_num_seqs = 64;
+  std::size_t threads = 0, mtp = 0, kv_cache_mb = 0, max_num_seqs = 64, tensor_parallel = 1;
   std::string compute = "auto", device = "auto";
 };
 
@@ -62,6 +62,7 @@ int run_serve(ServeArgs a) {
   opt.max_num_seqs = a.max_num_seqs;
   opt.compute = eng::parse_compute(a.compute);
   opt.device = eng::parse_device(a.device);
+  opt.tensor_parallel = a.tensor_parallel;
   opt.log = [](std::string_view msg) { spdlog::info("{}", msg); };
   auto engine = eng::Engine::open(model_dir, tok, opt);
 
@@ -113,6 +114,9 @@ void add_serve_command(CLI::App& app, Context& ctx) {
   sub->add_option("--device", a->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when this build has the CUDA backend and a GPU is "
                   "present, else the CPU)")
+      ->capture_default_str();
+  sub->add_option("--tensor-parallel", a->tensor_parallel, "Split the model over N devices (tensor parallelism: cuda:I .. cuda:I+N-1 from --device cuda:I)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "Engine threads (0: all cores)")->capture_default_str();
   sub->add_option("--compute", a->compute,

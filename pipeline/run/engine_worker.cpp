@@ -22,6 +22,7 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   opt.mtp_depth = job.engine.mtp_depth;
   opt.compute = eng::parse_compute(job.engine.compute);
   opt.device = eng::parse_device(job.engine.device);
+  opt.tensor_parallel = job.engine.tensor_parallel;
   opt.grounding = job.engine.grounding;
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);

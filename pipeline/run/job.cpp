@@ -143,7 +143,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     const auto* t = e->as_table();
     if (!t) fail(path, "engine", "expected a table");
     check_keys(*t,
-               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "device", "temperature",
+               {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "device", "tensor_parallel",
+                "temperature",
                 "retry_temperature", "seed", "grounding"},
                path, "engine.");
     if (const auto g = get_string(*t, "grounding", path, "engine."); !g.empty()) {
@@ -155,6 +156,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     get_uint(*t, "max_inflight", job.engine.max_inflight, path, "engine.");
     get_uint(*t, "mtp_depth", job.engine.mtp_depth, path, "engine.");
     get_uint(*t, "kv_cache_mb", job.engine.kv_cache_mb, path, "engine.");
+    get_uint(*t, "tensor_parallel", job.engine.tensor_parallel, path, "engine.");
+    if (job.engine.tensor_parallel == 0) fail(path, "engine.tensor_parallel", "must be at least 1");
     if (const auto c = get_string(*t, "compute", path, "engine."); !c.empty()) {
       if (c != "auto" && c != "exact" && c != "bf16")
         fail(path, "engine.compute", "\"" + c + "\" is not one of \"auto\", \"exact\", \"bf16\"");

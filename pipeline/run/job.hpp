@@ -50,6 +50,7 @@ struct EngineSettings {
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
   std::string compute = "auto";     ///< auto | exact | bf16 (engine/core/types.hpp Compute)
   std::string device = "auto";      ///< cpu | cuda | cuda:N | auto (a GPU when present; EngineOptions::device)
+  std::size_t tensor_parallel = 1;  ///< devices the model is split over (EngineOptions::tensor_parallel)
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i

@@ -82,6 +82,19 @@ TEST_F(CliGenerate, GreedyIdsEqualTheLibrary) {
   EXPECT_NE(r.out.find(lib.text), std::string::npos);
 }
 
+TEST_F(CliGenerate, TensorParallelGivesTheSameGreedyIds) {
+  // --tensor-parallel 2 on the CPU: two simulated ranks (the split a GPU pair runs), the same tokens.
+  const std::string args = "generate " + model() + " --prompt 'The invoice total is' --max-tokens 12 --print-token-ids "
+                           "--threads 2 --device cpu --compute exact";
+  auto one = run(args), two = run(args + " --tensor-parallel 2");
+  ASSERT_EQ(one.code, 0);
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_EQ(lines(one.out).back(), lines(two.out).back());
+  auto bad = run(args + " --tensor-parallel 3", true);  // the tiny preset's heads do not split in 3
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("num_attention_heads"), std::string::npos) << bad.out;
+}
+
 TEST_F(CliGenerate, SeedMakesSamplingReproducible) {
   const std::string args = "generate " + model() + " --prompt Hi --temperature 1.0 --top-k 50 --max-tokens 10 --print-token-ids";
   auto a = run(args + " --seed 11"), b = run(args + " --seed 11"), c = run(args + " --seed 12");
