@@ -321,6 +321,12 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   }
 }
 
+#ifndef QUARRY_GEMV_UNROLL
+#define QUARRY_GEMV_UNROLL 4
+#endif
+/// 16-byte weight loads each lane keeps in flight in the one-weight GEMVs (q/k/v, o, down).
+constexpr int kGemvUnroll = QUARRY_GEMV_UNROLL;
+
 template <int M, int TYPE>
 void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   std::size_t rows = 0;
@@ -329,8 +335,8 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
   const unsigned grid = ceil_div(rows, 8);
   switch (mode) {
-    case 0: gemv_kernel<M, TYPE, 0, 4><<<grid, 256, 0, s>>>(a); break;
-    case 1: gemv_kernel<M, TYPE, 1, 4><<<grid, 256, 0, s>>>(a); break;
+    case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
+    case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
     default: gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a); break;
   }
 }
