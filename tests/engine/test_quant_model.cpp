@@ -19,6 +19,7 @@
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/models/safetensors.hpp"
 #include "fixtures.hpp"
+#include "tests/common/device.hpp"
 
 namespace quarry::engine {
 namespace {
@@ -42,7 +43,7 @@ struct Run {
 };
 
 Run greedy(const std::filesystem::path& dir, const std::vector<TokenId>& prompt, std::size_t steps) {
-  auto model = load_model(dir, make_backend({DeviceSpec{}, 2}), Compute::exact);
+  auto model = load_model(dir, testing::test_backend(2), Compute::exact);
   const std::size_t V = model->config().vocab_size;
   auto kv_owner = model->make_kv_cache(256);
   KvCache& kv = *kv_owner;
@@ -108,7 +109,9 @@ void check_variant(const char* config, const std::string& tag, const QuantizeOpt
   const auto rep = quantize_checkpoint(root / "f", root / "q", o);
   EXPECT_GT(rep.quantized, 0u) << tag;
   EXPECT_LT(rep.bytes_out, rep.bytes_in) << tag;
-  const std::vector<TokenId> prompt = {1, 17, 250, 3, 99, static_cast<TokenId>(vocab - 1), 42};
+  // 12 prompt tokens: prefill takes the products of more than 8 rows (CUDA: the dequantized rows on the
+  // float kernels), decode the packed-weight GEMV.
+  const std::vector<TokenId> prompt = {1, 17, 250, 3, 99, static_cast<TokenId>(vocab - 1), 42, 7, 300, 64, 5, 2};
   const Run q = greedy(root / "q", prompt, 12), ref = greedy(root / "ref", prompt, 12),
             orig = greedy(root / "f", prompt, 12);
   EXPECT_EQ(q.tokens, ref.tokens) << tag;
@@ -118,8 +121,10 @@ void check_variant(const char* config, const std::string& tag, const QuantizeOpt
     worst = std::max(worst, std::fabs(q.logits[i] - ref.logits[i]));
     from_orig = std::max(from_orig, std::fabs(q.logits[i] - orig.logits[i]));
   }
-  // The same f32 products on the same dequantized values: identical, not merely close.
-  EXPECT_EQ(worst, 0.f) << tag;
+  // The same f32 products on the same dequantized values: identical, not merely close (on CUDA the
+  // experts of the f32 model run on the device's gather kernels, the quantized ones per expert: close).
+  if (testing::on_gpu() && tag.starts_with("moe")) EXPECT_LE(worst, 1e-4f) << tag;
+  else EXPECT_EQ(worst, 0.f) << tag;
   // And the quantization did change the model (the packed weights were read, not float copies).
   EXPECT_GT(from_orig, 0.f) << tag;
   std::filesystem::remove_all(root);

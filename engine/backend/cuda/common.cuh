@@ -65,6 +65,14 @@ __device__ __forceinline__ void load8(const void* w, std::size_t off, float (&f)
   }
 }
 
+/// OCP FP8 E4M3 (bias 7, no infinities, S.1111.111 NaN) to f32, exactly.
+__device__ __forceinline__ float fp8_e4m3_to_float(std::uint32_t b) {
+  const std::uint32_t s = (b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
+  if (e == 15u && m == 7u) return __uint_as_float(0x7fc00000u);
+  if (e == 0u) return __uint_as_float(s) + (s ? -1.f : 1.f) * static_cast<float>(m) * 0x1p-9f;
+  return __uint_as_float(s | ((e + 120u) << 23) | (m << 20));
+}
+
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }

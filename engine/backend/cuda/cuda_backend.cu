@@ -70,8 +70,13 @@ class CudaWeight final : public engine::Weight {
   void* data = nullptr;
   DType device_dtype = DType::f32;
   bool bf16_compute = false;  ///< loaded under Compute::bf16: products round x to bf16 (tensor cores)
+  /// A quantized weight (load_quantized): its kernel type (QType) and tables; qtype 0: not quantized.
+  int qtype = 0;
+  QuantArgs q;
+  void* tables = nullptr;  ///< scales, zeros, g_idx in one allocation
   ~CudaWeight() override {
     if (data) cudaFree(data);
+    if (tables) cudaFree(tables);
   }
 };
 
@@ -264,8 +269,8 @@ class CudaBackend final : public Backend {
       const CudaWeight* w[3] = {&cuda_weight(*set->gate[e]), &cuda_weight(*set->up[e]), &cuda_weight(*set->down[e])};
       for (int i = 0; i < 3; ++i) {
         table[i * E + e] = w[i]->data;
-        same = same && w[i]->device_dtype == first.device_dtype && w[i]->bf16_compute == first.bf16_compute &&
-               reinterpret_cast<std::uintptr_t>(w[i]->data) % 16 == 0;
+        same = same && !w[i]->qtype && w[i]->device_dtype == first.device_dtype &&
+               w[i]->bf16_compute == first.bf16_compute && reinterpret_cast<std::uintptr_t>(w[i]->data) % 16 == 0;
       }
     }
     set->tables = alloc(table.size() * sizeof(const void*));
@@ -396,6 +401,75 @@ class CudaBackend final : public Backend {
     return w;
   }
 
+  /// Quantized weights stay packed on the device (values read and dequantized inside the GEMV; prefill
+  /// products dequantize the rows used into scratch first). GPTQ's qweight, scales and zero points are
+  /// transposed at load so that each output row's values are contiguous (QuantArgs).
+  std::unique_ptr<engine::Weight> load_quantized(const QuantizedMatrix& q, WeightUse, Compute compute) override {
+    q.validate();
+    if (q.cols % 8 != 0)
+      throw std::runtime_error("cuda: quantized matrix [" + std::to_string(q.rows) + ", " + std::to_string(q.cols) +
+                               "]: input columns must be a multiple of 8 here");
+    auto w = std::make_unique<CudaWeight>();
+    w->rows = q.rows;
+    w->cols = q.cols;
+    w->dtype = DType::f32;
+    w->quant_bytes = q.bytes();
+    w->bf16_compute = compute == Compute::bf16;
+    const auto dev = [&](std::size_t bytes) {
+      void* p = nullptr;
+      const cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(bytes, 16));
+      if (e != cudaSuccess)
+        throw std::runtime_error("cuda: quantized weights of " + std::to_string(bytes >> 20) +
+                                 " MiB do not fit the device: " + cudaGetErrorString(e));
+      ++generation_;
+      return p;
+    };
+    const auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    QuantArgs& a = w->q;
+    if (q.layout == QuantLayout::rows) {
+      w->qtype = q.element == QuantElement::int4 ? kQ4 : q.element == QuantElement::int8 ? kQ8 : kFP8;
+      const std::size_t bytes = q.element == QuantElement::int4 ? q.rows * q.cols / 2 : q.rows * q.cols;
+      w->data = dev(bytes);
+      upload(w->data, q.data, bytes);
+      w->tables = dev(q.scales.size_bytes());
+      upload(w->tables, q.scales.data(), q.scales.size_bytes());
+      a.block_rows = static_cast<int>(q.block_rows);
+      a.block_cols = static_cast<int>(q.block_cols ? q.block_cols : q.cols);
+      a.sc_cols = static_cast<int>((q.cols + a.block_cols - 1) / a.block_cols);
+      a.scales = static_cast<const float*>(w->tables);
+    } else {
+      w->qtype = q.bits() == 4 ? kG4 : kG8;
+      const std::size_t per = 32 / q.bits(), wpr = q.cols / per, ng = q.n_groups;
+      const auto* src = static_cast<const std::uint32_t*>(q.data);
+      std::vector<std::uint32_t> words(q.rows * wpr);  // qweight [wpr, rows] -> [rows, wpr]
+      for (std::size_t kw = 0; kw < wpr; ++kw)
+        for (std::size_t n = 0; n < q.rows; ++n) words[n * wpr + kw] = src[kw * q.rows + n];
+      w->data = dev(words.size() * 4);
+      upload(w->data, words.data(), words.size() * 4);
+      std::vector<float> sc(q.rows * ng);
+      std::vector<std::int16_t> zs(q.rows * ng);
+      for (std::size_t g = 0; g < ng; ++g)
+        for (std::size_t n = 0; n < q.rows; ++n) {
+          sc[n * ng + g] = q.scales[g * q.rows + n];
+          zs[n * ng + g] = q.zeros[g * q.rows + n];
+        }
+      const std::size_t s_bytes = align(sc.size() * 4), z_bytes = align(zs.size() * 2);
+      w->tables = dev(s_bytes + z_bytes + q.g_idx.size_bytes());
+      auto* base = static_cast<char*>(w->tables);
+      upload(base, sc.data(), sc.size() * 4);
+      upload(base + s_bytes, zs.data(), zs.size() * 2);
+      if (!q.g_idx.empty()) upload(base + s_bytes + z_bytes, q.g_idx.data(), q.g_idx.size_bytes());
+      a.scales = reinterpret_cast<const float*>(base);
+      a.zeros = reinterpret_cast<const std::int16_t*>(base + s_bytes);
+      a.g_idx = q.g_idx.empty() ? nullptr : reinterpret_cast<const std::int32_t*>(base + s_bytes + z_bytes);
+      a.group_size = static_cast<int>(q.group_size ? q.group_size : q.cols);
+      a.n_groups = static_cast<int>(ng);
+      a.words_per_row = wpr;
+    }
+    a.data = w->data;
+    return w;
+  }
+
   std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) override {
     if (spec.block_size == 0 || spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0)
       throw std::invalid_argument("KV storage: empty shape");
@@ -475,6 +549,7 @@ class CudaBackend final : public Backend {
   void embedding(const TokenId* tokens, std::size_t n, const engine::Weight& table, float* out,
                  std::size_t ldo) override {
     const CudaWeight& w = cuda_weight(table);
+    if (w.qtype) return launch_dequantize_rows(w.q, w.qtype, tokens, n, w.cols, out, nullptr, ldo ? ldo : w.cols, stream_);
     launch_embedding(tokens, n, w.data, wtype(w.device_dtype), w.cols, out, ldo ? ldo : w.cols, stream_);
   }
 
@@ -563,6 +638,15 @@ class CudaBackend final : public Backend {
         pairs.push_back(static_cast<std::int32_t>(r));
       }
     for (const auto& l : ids) pairs.insert(pairs.end(), l.begin(), l.end());
+    if (w.qtype) {  // packed weights: the whole product into scratch first, then the listed logits
+      auto* full = static_cast<float*>(qfull_scratch_.get(m * w.rows * sizeof(float)));
+      product(x, m, ldx, w, w.rows, full, w.rows, false);
+      launch_fill(y, m * ldy, -std::numeric_limits<float>::infinity(), stream_);
+      if (n_pairs == 0) return;
+      auto* dev = static_cast<std::int32_t*>(ids_buf_.get(pairs.size() * sizeof(std::int32_t)));
+      upload(dev, pairs.data(), pairs.size() * sizeof(std::int32_t));
+      return launch_copy_pairs(full, w.rows, dev, dev + n_pairs, n_pairs, y, ldy, stream_);
+    }
     launch_fill(y, m * ldy, -std::numeric_limits<float>::infinity(), stream_);
     if (n_pairs == 0) return;  // every row empty (a tensor-parallel rank holding none of the ids)
     auto* dev = static_cast<std::int32_t*>(ids_buf_.get(std::max<std::size_t>(pairs.size(), 1) * sizeof(std::int32_t)));
@@ -704,8 +788,8 @@ class CudaBackend final : public Backend {
     for (const auto& o : outs) {
       const CudaWeight& w = cuda_weight(*o.w);
       const CudaWeight& w0 = cuda_weight(*outs[0].w);
-      fused = fused && w.cols == w0.cols && w.device_dtype == w0.device_dtype && w.bf16_compute == w0.bf16_compute &&
-              gemv_supported(x, ldx, w.data, w.cols);
+      fused = fused && !w.qtype && w.cols == w0.cols && w.device_dtype == w0.device_dtype &&
+              w.bf16_compute == w0.bf16_compute && gemv_supported(x, ldx, w.data, w.cols);
     }
     if (!fused) return false;
     const CudaWeight& w0 = cuda_weight(*outs[0].w);
@@ -722,8 +806,9 @@ class CudaBackend final : public Backend {
                    float* out, std::size_t ldo, GemvArgs& a) const {
     const CudaWeight& g = cuda_weight(gate);
     const CudaWeight& u = cuda_weight(up);
-    if (m == 0 || m > 8 || g.rows != u.rows || g.cols != u.cols || g.device_dtype != u.device_dtype ||
-        !gemv_supported(x, ldx, g.data, g.cols) || !gemv_supported(x, ldx, u.data, u.cols))
+    if (m == 0 || m > 8 || g.qtype || u.qtype || g.rows != u.rows || g.cols != u.cols ||
+        g.device_dtype != u.device_dtype || !gemv_supported(x, ldx, g.data, g.cols) ||
+        !gemv_supported(x, ldx, u.data, u.cols))
       return false;
     a.x = x;
     a.ldx = ldx;
@@ -735,6 +820,40 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  /// product() of a quantized weight: the GEMV reading the packed values for up to 8 rows; beyond, the
+  /// first n rows dequantized into scratch (bf16 for cuBLAS under bf16 compute, else f32 for the tiled
+  /// kernel: the same values and products as the f32 model's) and the float path.
+  void quantized_product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n, float* y,
+                         std::size_t ldy, bool accumulate) {
+    const std::size_t k = w.cols;
+    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
+      GemvArgs a;
+      a.x = x;
+      a.ldx = ldx;
+      a.k = k;
+      a.round_x = w.bf16_compute;
+      a.q = w.q;
+      a.seg[0] = {w.data, y, n, ldy};
+      launch_gemv(a, m, w.qtype, accumulate ? 1 : 0, stream_);
+      return;
+    }
+    CudaWeight tmp;  // a float view of the dequantized rows (owns nothing)
+    struct Release {
+      CudaWeight& w;
+      ~Release() { w.data = nullptr; }
+    } release{tmp};
+    tmp.rows = n;
+    tmp.cols = k;
+    tmp.bf16_compute = w.bf16_compute && cublas_;
+    tmp.device_dtype = tmp.bf16_compute ? DType::bf16 : DType::f32;
+    tmp.dtype = tmp.device_dtype;
+    void* buf = dequant_scratch_.get(n * k * dtype_size(tmp.device_dtype));
+    launch_dequantize_rows(w.q, w.qtype, nullptr, n, k, tmp.bf16_compute ? nullptr : static_cast<float*>(buf),
+                           tmp.bf16_compute ? static_cast<__nv_bfloat16*>(buf) : nullptr, k, stream_);
+    tmp.data = buf;
+    product(x, m, ldx, tmp, n, y, ldy, accumulate);
+  }
+
   /// y (=|+=) x . W[0:n]^T: the GEMV kernel for up to 8 rows, cuBLAS (bf16 tensor cores) under bf16 compute,
   /// the f32 tiled kernel otherwise.
   void product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n, float* y,
@@ -743,6 +862,7 @@ class CudaBackend final : public Backend {
       throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " + std::to_string(w.rows));
     if (m == 0 || n == 0) return;
     const std::size_t k = w.cols;
+    if (w.qtype) return quantized_product(x, m, ldx, w, n, y, ldy, accumulate);
     if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
       GemvArgs a;
       a.x = x;
@@ -808,7 +928,8 @@ class CudaBackend final : public Backend {
   AttnBatch attn_;  ///< the staged batch's flash tiles and split-kernel tokens (StagedBatch::backend_data)
   std::uint64_t generation_ = 0;  ///< bumped by every device allocation and free (recordings go stale)
   Scratch stage_buf_{&generation_}, bf16_scratch_{&generation_}, ids_buf_{&generation_}, attn_scratch_{&generation_},
-      argmax_buf_{&generation_}, scratch_{&generation_}, delta_scratch_{&generation_};
+      argmax_buf_{&generation_}, scratch_{&generation_}, delta_scratch_{&generation_}, dequant_scratch_{&generation_},
+      qfull_scratch_{&generation_};
   StagedBatch staged_;
 };
 

@@ -223,6 +223,53 @@ unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::si
 /// with UNROLL chunks in flight before the FMAs; x is read through the L1 (small, reused by every warp).
 /// MODE 0: y = x.W^T over up to three weights of the same width (q, k, v in one launch); MODE 1: y +=
 /// x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate, seg[1] up, output seg[0].y).
+/// Values k0 .. k0 + 7 of row n of a quantized weight (QuantArgs), dequantized as the CPU does. k0 is a
+/// multiple of 8; cols the row width.
+template <int TYPE>
+__device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::size_t k0, std::size_t cols,
+                                       float (&f)[8]) {
+  if constexpr (TYPE == kQ8 || TYPE == kFP8 || TYPE == kQ4) {
+    std::uint32_t w[2];
+    if constexpr (TYPE == kQ4) {
+      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + (n * cols + k0) / 8);
+    } else {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint8_t*>(q.data) + n * cols + k0));
+      w[0] = u.x;
+      w[1] = u.y;
+    }
+    const float* srow = q.scales + (n / q.block_rows) * q.sc_cols;
+    const bool one = q.block_cols % 8 == 0;
+    const float s0 = __ldg(srow + k0 / q.block_cols);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float v;
+      if constexpr (TYPE == kQ4) v = static_cast<float>(static_cast<int>((w[0] >> (4 * i)) & 15u) - 8);
+      else if constexpr (TYPE == kQ8) v = static_cast<float>(static_cast<std::int8_t>((w[i / 4] >> (8 * (i % 4))) & 255u));
+      else v = fp8_e4m3_to_float((w[i / 4] >> (8 * (i % 4))) & 255u);
+      f[i] = v * (one ? s0 : __ldg(srow + (k0 + i) / q.block_cols));
+    }
+  } else {  // GPTQ, repacked per output row
+    std::uint32_t w[2];
+    if constexpr (TYPE == kG4) {
+      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 8);
+    } else {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 4));
+      w[0] = u.x;
+      w[1] = u.y;
+    }
+    const float* srow = q.scales + n * q.n_groups;
+    const std::int16_t* zrow = q.zeros + n * q.n_groups;
+    const bool one = !q.g_idx && q.group_size % 8 == 0;
+    const int g0 = q.g_idx ? 0 : static_cast<int>(k0 / q.group_size);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int g = one ? g0 : q.g_idx ? __ldg(q.g_idx + k0 + i) : static_cast<int>((k0 + i) / q.group_size);
+      const int v = TYPE == kG4 ? static_cast<int>((w[0] >> (4 * i)) & 15u) : static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 255u);
+      f[i] = static_cast<float>(v - __ldg(zrow + g)) * __ldg(srow + g);
+    }
+  }
+}
+
 /// The inverse RMS of `rows` rows of x (width k) into inv[], by a block of kThreads threads in the order
 /// of rms_norm_kernel (so the normed values are the same bits).
 __device__ void block_inv_rms(const float* x, std::size_t ldx, std::size_t k, int rows, float eps, float* inv) {
@@ -293,7 +340,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
     float wv[UNROLL][NW][8];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
+      if constexpr (TYPE >= kQ8) load8q<TYPE>(a.q, j, k0 + u * kStep, k, wv[u][0]);
+      else load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
       if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
     }
 #pragma unroll
@@ -301,7 +349,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   }
   for (; k0 < k; k0 += kStep) {
     float wv[NW][8];
-    load8<TYPE>(w, row + k0, wv[0]);
+    if constexpr (TYPE >= kQ8) load8q<TYPE>(a.q, j, k0, k, wv[0]);
+    else load8<TYPE>(w, row + k0, wv[0]);
     if constexpr (MODE == 2) load8<TYPE>(w2, row + k0, wv[NW - 1]);
     chunk(k0, wv);
   }
@@ -337,7 +386,9 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   switch (mode) {
     case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
     case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
-    default: gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a); break;
+    default:
+      if constexpr (TYPE < kQ8) gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a);  // SwiGLU: float weights
+      break;
   }
 }
 
@@ -346,6 +397,11 @@ void gemv_typed(const GemvArgs& a, int type, int mode, cudaStream_t s) {
   switch (type) {
     case kF32: return gemv_launch<M, kF32>(a, mode, s);
     case kF16: return gemv_launch<M, kF16>(a, mode, s);
+    case kQ8: return gemv_launch<M, kQ8>(a, mode, s);
+    case kFP8: return gemv_launch<M, kFP8>(a, mode, s);
+    case kQ4: return gemv_launch<M, kQ4>(a, mode, s);
+    case kG8: return gemv_launch<M, kG8>(a, mode, s);
+    case kG4: return gemv_launch<M, kG4>(a, mode, s);
     default: return gemv_launch<M, kBF16>(a, mode, s);
   }
 }
@@ -437,7 +493,54 @@ __global__ void kv_store_kernel(const float* k, const float* v, std::size_t ld, 
   }
 }
 
+/// grid (n, ceil(cols / 8 / 128)): 128 threads, 8 values each.
+template <int TYPE>
+__global__ void dequantize_rows_kernel(QuantArgs q, const std::int32_t* rows, std::size_t cols, float* out,
+                                       __nv_bfloat16* out_bf16, std::size_t ldo) {
+  const std::size_t i = blockIdx.x;
+  const std::size_t k0 = (static_cast<std::size_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+  if (k0 >= cols) return;
+  const std::size_t n = rows ? static_cast<std::size_t>(rows[i]) : i;
+  float f[8];
+  load8q<TYPE>(q, n, k0, cols, f);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if (out) out[i * ldo + k0 + e] = f[e];
+    else out_bf16[i * ldo + k0 + e] = __float2bfloat16_rn(f[e]);
+  }
+}
+
+__global__ void copy_pairs_kernel(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
+                                  std::size_t n_pairs, float* y, std::size_t ldy) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_pairs) return;
+  const std::size_t r = static_cast<std::size_t>(row_of[i]), id = static_cast<std::size_t>(ids[i]);
+  y[r * ldy + id] = src[r * lds + id];
+}
+
 }  // namespace
+
+void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* rows, std::size_t n, std::size_t cols,
+                            float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s) {
+  if (n == 0) return;
+  const dim3 grid(static_cast<unsigned>(n), ceil_div(cols / 8, 128));
+  switch (type) {
+    case kQ8: dequantize_rows_kernel<kQ8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
+    case kFP8: dequantize_rows_kernel<kFP8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
+    case kQ4: dequantize_rows_kernel<kQ4><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
+    case kG8: dequantize_rows_kernel<kG8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
+    case kG4: dequantize_rows_kernel<kG4><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
+    default: throw std::invalid_argument("dequantize: not a quantized type");
+  }
+  check_launch("dequantize");
+}
+
+void launch_copy_pairs(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
+                       std::size_t n_pairs, float* y, std::size_t ldy, cudaStream_t s) {
+  if (n_pairs == 0) return;
+  copy_pairs_kernel<<<ceil_div(n_pairs, 256), 256, 0, s>>>(src, lds, row_of, ids, n_pairs, y, ldy);
+  check_launch("copy_pairs");
+}
 
 void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* table, int type, std::size_t cols,
                       float* out, std::size_t ldo, cudaStream_t s) {

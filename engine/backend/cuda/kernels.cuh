@@ -77,6 +77,33 @@ struct GemvSeg {
 };
 /// A GEMV launch over m <= 8 rows of x [m, k] at stride ldx; with round_x the activations are rounded
 /// to bf16 first (bf16 compute, as the tensor-core path rounds them).
+/// A quantized weight as the kernels read it (Backend::load_quantized; device memory), repacked at load so
+/// that each output row's values are contiguous:
+///   kQ8 / kFP8 (rows layout): bytes [rows, cols]; kQ4: int32 [rows, cols / 8], nibble i of a word is
+///   column 8w + i, stored value + 8; value = float(v) * scales[(n / block_rows) * sc_cols + k / block_cols];
+///   kG4 / kG8 (GPTQ): int32 [rows, words_per_row] (qweight transposed), scales and zeros [rows, n_groups],
+///   value = float(q - zeros[n, g]) * scales[n, g] with g = g_idx[k] (or k / group_size without g_idx).
+/// Each value equals the CPU's dequantized value (the f32 product rounded once).
+struct QuantArgs {
+  const void* data = nullptr;
+  const float* scales = nullptr;
+  const std::int16_t* zeros = nullptr;
+  const std::int32_t* g_idx = nullptr;
+  int group_size = 0, n_groups = 0, block_rows = 1, block_cols = 0, sc_cols = 0;
+  std::size_t words_per_row = 0;
+};
+/// Weight types of the kernels beyond the float ones (WType).
+enum QType : int { kQ8 = 10, kFP8 = 11, kQ4 = 12, kG8 = 13, kG4 = 14 };
+inline bool quantized_type(int t) { return t >= kQ8; }
+
+/// out[i, 0:cols] = the dequantized row rows[i] (rows null: row i) of a quantized weight, i < n, f32 at
+/// stride ldo, or rounded to bf16 (out_bf16, stride ldo) when out is null. cols a multiple of 8.
+void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* rows, std::size_t n, std::size_t cols,
+                            float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s);
+/// y[row_of[i], ids[i]] = src[row_of[i], ids[i]] for i < n_pairs (src at stride lds, y at ldy).
+void launch_copy_pairs(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
+                       std::size_t n_pairs, float* y, std::size_t ldy, cudaStream_t s);
+
 struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
@@ -85,6 +112,7 @@ struct GemvArgs {
   /// inverse RMS summed exactly as the rms_norm kernel sums it (so the values equal rms_norm's output).
   const float* norm = nullptr;
   float eps = 0.f;
+  QuantArgs q;  ///< the weight of seg[0] when the type is a QType (one segment, modes 0 and 1)
   GemvSeg seg[3];
   int n_seg = 1;
 };
