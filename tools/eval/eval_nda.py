@@ -90,7 +90,7 @@ def write_grounded_schema(labels_path, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
+    ap.add_argument("results", nargs="?", help="OUT/results.jsonl of the run")
     ap.add_argument("--labels", default=os.path.join(HERE, "..", "..", "..", "shared", "corpora", "kleister-nda",
                                                      "labels.jsonl"))
     ap.add_argument("--texts", help="quarry ingest output of the contracts: count label values printed in them")
@@ -99,6 +99,8 @@ def main():
     if a.grounded_schema:
         write_grounded_schema(a.labels, a.grounded_schema)
         return
+    if not a.results:
+        ap.error("the results file is required")
     labels = {}
     with open(a.labels, encoding="utf-8") as f:
         for line in f:
