@@ -77,6 +77,24 @@ std::string norm(const json& v) {
   return v.dump();
 }
 
+/// Copies the evidence entries of `ev` at `from` and below to `to` (same suffixes) in `out`.
+void copy_evidence(const json& ev, const std::string& from, const std::string& to, json& out) {
+  if (!ev.is_object()) return;
+  for (const auto& [k, e] : ev.items()) {
+    if (k == from || (k.size() > from.size() && k.compare(0, from.size(), from) == 0 && k[from.size()] == '/'))
+      out[to + k.substr(from.size())] = e;
+  }
+}
+
+/// Removes the entries of `ev` at `ptr` and below.
+void erase_evidence(json& ev, const std::string& ptr) {
+  std::vector<std::string> gone;
+  for (const auto& [k, _] : ev.items())
+    if (k == ptr || (k.size() > ptr.size() && k.compare(0, ptr.size(), ptr) == 0 && k[ptr.size()] == '/'))
+      gone.push_back(k);
+  for (const auto& k : gone) ev.erase(k);
+}
+
 struct Candidate {
   std::size_t window;
   const json* value;
@@ -94,22 +112,19 @@ class Merger {
     MergedRecord out;
     out.data = merge(roots, "", out.evidence);
     out.windows_used.assign(used_.begin(), used_.end());
+    out.alternatives = std::move(alternatives_);
     return out;
   }
 
  private:
   const std::vector<WindowRecord>& windows_;
   std::set<std::size_t> used_;
+  std::map<std::string, std::vector<Alternative>> alternatives_;
 
   /// Copies the evidence entries of window `w` at `from` and below to `to` (same suffixes).
   void take_evidence(std::size_t w, const std::string& from, const std::string& to, json& out) {
     used_.insert(w);
-    const json& ev = windows_[w].evidence;
-    if (!ev.is_object()) return;
-    for (const auto& [k, e] : ev.items()) {
-      if (k == from || (k.size() > from.size() && k.compare(0, from.size(), from) == 0 && k[from.size()] == '/'))
-        out[to + k.substr(from.size())] = e;
-    }
+    copy_evidence(windows_[w].evidence, from, to, out);
   }
 
   bool supported(const Candidate& c) {
@@ -172,13 +187,13 @@ class Merger {
       return out;
     }
     // A scalar (or values of different kinds): the first supported value, else the first one.
-    const Candidate* pick = &nn.front();
-    for (const auto& c : nn)
-      if (supported(c)) {
-        pick = &c;
-        break;
-      }
+    std::vector<const Candidate*> ranked_supported, ranked_other;
+    for (const auto& c : nn) (supported(c) ? ranked_supported : ranked_other).push_back(&c);
+    ranked_supported.insert(ranked_supported.end(), ranked_other.begin(), ranked_other.end());
+    const Candidate* pick = ranked_supported.front();
     take_evidence(pick->window, pick->pointer, ptr, evidence);
+    for (const Candidate* c : ranked_supported)
+      if (c != pick && *c->value != *pick->value) alternatives_[ptr].push_back({c->window, *c->value, c->pointer});
     return *pick->value;
   }
 };
@@ -277,6 +292,47 @@ MergedRecord merge_window_records(const std::vector<WindowRecord>& windows) {
   } catch (const std::exception&) {
     return {};  // unreachable for JSON values; kept so that the merge never throws
   }
+}
+
+std::size_t refine_merge(MergedRecord& merged, const std::vector<WindowRecord>& windows,
+                         const std::function<std::vector<std::string>(const json&)>& violations,
+                         std::size_t max_checks) {
+  if (merged.data.is_null() || merged.alternatives.empty() || max_checks == 0) return 0;
+  std::size_t checks = 1, replaced = 0;
+  auto current = violations(merged.data);
+  std::set<std::string> tried;
+  for (bool again = true; again && !current.empty();) {
+    again = false;
+    for (const auto& ptr : current) {
+      auto alts = merged.alternatives.find(ptr);
+      if (alts == merged.alternatives.end() || !tried.insert(ptr).second) continue;
+      json::json_pointer where;
+      try {
+        where = json::json_pointer(ptr);
+        if (!merged.data.contains(where)) continue;
+      } catch (const json::exception&) {
+        continue;
+      }
+      for (const auto& alt : alts->second) {
+        if (checks >= max_checks) return replaced;
+        json candidate = merged.data;
+        candidate[where] = alt.value;
+        auto after = violations(candidate);
+        ++checks;
+        if (after.size() < current.size()) {
+          merged.data = std::move(candidate);
+          erase_evidence(merged.evidence, ptr);
+          if (alt.window < windows.size()) copy_evidence(windows[alt.window].evidence, alt.pointer, ptr, merged.evidence);
+          current = std::move(after);
+          ++replaced;
+          again = true;  // the pointers reported now may differ
+          break;
+        }
+      }
+      if (again) break;
+    }
+  }
+  return replaced;
 }
 
 json chunked_stats(const std::vector<json>& window_stats) {

@@ -26,10 +26,15 @@
 //    without evidence, it is a span of the window's text (grammar::find_copy_span); failing that,
 //    the first non-null value;
 //  - evidence follows the value: the entries of a value's window, under the value's pointer in the
-//    merged record (array indices renumbered).
+//    merged record (array indices renumbered);
+//  - then the validators choose (refine_merge): where the merged record breaks a rule at a scalar's
+//    pointer (a total that is not the sum of the line items), another window's value for it is tried,
+//    and kept when the record then breaks fewer rules.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,14 +78,33 @@ struct WindowRecord {
   std::string text;                 ///< the window's text (for strings without evidence)
 };
 
+/// Another window's value for a scalar of the merged record.
+struct Alternative {
+  std::size_t window = 0;
+  nlohmann::ordered_json value;
+  std::string pointer;  ///< where it is in that window's record
+};
+
 struct MergedRecord {
   nlohmann::ordered_json data;                                        ///< null when no window gave data
   nlohmann::ordered_json evidence = nlohmann::ordered_json::object(); ///< pointer in `data` -> entry
   std::vector<std::size_t> windows_used;  ///< windows that gave at least one value, ascending
+  /// Pointer of a scalar in `data` -> the other windows' non-null values for it that differ from the
+  /// one taken, supported ones first, each in window order.
+  std::map<std::string, std::vector<Alternative>> alternatives;
 };
 
 /// Merges the windows' records by the rules at the top of this file. Never throws for any data.
 MergedRecord merge_window_records(const std::vector<WindowRecord>& windows);
+
+/// The validators' choice among the windows' values: `violations(data)` gives the JSON pointers of
+/// the rules `data` breaks (schema and business rules). For each pointer of `merged` with
+/// alternatives, in the order `violations` reports them, each alternative is tried in turn and kept
+/// (its window's evidence with it) when the record then breaks fewer rules; at most `max_checks`
+/// calls of `violations`. Returns how many values were replaced.
+std::size_t refine_merge(MergedRecord& merged, const std::vector<WindowRecord>& windows,
+                         const std::function<std::vector<std::string>(const nlohmann::ordered_json&)>& violations,
+                         std::size_t max_checks = 64);
 
 /// Record stats of a chunked request: the windows' EngineWorker::stats_json summed (token counts,
 /// forced_tokens, draft_tokens, accepted_tokens, verify_steps), ttft_ms of the first window,

@@ -78,7 +78,7 @@ json parse_and_validate(const GeneratedMsg& g, const schemas::Validator& validat
 
 /// A chunked task's record: each window's output parsed (one "json" error per window whose output is
 /// not complete JSON) and its evidence found in the window's text and moved to the document's pages;
-/// the windows merged (merge_window_records); the merged data checked against the schema and, for a
+/// the windows merged (merge_window_records, refine_merge); the merged data checked against the schema and, for a
 /// grounded schema, its evidence over the whole document (the window's entry kept where the merge took
 /// the value from a window that has one).
 void validate_chunked(const GeneratedMsg& g, const schemas::Validator& validator, const nlohmann::json& schema_plain,
@@ -104,6 +104,13 @@ void validate_chunked(const GeneratedMsg& g, const schemas::Validator& validator
     windows.push_back(std::move(r));
   }
   auto merged = merge_window_records(windows);
+  // The validators choose where the first supported value breaks a rule (e.g. totals guessed in an
+  // early window against the line items of all of them).
+  refine_merge(merged, windows, [&](const json& d) {
+    std::vector<std::string> pointers;
+    for (const auto& v : validator.validate(to_plain(d))) pointers.push_back(v.pointer);
+    return pointers;
+  });
   data = std::move(merged.data);
   if (data.is_null()) {
     if (errors.empty()) errors.push_back(error_entry("", "json", "no window gave a record"));

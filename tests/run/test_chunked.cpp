@@ -201,6 +201,46 @@ TEST(Merge, NoDataAndOddShapesNeverThrow) {
   EXPECT_EQ(m2.data["b"], json::parse(R"({"c":1})"));
 }
 
+TEST(Merge, TheValidatorsChooseAmongTheWindowsValues) {
+  std::vector<WindowRecord> w(3);
+  // Window 0 guesses a total from its own numbers; window 2 prints the real one.
+  w[0].text = "Widget 10.00\nPage total 10.00";
+  w[0].data = json::parse(R"({"items":[{"n":10}],"total":10,"note":"a"})");
+  w[0].evidence = {{"/total", entry(1, 21, "10.00")}, {"/items/0/n", entry(1, 7, "10.00")}};
+  w[1].text = "Bolt 5.00";
+  w[1].data = json::parse(R"({"items":[{"n":5}],"total":null,"note":"b"})");
+  w[1].evidence = {{"/items/0/n", entry(2, 5, "5.00")}};
+  w[2].text = "Total 15.00";
+  w[2].data = json::parse(R"({"items":[],"total":15,"note":"c"})");
+  w[2].evidence = {{"/total", entry(3, 6, "15.00")}};
+  auto m = merge_window_records(w);
+  EXPECT_EQ(m.data["total"], 10);  // the first supported value
+  ASSERT_EQ(m.alternatives.count("/total"), 1u);
+  EXPECT_EQ(m.alternatives["/total"].size(), 1u);
+  // The rule: total is the sum of the items' n; plus a rule nothing can satisfy (note must be "z").
+  std::size_t calls = 0;
+  const auto rules = [&](const json& d) {
+    ++calls;
+    std::vector<std::string> out;
+    double sum = 0;
+    for (const auto& it : d["items"]) sum += it["n"].get<double>();
+    if (!d["total"].is_number() || d["total"].get<double>() != sum) out.push_back("/total");
+    if (d["note"] != "z") out.push_back("/note");
+    return out;
+  };
+  EXPECT_EQ(refine_merge(m, w, rules), 1u);
+  EXPECT_EQ(m.data["total"], 15);
+  EXPECT_EQ(m.evidence["/total"]["page"], 3);  // the evidence of the value taken
+  EXPECT_EQ(m.data["note"], "a");              // no alternative helps: the first stays
+  EXPECT_LE(calls, 8u);
+  // Nothing to choose: nothing changes.
+  std::vector<WindowRecord> one(1);
+  one[0].data = json::parse(R"({"items":[],"total":3,"note":"a"})");
+  auto m1 = merge_window_records(one);
+  EXPECT_EQ(refine_merge(m1, one, rules), 0u);
+  EXPECT_EQ(m1.data["total"], 3);
+}
+
 TEST(ChunkedStats, SumsTheWindowsAndCountsThem) {
   const json a = {{"prompt_tokens", 100}, {"prefill_tokens", 90},  {"cached_tokens", 10}, {"decode_tokens", 20},
                   {"forced_tokens", 5},   {"ttft_ms", 12.0},       {"decode_tok_s", 10.0}};
