@@ -175,6 +175,9 @@ void add_common_options(CLI::App* sub, RunArgs& a) {
   add_extract_limit_options(sub, a);
   sub->add_option("--mtp,--mtp-depth", a.mtp_depth, "MTP speculative decoding: draft depth cap, adaptive below it (0: off) [0]");
   sub->add_option("--kv-cache-mb", a.kv_cache_mb, "KV-cache budget in MiB (0: engine default) [0]");
+  sub->add_option("--max-context", a.max_context,
+                  "Context the prompts are planned for, tokens (0: the model's; larger is clamped to it). A document "
+                  "longer than it (prompt + output) is extracted over windows and merged; rag retrieves within it [0]");
   sub->add_option("--compute", a.compute,
                   "auto (the checkpoint's dtype: bf16 for a bf16 checkpoint on CPUs with AMX or AVX512_BF16 and on "
                   "GPUs), exact (f32) or bf16 [auto]")
@@ -232,6 +235,7 @@ void apply_overrides(qr::JobSpec& job, const RunArgs& a, const CLI::App* sub) {
   if (given("--max-pages")) job.extract.max_pages = a.max_pages;
   if (given("--mtp")) job.engine.mtp_depth = a.mtp_depth;
   if (given("--kv-cache-mb")) job.engine.kv_cache_mb = a.kv_cache_mb;
+  if (given("--max-context")) job.engine.max_context = a.max_context;
   if (given("--compute")) job.engine.compute = a.compute;
   if (given("--tensor-parallel")) job.engine.tensor_parallel = a.tensor_parallel;
   if (given("--device")) job.engine.device = a.device;
@@ -278,7 +282,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, cross_check, retries, retry_errors,\n"
       "[engine] threads, "
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, compute, device, temperature, retry_temperature, seed, grounding, [extract]\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, max_context, compute, device, tensor_parallel, temperature, retry_temperature, seed, grounding, [extract]\n"
       "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
       "max_pages, max_content_mb, max_page_content_mb, [queue] url, job and the queue options).\n"

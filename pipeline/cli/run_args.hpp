@@ -32,7 +32,7 @@ struct RunArgs {
   std::string task, schema, prompts, model, output, prefer, questions, progress = "auto", compute = "auto", pdf_password,
       device = "auto", grounding = "on";
   std::size_t retries = 0, threads = 0, max_tokens = 0, max_inflight = 0, extract_threads = 0, mtp_depth = 0,
-              kv_cache_mb = 0, tensor_parallel = 1;
+              kv_cache_mb = 0, tensor_parallel = 1, max_context = 0;
   float temperature = 0, retry_temperature = 0;
   std::uint64_t seed = 0;
   bool retry_errors = false;

@@ -1,6 +1,11 @@
 // Evidence check of RAG answers (see rag.hpp).
 #include "pipeline/rag/rag.hpp"
 
+#include <algorithm>
+#include <set>
+
+#include "engine/grammar/grounding.hpp"
+
 namespace quarry::rag {
 
 std::string normalize_whitespace(std::string_view text) {
@@ -40,6 +45,7 @@ std::vector<schemas::Violation> check_evidence(const nlohmann::json& answer, con
       page_text[p] = normalize_whitespace(t);
     }
     const std::string whole = normalize_whitespace(doc.text());
+    std::vector<std::string> raw_pages;  // for quotes that only the grounded copy rule finds (made on demand)
 
     // Listed pages, as indices into doc.pages (pages are numbered by Page::number).
     std::vector<std::size_t> listed;
@@ -69,7 +75,15 @@ std::vector<schemas::Violation> check_evidence(const nlohmann::json& answer, con
       if (quote.empty()) continue;  // minLength is the schema's
       const std::string pointer = "/evidence/" + std::to_string(i);
       if (whole.find(quote) == std::string::npos) {
-        out.push_back({pointer, "rule:evidence", "the quote does not occur in the document (white space normalised)"});
+        if (raw_pages.empty()) raw_pages = engine::grammar::split_pages(doc.text());
+        const auto span = engine::grammar::find_copy_span(raw_pages, v.get_ref<const std::string&>());
+        if (!span) {
+          out.push_back({pointer, "rule:evidence", "the quote does not occur in the document (white space normalised)"});
+          continue;
+        }
+        // A quote with document white space left out: on the page of its span.
+        if (!listed.empty() && std::find(listed.begin(), listed.end(), span->page) == listed.end())
+          out.push_back({pointer, "rule:evidence_page", "the quote occurs in the document, but on none of the listed pages"});
         continue;
       }
       if (listed.empty()) continue;
@@ -91,6 +105,25 @@ std::vector<schemas::Violation> check_evidence(const nlohmann::json& answer, con
     out.push_back({"", "rule:internal", e.what()});
   }
   return out;
+}
+
+std::optional<std::vector<int>> evidence_pages(const nlohmann::json& answer, const std::vector<std::string>& pages) {
+  if (!answer.is_object()) return std::nullopt;
+  auto it = answer.find("evidence");
+  if (it == answer.end() || !it->is_array()) return std::nullopt;
+  std::set<int> found;
+  try {
+    for (const auto& q : *it) {
+      if (!q.is_string()) return std::nullopt;
+      if (normalize_whitespace(q.get_ref<const std::string&>()).empty()) continue;
+      const auto span = engine::grammar::find_copy_span(pages, q.get_ref<const std::string&>());
+      if (!span) return std::nullopt;
+      found.insert(static_cast<int>(span->page) + 1);
+    }
+  } catch (const std::exception&) {  // only allocation failure can reach here
+    return std::nullopt;
+  }
+  return std::vector<int>(found.begin(), found.end());
 }
 
 }  // namespace quarry::rag

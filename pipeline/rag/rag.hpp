@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -233,11 +234,20 @@ std::string normalize_whitespace(std::string_view text);
 
 /// Checks an answer (schemas/rag_answer.schema.json shape) against its source document:
 ///  - "rule:evidence" at /evidence/i: the quote does not occur in the document text, compared with
-///    white space normalised (normalize_whitespace of both; a quote may span lines and pages);
+///    white space normalised (normalize_whitespace of both; a quote may span lines and pages), nor
+///    as grounded decoding copies it (engine::grammar::find_copy_span: a white space run of the
+///    document may also be left out, as in `HU4211773016` for `HU42 1177 3016`);
 ///  - "rule:pages" at /pages/i: a page number outside 1..number of pages;
 ///  - "rule:evidence_page" at /evidence/i: the quote occurs in the document, but, with `pages`
 ///    non-empty, on none of the listed pages (a quote spanning a page break counts for both pages).
 /// Members of the wrong type are the schema's business and are skipped. Never throws.
 std::vector<schemas::Violation> check_evidence(const nlohmann::json& answer, const Document& doc);
+
+/// The 1-based pages (ascending, without repeats) where the answer's evidence quotes are printed: for
+/// each quote the page of its first occurrence as a span of one page (engine::grammar::find_copy_span,
+/// as grounded decoding produces quotes). nullopt when the answer has no "evidence" array of strings,
+/// or when some non-empty quote is a span of no page. `pages`: the document's page texts
+/// (engine::grammar::split_pages of Document::text()). Never throws for any answer.
+std::optional<std::vector<int>> evidence_pages(const nlohmann::json& answer, const std::vector<std::string>& pages);
 
 }  // namespace quarry::rag

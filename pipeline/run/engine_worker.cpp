@@ -5,6 +5,7 @@
 
 #include "engine/grammar/grounding.hpp"
 #include "pipeline/openai/openai_api.hpp"
+#include "pipeline/run/chunked.hpp"
 
 namespace quarry::run {
 
@@ -77,11 +78,19 @@ eng::GenerationRequest EngineWorker::make_request(const ModelTaskMsg& task) {
     if (!b->schema_text.empty()) r.constraint = engine_->json_schema_constraint(b->schema_text, true);
     return r;
   }
+  return job_request(task.prompt, task.max_tokens, attempt, task.document_text);
+}
+
+eng::GenerationRequest EngineWorker::job_request(std::vector<std::int32_t> prompt, std::size_t max_tokens,
+                                                 std::size_t attempt, const std::string& text) {
+  eng::GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
   r.sampling.temperature = attempt == 0 ? job_.engine.temperature : job_.engine.retry_temperature;
   r.sampling.seed = job_.engine.seed + attempt;
-  // Grounded decoding over the document's pages (EngineOptions::grounding decides).
-  if (job_.engine.grounding && !task.document_text.empty())
-    r.constraint = engine_->json_schema_constraint(schema_text_, true, eng::grammar::split_pages(task.document_text));
+  // Grounded decoding over the document's (or the window's) pages (EngineOptions::grounding decides).
+  if (job_.engine.grounding && !text.empty())
+    r.constraint = engine_->json_schema_constraint(schema_text_, true, eng::grammar::split_pages(text));
   else
     r.constraint = engine_->json_schema_constraint(schema_text_, true);
   return r;
@@ -116,7 +125,51 @@ GeneratedMsg generated(ModelTaskMsg task, const eng::GenerationResult* r, const 
 
 }  // namespace
 
+void EngineWorker::submit_chunked(ModelTaskMsg task) {
+  const std::uint64_t serial = next_serial_++;
+  Chunked c;
+  c.outputs.resize(task.chunks.size());
+  c.left = task.chunks.size();
+  for (std::size_t w = 0; w < task.chunks.size(); ++w) {
+    const auto& part = task.chunks[w];
+    try {
+      const auto id = engine_->submit(job_request(part.prompt, task.max_tokens, task.attempt, part.text));
+      window_of_.emplace(id, std::make_pair(serial, w));
+    } catch (const std::exception& e) {
+      auto& o = c.outputs[w];
+      o.finish = "error";
+      o.stats = stats_json(eng::RequestStats{});
+      o.stats["prompt_tokens"] = part.prompt.size();
+      o.error = e.what();
+      --c.left;
+    }
+  }
+  c.task = std::move(task);
+  if (c.left == 0) refused_.push_back(finish_chunked(std::move(c)));
+  else chunked_.emplace(serial, std::move(c));
+}
+
+GeneratedMsg EngineWorker::finish_chunked(Chunked c) {
+  GeneratedMsg g;
+  std::vector<nlohmann::ordered_json> stats;
+  bool cut = false;
+  for (const auto& o : c.outputs) {
+    stats.push_back(o.stats);
+    if (g.error.empty() && !o.error.empty()) g.error = o.error;
+    cut = cut || o.finish == "length";
+  }
+  g.finish = !g.error.empty() ? "error" : cut ? "length" : "stop";
+  g.stats = chunked_stats(stats);
+  g.chunk_outputs = std::move(c.outputs);
+  g.task = std::move(c.task);
+  return g;
+}
+
 void EngineWorker::submit(ModelTaskMsg task) {
+  if (!task.chunks.empty() && !task.batch) {
+    submit_chunked(std::move(task));
+    return;
+  }
   try {
     const auto id = engine_->submit(make_request(task));
     running_.emplace(id, std::move(task));
@@ -129,13 +182,16 @@ void EngineWorker::submit(ModelTaskMsg task) {
   }
 }
 
-std::size_t EngineWorker::in_flight() const { return running_.size() + refused_.size(); }
+std::size_t EngineWorker::in_flight() const { return running_.size() + chunked_.size() + refused_.size(); }
 
 std::size_t EngineWorker::cancel_all() {
   const std::size_t n = in_flight();
   for (const auto& [id, _] : running_) engine_->cancel(id);
+  for (const auto& [id, _] : window_of_) engine_->cancel(id);
   while (engine_->has_unfinished()) (void)engine_->step();
   running_.clear();
+  chunked_.clear();
+  window_of_.clear();
   refused_.clear();
   return n;
 }
@@ -145,6 +201,22 @@ std::vector<GeneratedMsg> EngineWorker::step() {
   out.swap(refused_);
   if (!engine_->has_unfinished()) return out;
   for (auto& f : engine_->step()) {
+    if (auto w = window_of_.find(f.id); w != window_of_.end()) {
+      const auto [serial, index] = w->second;
+      window_of_.erase(w);
+      auto c = chunked_.find(serial);
+      if (c == chunked_.end()) continue;
+      auto& o = c->second.outputs[index];
+      o.text = f.result.text;
+      o.finish = f.error.empty() ? eng::finish_reason_name(f.result.finish) : "error";
+      o.stats = stats_json(f.result.stats);
+      o.error = f.error;
+      if (--c->second.left == 0) {
+        out.push_back(finish_chunked(std::move(c->second)));
+        chunked_.erase(c);
+      }
+      continue;
+    }
     auto it = running_.find(f.id);
     if (it == running_.end()) continue;
     out.push_back(generated(std::move(it->second), &f.result, f.error));

@@ -35,6 +35,9 @@ class EngineWorker {
 
   /// Submits a task (prompt ids, max_tokens, attempt) to the engine's continuous batch
   /// (Engine::submit); a request the engine refuses finishes at the next step() with its error.
+  /// A chunked task (ModelTaskMsg::chunks) is one request per window, each grounded in its window's
+  /// text; it finishes when all of them have, with one ChunkOutput each (in window order), the summed
+  /// stats (chunked_stats) and the first window's error, if any.
   void submit(ModelTaskMsg task);
   /// Tasks submitted and not yet returned by step().
   std::size_t in_flight() const;
@@ -54,8 +57,22 @@ class EngineWorker {
   std::string schema_text_;
   std::unique_ptr<engine::Engine> engine_;
   std::unordered_map<engine::RequestId, ModelTaskMsg> running_;
+  /// A chunked task in flight: its windows' outputs as they finish.
+  struct Chunked {
+    ModelTaskMsg task;
+    std::vector<ChunkOutput> outputs;
+    std::size_t left = 0;  ///< windows not finished yet
+  };
+  std::unordered_map<std::uint64_t, Chunked> chunked_;  ///< by serial
+  std::unordered_map<engine::RequestId, std::pair<std::uint64_t, std::size_t>> window_of_;  ///< request -> (serial, window)
+  std::uint64_t next_serial_ = 0;
+  void submit_chunked(ModelTaskMsg task);
+  GeneratedMsg finish_chunked(Chunked c);
   std::vector<GeneratedMsg> refused_;  ///< submit() threw: returned by the next step()
   engine::GenerationRequest make_request(const ModelTaskMsg& task);
+  /// A request with the job's sampling for `attempt`, grounded in `text` (when grounding is on and it is non-empty).
+  engine::GenerationRequest job_request(std::vector<std::int32_t> prompt, std::size_t max_tokens, std::size_t attempt,
+                                        const std::string& text);
 };
 
 }  // namespace quarry::run

@@ -48,6 +48,10 @@ struct EngineSettings {
   std::size_t max_inflight = 4;     ///< requests the engine worker keeps in flight (one continuous batch)
   std::size_t mtp_depth = 0;        ///< MTP draft depth cap (0: off; EngineOptions::mtp_depth)
   std::size_t kv_cache_mb = 0;      ///< KV-cache budget in MiB (0: engine default)
+  /// Context the run plans prompts for, in tokens (0: the model's max_position_embeddings; larger
+  /// values are clamped to it). A kie document whose prompt and output do not fit it is extracted over
+  /// windows and merged (pipeline/run/chunked.hpp); rag retrieves chunks within it.
+  std::size_t max_context = 0;
   std::string compute = "auto";     ///< auto | exact | bf16 (engine/core/types.hpp Compute)
   std::string device = "auto";      ///< cpu | cuda | cuda:N | auto (a GPU when present; EngineOptions::device)
   std::size_t tensor_parallel = 1;  ///< devices the model is split over (EngineOptions::tensor_parallel)

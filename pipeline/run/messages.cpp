@@ -79,9 +79,48 @@ std::optional<BatchSpec> batch_from(const json& j) {
   return b;
 }
 
+json chunks_to(const std::vector<ChunkPart>& cs) {
+  json a = json::array();
+  for (const auto& c : cs) a.push_back(json::array({c.prompt, c.text, c.first_page, c.first_offset}));
+  return a;
+}
+
+std::vector<ChunkPart> chunks_from(const json& j) {
+  std::vector<ChunkPart> out;
+  for (const auto& c : j) {
+    ChunkPart p;
+    p.prompt = c.at(0).get<std::vector<std::int32_t>>();
+    p.text = c.at(1).get<std::string>();
+    p.first_page = c.at(2).get<std::size_t>();
+    p.first_offset = c.at(3).get<std::size_t>();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+json outputs_to(const std::vector<ChunkOutput>& os) {
+  json a = json::array();
+  for (const auto& o : os) a.push_back(json::array({o.text, o.finish, o.stats, o.error}));
+  return a;
+}
+
+std::vector<ChunkOutput> outputs_from(const json& j) {
+  std::vector<ChunkOutput> out;
+  for (const auto& o : j) {
+    ChunkOutput c;
+    c.text = o.at(0).get<std::string>();
+    c.finish = o.at(1).get<std::string>();
+    c.stats = o.at(2);
+    c.error = o.at(3).get<std::string>();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json task_to(const ModelTaskMsg& t) {
   return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text,
-                      batch_to(t.batch), t.cross_check ? *t.cross_check : json(nullptr), t.cross_check_method});
+                      batch_to(t.batch), t.cross_check ? *t.cross_check : json(nullptr), t.cross_check_method,
+                      chunks_to(t.chunks)});
 }
 
 ModelTaskMsg task_from(const json& j) {
@@ -95,6 +134,7 @@ ModelTaskMsg task_from(const json& j) {
   t.batch = batch_from(j.at(6));
   if (!j.at(7).is_null()) t.cross_check = j.at(7);
   t.cross_check_method = j.at(8).get<std::string>();
+  t.chunks = chunks_from(j.at(9));
   return t;
 }
 
@@ -108,7 +148,8 @@ struct Encoder {
   }
   json operator()(const ModelTaskMsg& m) const { return task_to(m); }
   json operator()(const GeneratedMsg& m) const {
-    return json::array({task_to(m.task), m.text, m.finish, m.stats, m.error, m.bad_request, m.response});
+    return json::array(
+        {task_to(m.task), m.text, m.finish, m.stats, m.error, m.bad_request, m.response, outputs_to(m.chunk_outputs)});
   }
   json operator()(const MappedMsg& m) const { return json::array({subject_to(m.subject), m.method, m.data}); }
   json operator()(const RecordMsg& m) const { return json::array({m.key, m.record, tokens_to(m.tokens)}); }
@@ -151,6 +192,7 @@ Message decode_body(std::uint8_t tag, const json& j) {
       m.error = j.at(4).get<std::string>();
       m.bad_request = j.at(5).get<bool>();
       m.response = j.at(6);
+      m.chunk_outputs = outputs_from(j.at(7));
       return m;
     }
     case 4: {

@@ -82,6 +82,24 @@ struct BatchSpec {
   std::vector<std::string> stop;
 };
 
+/// One window of a document too long for the context (pipeline/run/chunked.hpp): its prompt, and
+/// where its text lies in the document, so that evidence found in the window keeps the document's
+/// page numbers and offsets.
+struct ChunkPart {
+  std::vector<std::int32_t> prompt;  ///< chat-templated prompt of this window, token ids
+  std::string text;                  ///< the window's text (pages separated by '\f', as in the document)
+  std::size_t first_page = 1;        ///< 1-based page of the document where the window starts
+  std::size_t first_offset = 0;      ///< byte offset in that page's text where the window starts
+};
+
+/// The model's output for one ChunkPart.
+struct ChunkOutput {
+  std::string text;              ///< the model's output
+  std::string finish;            ///< finish reason name, or "error"
+  nlohmann::ordered_json stats;  ///< EngineWorker::stats_json of this request
+  std::string error;             ///< non-empty: the engine refused or failed it
+};
+
 /// build -> engine (and validate -> engine for a retry): one model request.
 struct ModelTaskMsg {
   Subject subject;
@@ -95,6 +113,9 @@ struct ModelTaskMsg {
   /// output with (schemas/cross_check.hpp); nullopt otherwise.
   std::optional<nlohmann::ordered_json> cross_check;
   std::string cross_check_method;    ///< with `cross_check`: "einvoice-ubl" / "einvoice-cii" / "einvoice-nav"
+  /// kie, a document longer than the context: one request per window (`prompt` is then empty), whose
+  /// outputs validate merges into one record; `document_text` still holds the whole document.
+  std::vector<ChunkPart> chunks;
 };
 
 /// engine -> validate: one finished model request.
@@ -106,6 +127,7 @@ struct GeneratedMsg {
   std::string error;               ///< non-empty: the engine refused or failed the request
   bool bad_request = false;        ///< with `error`: the request itself was refused (its schema does not compile)
   nlohmann::ordered_json response; ///< batch task: the response body (chat.completion / text_completion), else null
+  std::vector<ChunkOutput> chunk_outputs;  ///< a chunked task: one per ChunkPart, in order (`text` is then empty)
 };
 
 /// build -> validate: a structured e-invoice mapped without the model.

@@ -66,7 +66,7 @@ struct CrossCheckTally {
 
 json build_report(const JobSpec& job, const RunMetrics& m) {
   std::map<std::string, std::size_t> by_status, by_method, by_rule;
-  std::size_t records = 0, retryable = 0;
+  std::size_t records = 0, retryable = 0, chunked = 0;
   CrossCheckTally cross;
   // The record that counts for each key is its latest line (an error caused by the run's settings is
   // superseded by the record of the run that redid it).
@@ -77,6 +77,10 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
     ++by_status[j.value("status", "?")];
     if (is_retryable_record(j)) ++retryable;
     if (const auto c = j.find("cross_check"); c != j.end() && c->is_object()) cross.add(*c);
+    // Documents longer than the context, extracted over windows and merged (stats.chunks).
+    if (j.contains("stats") && j["stats"].is_object() && j["stats"].contains("chunks") &&
+        j["stats"]["chunks"].is_number_unsigned() && j["stats"]["chunks"].get<std::size_t>() > 1)
+      ++chunked;
     ++by_method[j["method"].is_string() ? j["method"].get<std::string>() : "none"];
     if (j.contains("errors") && j["errors"].is_array() && j.value("status", "") != "ok") {
       // Count each rule once per record.
@@ -98,6 +102,7 @@ json build_report(const JobSpec& job, const RunMetrics& m) {
   r["superseded_lines"] = lines > records ? lines - records : 0;
   r["by_status"] = by_status;
   r["errors_retryable"] = retryable;
+  r["chunked_documents"] = chunked;
   r["by_method"] = by_method;
   r["failures_by_rule"] = by_rule;
   if (cross.documents > 0) r["cross_check"] = cross.to_json();
@@ -157,6 +162,9 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
   if (r["superseded_lines"].get<std::size_t>() > 0)
     md << "\nresults.jsonl also holds " << r["superseded_lines"].get<std::size_t>()
        << " superseded line(s): records redone by a later run; the latest line of each document counts.\n";
+  if (r["chunked_documents"].get<std::size_t>() > 0)
+    md << "\n" << r["chunked_documents"].get<std::size_t>()
+       << " document(s) were longer than the context: extracted over windows and merged (stats.chunks).\n";
   md << "\n| method | records |\n| --- | ---: |\n";
   for (const auto& [k, v] : r["by_method"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
   md << "\n## Failures by rule (records that are not ok)\n\n";

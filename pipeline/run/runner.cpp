@@ -90,6 +90,7 @@ RunMetrics run_job(const JobSpec& job_in, RunControl& control, const RunOptions&
   bc.tokenizer = eng::Tokenizer::from_dir(job.model);
   EngineWorker worker(job, bc.tokenizer, schema_text, log);
   bc.context_tokens = worker.context_tokens();
+  if (job.engine.max_context > 0 && job.engine.max_context < bc.context_tokens) bc.context_tokens = job.engine.max_context;
 
   zmq::context_t zctx;
   // Receiving ends are bound here, before the stage threads start (then handed over to them).

@@ -4,6 +4,7 @@
 
 #include "pipeline/openai/batch_format.hpp"
 #include "pipeline/run/batch.hpp"
+#include "pipeline/run/chunked.hpp"
 #include "pipeline/run/stages.hpp"
 
 namespace quarry::run::stages {
@@ -12,11 +13,56 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-/// rag answers are short: the output budget of a question.
-std::size_t rag_answer_tokens(const JobSpec& job) { return std::min<std::size_t>(job.engine.max_tokens, 512); }
+/// rag answers are short: the output budget of a question. 1024 tokens hold the longest answer the
+/// shipped rag_answer schema allows (an answer of 160 characters and two quotes of 200, about 600
+/// characters with the JSON around them) even when every character takes a token of its own, as
+/// grounded quotes of unusual text can.
+std::size_t rag_answer_tokens(const JobSpec& job) { return std::min<std::size_t>(job.engine.max_tokens, 1024); }
 
 /// A prompt leaves at least this much room for the output (or max_tokens if smaller), else it is an error.
 constexpr std::size_t k_min_output_tokens = 256;
+
+/// kie: the output room a whole-document prompt must leave, else the document is cut into windows
+/// (pipeline/run/chunked.hpp): --max-tokens, at most half of the context.
+std::size_t kie_output_reserve(const JobSpec& job, std::size_t context_tokens) {
+  return std::max<std::size_t>(1, std::min(job.engine.max_tokens, context_tokens / 2));
+}
+
+/// The windows of a kie document whose prompt does not fit `context_tokens` with the output reserve:
+/// each window's prompt (built by `messages_of`) fits it. Empty when even an empty document leaves
+/// no room for a window of 16 tokens.
+template <class MessagesOf>
+std::vector<ChunkPart> kie_windows(const BuildContext& bc, const std::string& text, std::size_t context_tokens,
+                                   std::size_t reserve, const MessagesOf& messages_of) {
+  const auto prompt_of = [&](const std::string& doc) {
+    return bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages_of(doc), true, false));
+  };
+  const std::size_t overhead = prompt_of("").size();
+  if (overhead + reserve + 16 > context_tokens) return {};
+  std::size_t budget = context_tokens - reserve - overhead;
+  const rag::TokenizerCounter counter(bc.tokenizer);
+  // Joins of pieces may tokenize a little longer than planned: re-plan with a smaller budget then.
+  for (int round = 0; round < 4 && budget >= 16; ++round) {
+    WindowOptions wo;
+    wo.budget_tokens = budget;
+    wo.overlap_tokens = budget / 8;
+    std::vector<ChunkPart> parts;
+    std::size_t worst = 0;
+    for (auto& w : plan_windows(text, counter, wo)) {
+      ChunkPart p;
+      p.prompt = prompt_of(w.text);
+      worst = std::max(worst, p.prompt.size());
+      p.text = std::move(w.text);
+      p.first_page = w.first_page;
+      p.first_offset = w.first_offset;
+      parts.push_back(std::move(p));
+    }
+    if (worst + reserve <= context_tokens) return parts;
+    const std::size_t excess = worst + reserve - context_tokens;
+    budget = budget > excess + budget / 16 + 8 ? budget - excess - budget / 16 - 8 : 0;
+  }
+  return {};
+}
 
 /// Whether a request's response_format schema can be validated: checked (schema_check.hpp limits, $ref
 /// cycles, patterns RE2 cannot run) and compiled once per schema text; the reason when it cannot.
@@ -139,13 +185,25 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
         } else {
           ModelTaskMsg t;
           t.subject = sh.unit(doc->doc, 0);
-          const auto messages = bc.schema_prompt.empty() ? bc.prompts.kie_messages(doc->text)
-                                                         : bc.prompts.schema_messages(doc->text, bc.schema_prompt);
-          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages, true, false));
+          const auto messages_of = [&](const std::string& text) {
+            return bc.schema_prompt.empty() ? bc.prompts.kie_messages(text)
+                                            : bc.prompts.schema_messages(text, bc.schema_prompt);
+          };
+          t.prompt = bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages_of(doc->text), true, false));
           t.document_text = doc->text;  // grounded decoding and the evidence check
           if (bc.cross_check && doc->einvoice) {
             t.cross_check = *doc->einvoice;
             t.cross_check_method = "einvoice-" + doc->einvoice_format;
+          }
+          // Longer than the context (prompt + output): extracted over windows and merged (chunked.hpp).
+          const std::size_t reserve = kie_output_reserve(sh.job, bc.context_tokens);
+          if (t.prompt.size() + reserve > bc.context_tokens) {
+            auto parts = kie_windows(bc, doc->text, bc.context_tokens, reserve, messages_of);
+            if (parts.size() > 1) {
+              t.chunks = std::move(parts);
+              t.prompt.clear();
+              t.max_tokens = reserve;
+            }
           }
           tasks.push_back(std::move(t));
         }
@@ -172,6 +230,11 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
       // Fit the context: prompt + output <= max_position_embeddings.
       std::vector<ModelTaskMsg> fitting;
       for (auto& t : tasks) {
+        if (!t.chunks.empty()) {  // every window's prompt fits with max_tokens = the output reserve
+          t.attempt = 0;
+          fitting.push_back(std::move(t));
+          continue;
+        }
         const std::size_t n = t.prompt.size();
         const std::size_t room = bc.context_tokens > n ? bc.context_tokens - n : 0;
         if (room < std::min<std::size_t>(k_min_output_tokens, sh.job.engine.max_tokens)) {

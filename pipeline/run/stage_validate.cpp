@@ -8,6 +8,7 @@
 #include "engine/grammar/grounding.hpp"
 #include "pipeline/openai/batch_format.hpp"
 #include "pipeline/run/batch.hpp"
+#include "pipeline/run/chunked.hpp"
 #include "pipeline/run/stages.hpp"
 #include "schemas/evidence.hpp"
 
@@ -73,6 +74,58 @@ json parse_and_validate(const GeneratedMsg& g, const schemas::Validator& validat
   }
   for (const auto& v : validator.validate(to_plain(data))) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
   return data;
+}
+
+/// A chunked task's record: each window's output parsed (one "json" error per window whose output is
+/// not complete JSON) and its evidence found in the window's text and moved to the document's pages;
+/// the windows merged (merge_window_records, refine_merge); the merged data checked against the schema and, for a
+/// grounded schema, its evidence over the whole document (the window's entry kept where the merge took
+/// the value from a window that has one).
+void validate_chunked(const GeneratedMsg& g, const schemas::Validator& validator, const nlohmann::json& schema_plain,
+                      bool grounded_schema, bool grounding, json& data, std::optional<json>& evidence, json& errors) {
+  std::vector<WindowRecord> windows;
+  const auto& parts = g.task.chunks;
+  for (std::size_t w = 0; w < g.chunk_outputs.size() && w < parts.size(); ++w) {
+    const auto& o = g.chunk_outputs[w];
+    WindowRecord r;
+    r.text = parts[w].text;
+    r.data = json::parse(o.text, nullptr, false);
+    if (r.data.is_discarded()) {
+      errors.push_back(error_entry("", "json",
+                                   "window " + std::to_string(w + 1) + " of " + std::to_string(parts.size()) +
+                                       " (from page " + std::to_string(parts[w].first_page) +
+                                       "): the model output is not complete JSON (finish: " + o.finish + ", " +
+                                       std::to_string(o.text.size()) + " bytes)"));
+      r.data = nullptr;
+    } else if (grounded_schema) {
+      const auto ev = schemas::find_evidence(schema_plain, to_plain(r.data), engine::grammar::split_pages(r.text));
+      r.evidence = shift_evidence(json(ev.evidence), parts[w].first_page, parts[w].first_offset);
+    }
+    windows.push_back(std::move(r));
+  }
+  auto merged = merge_window_records(windows);
+  // The validators choose where the first supported value breaks a rule (e.g. totals guessed in an
+  // early window against the line items of all of them).
+  refine_merge(merged, windows, [&](const json& d) {
+    std::vector<std::string> pointers;
+    for (const auto& v : validator.validate(to_plain(d))) pointers.push_back(v.pointer);
+    return pointers;
+  });
+  data = std::move(merged.data);
+  if (data.is_null()) {
+    if (errors.empty()) errors.push_back(error_entry("", "json", "no window gave a record"));
+    return;
+  }
+  for (const auto& v : validator.validate(to_plain(data))) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+  if (grounded_schema && !g.task.document_text.empty()) {
+    auto ev = schemas::find_evidence(schema_plain, to_plain(data), engine::grammar::split_pages(g.task.document_text));
+    json all = json(ev.evidence);
+    for (const auto& [ptr, e] : merged.evidence.items())
+      if (e.is_object() && e.contains("page") && all.contains(ptr)) all[ptr] = e;
+    evidence = std::move(all);
+    if (grounding)
+      for (const auto& v : ev.violations) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
+  }
 }
 
 }  // namespace
@@ -144,12 +197,27 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         // The engine refuses or fails a request for the run's settings (KV cache, context): retryable.
         out = make_record(subject, "error", "model", nullptr,
                           json::array({settings_error_entry("engine", with_run_option_names(g->error))}), stats);
+      } else if (!g->chunk_outputs.empty()) {
+        // A document longer than the context: the windows' records merged, then validated as one.
+        json data;
+        std::optional<json> evidence;
+        validate_chunked(*g, validator, schema_plain, grounded_schema, sh.job.engine.grounding, data, evidence, errors);
+        if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        else {
+          out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+          if (evidence) out.record["evidence"] = std::move(*evidence);
+        }
       } else {
         json data = parse_and_validate(*g, validator, errors);
         std::optional<json> evidence;
         if (!data.is_null()) {
           if (sh.job.task == Task::rag && !g->task.document_text.empty()) {
             const Document d = document_from_text(subject.source, g->task.document_text);
+            // Grounded quotes (x-quarry-source on the evidence): the pages are where they are printed,
+            // not the model's guess.
+            if (grounded_schema && sh.job.engine.grounding && data.is_object() && data.contains("pages"))
+              if (auto pages = rag::evidence_pages(to_plain(data), engine::grammar::split_pages(g->task.document_text)))
+                data["pages"] = *pages;
             for (const auto& v : rag::check_evidence(to_plain(data), d))
               errors.push_back(error_entry(v.pointer, v.keyword, v.message));
           } else if (sh.job.task == Task::kie && grounded_schema && !g->task.document_text.empty()) {

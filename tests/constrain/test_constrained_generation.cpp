@@ -381,4 +381,15 @@ TEST(ConstrainedGeneration, ForcedTextTokensEncodeTheForcedBytesWithoutAccepting
   EXPECT_TRUE(no_tok.forced_text_tokens().empty());
 }
 
+// The shipped rag answer schema bounds every part of an answer (answer and quote lengths, number of
+// quotes, page numbers), so that an answer always ends within the 1024 tokens `quarry run` gives a
+// question (pipeline/run/stage_build.cpp rag_answer_tokens): even a random-weight model, which writes
+// every string and number as long as the grammar lets it, finishes because the grammar is complete.
+TEST(ConstrainedGeneration, RagAnswersEndWithinTheirBudgetWhateverTheModel) {
+  auto& m = models();
+  const std::string schema = read_file(kSource / "schemas/rag_answer.schema.json");
+  const auto prompt = m.tok->encode("Answer with JSON:");
+  expect_valid_runs(random_engine(), prompt, schema, 1024, false, 6);
+}
+
 }  // namespace

@@ -518,3 +518,34 @@ TEST(Evidence, QuoteAcrossAPageBreak) {
   ASSERT_EQ(vs.size(), 1u);
   EXPECT_EQ(vs[0].keyword, "rule:evidence_page");
 }
+
+// Grounded quotes (schemas/rag_answer.schema.json: x-quarry-source copy) may leave out a white space
+// run of the document, as the copy automaton allows: still evidence, on the page of their span; and
+// the pages of an answer's quotes are where they are printed.
+TEST(Evidence, GroundedQuotesAndTheirPages) {
+  Document d;
+  d.source = "g.txt";
+  for (int n = 1; n <= 3; ++n) {
+    Page p;
+    p.number = n;
+    p.lines.push_back(Line{n == 2 ? "IBAN: HU42 1177 3016 1111" : "Page " + std::to_string(n) + " text", {}, 0});
+    d.pages.push_back(p);
+  }
+  const json a = {{"answer", "x"}, {"evidence", {"HU4211773016"}}, {"pages", {2}}};
+  EXPECT_TRUE(check_evidence(a, d).empty());
+  auto vs = check_evidence(json{{"answer", "x"}, {"evidence", {"HU4211773016"}}, {"pages", {3}}}, d);
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].keyword, "rule:evidence_page");
+  vs = check_evidence(json{{"answer", "x"}, {"evidence", {"HU42117730169"}}, {"pages", json::array()}}, d);
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].keyword, "rule:evidence");
+
+  const std::vector<std::string> pages = {"Page 1 text", "IBAN: HU42 1177 3016 1111", "Page 3 text"};
+  const auto p = evidence_pages(json{{"evidence", {"Page 3", "HU4211773016", "Page 3 text"}}}, pages);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, (std::vector<int>{2, 3}));
+  EXPECT_EQ(evidence_pages(json{{"evidence", json::array()}}, pages), std::vector<int>{});
+  EXPECT_FALSE(evidence_pages(json{{"evidence", {"not there"}}}, pages).has_value());
+  EXPECT_FALSE(evidence_pages(json{{"evidence", {1}}}, pages).has_value());
+  EXPECT_FALSE(evidence_pages(json{{"answer", "x"}}, pages).has_value());
+}
