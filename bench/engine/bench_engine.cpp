@@ -109,6 +109,36 @@ struct Options {
   std::vector<std::size_t> tp;      ///< --tp 1,2,4: tensor-parallel degrees against each other
 };
 
+/// One batch-1 decode of o.tg tokens after an o.depth-token prompt, then one prefill of `pp` tokens.
+struct TgPp {
+  double tg_tok_s = 0, gb_s = 0, pp_tok_s = 0;
+  std::size_t replayed = 0, steps = 0;  ///< decode steps replayed from a recording, of all
+};
+TgPp measure_tg_pp(Engine& e, const Options& o, std::size_t pp, std::uint64_t& salt) {
+  const std::size_t V = e.model().config().vocab_size;
+  GenerationRequest req;
+  req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
+  req.max_tokens = o.tg + 1;
+  req.ignore_eos = true;
+  EngineStats before = e.stats();
+  e.generate(req);
+  EngineStats after = e.stats();
+  TgPp m;
+  const double s = after.decode_s - before.decode_s;
+  m.tg_tok_s = static_cast<double>(after.decode_tokens - before.decode_tokens) / s;
+  m.gb_s = static_cast<double>(after.decode_bytes - before.decode_bytes) / s / 1e9;
+  m.replayed = after.replayed_steps - before.replayed_steps;
+  m.steps = after.decode_steps - before.decode_steps;
+  GenerationRequest preq;
+  preq.prompt = prompt(pp, salt++, V);
+  preq.max_tokens = 1;
+  before = e.stats();
+  e.generate(preq);
+  after = e.stats();
+  m.pp_tok_s = static_cast<double>(after.prefill_tokens - before.prefill_tokens) / (after.prefill_s - before.prefill_s);
+  return m;
+}
+
 /// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
 /// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread.
 double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats) {
@@ -162,33 +192,17 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
     std::cerr << "tp " << n << " loaded in " << now_s() - t0 << " s\n";
   }
   const auto& c = engines[0]->model().config();
-  const std::size_t V = c.vocab_size, k = engines.size();
+  const std::size_t k = engines.size();
   std::vector<std::vector<double>> tg(k), pf(k);
   std::uint64_t salt = 1;
   for (std::size_t r = 0; r <= o.runs; ++r)
     for (std::size_t i = 0; i < k; ++i) {
-      Engine& e = *engines[i];
-      GenerationRequest req;
-      req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
-      req.max_tokens = o.tg + 1;
-      req.ignore_eos = true;
-      EngineStats before = e.stats();
-      e.generate(req);
-      EngineStats after = e.stats();
-      const double t = static_cast<double>(after.decode_tokens - before.decode_tokens) / (after.decode_s - before.decode_s);
-      const std::size_t replayed = after.replayed_steps - before.replayed_steps, steps = after.decode_steps - before.decode_steps;
-      GenerationRequest preq;
-      preq.prompt = prompt(pp, salt++, V);
-      preq.max_tokens = 1;
-      before = e.stats();
-      e.generate(preq);
-      after = e.stats();
-      const double p = static_cast<double>(after.prefill_tokens - before.prefill_tokens) / (after.prefill_s - before.prefill_s);
+      const TgPp m = measure_tg_pp(*engines[i], o, pp, salt);
       if (r == 0) continue;
-      tg[i].push_back(t);
-      pf[i].push_back(p);
-      std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << t << " tok/s (" << replayed << " of " << steps
-                << " decode steps replayed), pp" << pp << " " << p << " tok/s\n";
+      tg[i].push_back(m.tg_tok_s);
+      pf[i].push_back(m.pp_tok_s);
+      std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << m.tg_tok_s << " tok/s (" << m.replayed << " of "
+                << m.steps << " decode steps replayed), pp" << pp << " " << m.pp_tok_s << " tok/s\n";
     }
   json rep;
   rep["bench"] = "bench_engine --tp";
@@ -254,36 +268,17 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
   eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
   std::vector<std::unique_ptr<Engine>> engines;
   for (const auto& [q, dir] : models) engines.push_back(Engine::open(dir, nullptr, eo));
-  const std::size_t V = engines[0]->model().config().vocab_size;
   const std::size_t n = models.size();
   std::vector<std::vector<double>> tg(n), gb(n), pf(n);
   std::uint64_t salt = 1;
   for (std::size_t r = 0; r <= o.runs; ++r) {
     for (std::size_t i = 0; i < n; ++i) {
-      Engine& e = *engines[i];
-      GenerationRequest req;
-      req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
-      req.max_tokens = o.tg + 1;
-      req.ignore_eos = true;
-      EngineStats before = e.stats();
-      e.generate(req);
-      EngineStats after = e.stats();
-      const double s = after.decode_s - before.decode_s;
-      const double toks = static_cast<double>(after.decode_tokens - before.decode_tokens);
-      const double bytes = static_cast<double>(after.decode_bytes - before.decode_bytes);
-      GenerationRequest preq;
-      preq.prompt = prompt(pp, salt++, V);
-      preq.max_tokens = 1;
-      before = e.stats();
-      e.generate(preq);
-      after = e.stats();
-      const double ps = after.prefill_s - before.prefill_s;
-      const double ptoks = static_cast<double>(after.prefill_tokens - before.prefill_tokens);
+      const TgPp m = measure_tg_pp(*engines[i], o, pp, salt);
       if (r == 0) continue;
-      tg[i].push_back(toks / s);
-      gb[i].push_back(bytes / s / 1e9);
-      pf[i].push_back(ptoks / ps);
-      std::cerr << models[i].first << " run " << r << ": tg " << toks / s << " tok/s, pp" << pp << " " << ptoks / ps
+      tg[i].push_back(m.tg_tok_s);
+      gb[i].push_back(m.gb_s);
+      pf[i].push_back(m.pp_tok_s);
+      std::cerr << models[i].first << " run " << r << ": tg " << m.tg_tok_s << " tok/s, pp" << pp << " " << m.pp_tok_s
                 << " tok/s\n";
     }
   }

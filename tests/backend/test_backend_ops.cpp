@@ -17,6 +17,7 @@
 #include "engine/backend/backend.hpp"
 #include "engine/core/rng.hpp"
 #include "engine/memory/kv_cache.hpp"
+#include "quant_cases.hpp"
 #include "tests/common/device.hpp"
 
 namespace quarry::engine {
@@ -251,128 +252,48 @@ TEST_F(BackendOps, FusedProductsEqualTheirPlainSequences) {
     }
 }
 
-/// A random quantized matrix in one of Backend::load_quantized's layouts, with the value of every element
-/// as the format defines it (the f32 product, rounded once).
-struct HostQuant {
-  QuantizedMatrix q;
-  std::vector<std::uint32_t> words;
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> scales;
-  std::vector<std::int16_t> zeros;
-  std::vector<std::int32_t> g_idx;
-  std::vector<double> values;  ///< [rows, cols]
-};
-
-double fp8_value(std::uint8_t b) {
-  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-  const double v = e == 0 ? m * std::ldexp(1.0, -9) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
-  return s ? -v : v;
-}
-
-HostQuant make_quant(const std::string& kind, std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  HostQuant h;
-  Rng r(seed);
-  auto& q = h.q;
-  q.rows = rows;
-  q.cols = cols;
-  h.values.resize(rows * cols);
-  const auto uniform_scale = [&] { return static_cast<float>(0.002 + 0.01 * r.uniform()); };
-  if (kind == "gptq4" || kind == "gptq8" || kind == "gptq4_desc") {
-    const std::size_t bits = kind == "gptq8" ? 8 : 4, per = 32 / bits, group = 128;
-    q.layout = QuantLayout::gptq;
-    q.element = bits == 4 ? QuantElement::int4 : QuantElement::int8;
-    q.group_size = group;
-    q.n_groups = cols / group;
-    h.words.resize(cols / per * rows);
-    for (auto& w : h.words) w = static_cast<std::uint32_t>(r.next());
-    for (std::size_t i = 0; i < q.n_groups * rows; ++i) {
-      h.scales.push_back(uniform_scale());
-      h.zeros.push_back(static_cast<std::int16_t>(r.next() % (1u << bits)));
-    }
-    if (kind == "gptq4_desc") {  // desc_act: a permuted group of every column
-      for (std::size_t k = 0; k < cols; ++k) h.g_idx.push_back(static_cast<std::int32_t>((k * 7 + 3) % cols / group));
-    }
-    for (std::size_t n = 0; n < rows; ++n)
-      for (std::size_t k = 0; k < cols; ++k) {
-        const std::uint32_t w = h.words[(k / per) * rows + n];
-        const int v = static_cast<int>((w >> ((k % per) * bits)) & ((1u << bits) - 1));
-        const std::size_t g = h.g_idx.empty() ? k / group : static_cast<std::size_t>(h.g_idx[k]);
-        h.values[n * cols + k] = static_cast<float>(v - h.zeros[g * rows + n]) * h.scales[g * rows + n];
-      }
-    q.data = h.words.data();
-    q.zeros = h.zeros;
-    q.g_idx = h.g_idx;
-  } else {
-    q.layout = QuantLayout::rows;
-    q.element = kind == "int4" ? QuantElement::int4 : kind == "int8" ? QuantElement::int8 : QuantElement::fp8_e4m3;
-    q.block_rows = kind == "fp8" ? 128 : 1;
-    q.block_cols = kind == "fp8" ? 128 : kind == "int4" ? 64 : 0;  // int8: per channel
-    const std::size_t bc = q.block_cols ? q.block_cols : cols;
-    const std::size_t sr = (rows + q.block_rows - 1) / q.block_rows, sc = (cols + bc - 1) / bc;
-    for (std::size_t i = 0; i < sr * sc; ++i) h.scales.push_back(uniform_scale());
-    const auto scale = [&](std::size_t n, std::size_t k) { return h.scales[(n / q.block_rows) * sc + k / bc]; };
-    if (kind == "int4") {
-      h.words.resize(rows * cols / 8);
-      for (auto& w : h.words) w = static_cast<std::uint32_t>(r.next());
-      for (std::size_t n = 0; n < rows; ++n)
-        for (std::size_t k = 0; k < cols; ++k) {
-          const int v = static_cast<int>((h.words[(n * cols + k) / 8] >> (4 * (k % 8))) & 15u) - 8;
-          h.values[n * cols + k] = static_cast<float>(v) * scale(n, k);
-        }
-      q.data = h.words.data();
-    } else {
-      h.bytes.resize(rows * cols);
-      for (auto& b : h.bytes) {
-        b = static_cast<std::uint8_t>(r.next());
-        if (kind == "fp8" && (b & 0x7f) == 0x7f) b ^= 1;  // no NaN
-      }
-      for (std::size_t n = 0; n < rows; ++n)
-        for (std::size_t k = 0; k < cols; ++k) {
-          const std::uint8_t b = h.bytes[n * cols + k];
-          const double v = kind == "int8" ? static_cast<double>(static_cast<std::int8_t>(b)) : fp8_value(b);
-          h.values[n * cols + k] = static_cast<float>(v) * scale(n, k);
-        }
-      q.data = h.bytes.data();
-    }
-  }
-  q.scales = h.scales;
-  return h;
-}
-
 TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
-  // Every packed layout (int8 per channel, int4 groups of 64, FP8 128x128 blocks, GPTQ int4 / int8
-  // groups of 128, GPTQ int4 with a permuted g_idx) at widths the GPU's wide-load kernel takes (1024,
-  // 2048) and one it does not (520): decode rows (GEMV) and a prefill block, exact compute, against the
-  // double products of the format's values; and the embedding rows.
-  std::uint64_t seed = 4000;
-  for (const std::string kind : {"int8", "int4", "fp8", "gptq4", "gptq8", "gptq4_desc"})
-    for (const std::size_t cols : {1024u, 2048u, 640u})
-      for (const std::size_t m : {1u, 5u, 13u}) {
-        const std::size_t rows = 136;
-        if (kind.starts_with("gptq") && cols % 128 != 0) continue;
-        const HostQuant h = make_quant(kind, rows, cols, seed++);
-        const auto w = under_test_->load_quantized(h.q, WeightUse::both, Compute::exact);
-        EXPECT_EQ(w->bytes(), h.q.bytes());
-        const auto x = randn(m * cols, seed++);
-        auto xb = dev_.put(x), yb = dev_.zeros(m * rows);
-        under_test_->matmul(xb.as<float>(), m, cols, *w, rows, yb.as<float>(), rows);
-        std::vector<double> ref(m * rows, 0.0);
-        for (std::size_t i = 0; i < m; ++i)
-          for (std::size_t n = 0; n < rows; ++n)
-            for (std::size_t k = 0; k < cols; ++k) ref[i * rows + n] += x[i * cols + k] * h.values[n * cols + k];
-        const std::string what = kind + " cols=" + std::to_string(cols) + " m=" + std::to_string(m);
-        EXPECT_LT(nmse(dev_.get(yb, m * rows), ref), 1e-10) << what;
-        if (m == 1) {  // embedding rows of the packed table
-          const std::vector<std::int32_t> ids = {0, 77, 135};
-          auto idb = dev_.put_ints(ids);
-          auto eb = dev_.zeros(ids.size() * cols);
-          under_test_->embedding(idb.as<const TokenId>(), ids.size(), *w, eb.as<float>(), cols);
-          const auto got = dev_.get(eb, ids.size() * cols);
-          for (std::size_t i = 0; i < ids.size(); ++i)
-            for (std::size_t k = 0; k < cols; k += 97)
-              ASSERT_EQ(got[i * cols + k], static_cast<float>(h.values[ids[i] * cols + k])) << what;
-        }
+  // Every packed layout (tests/backend/quant_cases.hpp) at widths the GPU's wide-load kernel takes (1024,
+  // 2048: int8 per channel, int4 groups of 64, FP8 128x128 blocks, GPTQ int4 / int8 groups of 128, GPTQ
+  // int4 with desc_act) and at odd ones (the CPU kernel tests' cases): decode rows (GEMV) and a prefill
+  // block, exact compute, against double products of the values; and embedding rows of the packed table.
+  std::vector<testing::Case> cs;
+  std::uint32_t seed = 4000;
+  for (const std::size_t K : {1024u, 2048u}) {
+    cs.push_back(testing::rows_case("int8_channel", 136, K, QuantElement::int8, 1, K, seed++));
+    cs.push_back(testing::rows_case("int4_g64", 136, K, QuantElement::int4, 1, 64, seed++));
+    cs.push_back(testing::rows_case("fp8_block128", 136, K, QuantElement::fp8_e4m3, 128, 128, seed++));
+    cs.push_back(testing::gptq_case("gptq4_g128", 136, K, 4, 128, false, true, seed++));
+    cs.push_back(testing::gptq_case("gptq8_g128", 136, K, 8, 128, false, true, seed++));
+    cs.push_back(testing::gptq_case("gptq4_desc_act", 136, K, 4, 128, true, true, seed++));
+  }
+  cs.push_back(testing::gptq_case("gptq4_asym_g24", 24, 72, 4, 24, false, true, seed++));
+  cs.push_back(testing::rows_case("int8_g24", 9, 72, QuantElement::int8, 1, 24, seed++));
+  cs.push_back(testing::rows_case("fp8_channel", 21, 48, QuantElement::fp8_e4m3, 1, 48, seed++));
+  for (const auto& c : cs)
+    for (const std::size_t m : {1u, 5u, 13u}) {
+      const std::size_t rows = c.q.rows, cols = c.q.cols;
+      const auto w = under_test_->load_quantized(c.q, WeightUse::both, Compute::exact);
+      EXPECT_EQ(w->bytes(), c.q.bytes());
+      const auto x = randn(m * cols, seed++);
+      auto xb = dev_.put(x), yb = dev_.zeros(m * rows);
+      under_test_->matmul(xb.as<float>(), m, cols, *w, rows, yb.as<float>(), rows);
+      std::vector<double> ref(m * rows, 0.0);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t n = 0; n < rows; ++n)
+          for (std::size_t k = 0; k < cols; ++k) ref[i * rows + n] += static_cast<double>(x[i * cols + k]) * c.want[n * cols + k];
+      const std::string what = c.name + " cols=" + std::to_string(cols) + " m=" + std::to_string(m);
+      EXPECT_LT(nmse(dev_.get(yb, m * rows), ref), 1e-10) << what;
+      if (m == 1) {  // embedding rows of the packed table
+        const std::vector<std::int32_t> ids = {0, static_cast<std::int32_t>(rows / 2), static_cast<std::int32_t>(rows - 1)};
+        auto idb = dev_.put_ints(ids);
+        auto eb = dev_.zeros(ids.size() * cols);
+        under_test_->embedding(idb.as<const TokenId>(), ids.size(), *w, eb.as<float>(), cols);
+        const auto got = dev_.get(eb, ids.size() * cols);
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          for (std::size_t k = 0; k < cols; ++k) ASSERT_EQ(got[i * cols + k], c.want[ids[i] * cols + k]) << what;
       }
+    }
 }
 
 TEST_F(BackendOps, NormFoldedIntoProductsGivesTheSameBitsAsNormThenProduct) {

@@ -820,23 +820,12 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  /// product() of a quantized weight: the GEMV reading the packed values for up to 8 rows; beyond, the
-  /// first n rows dequantized into scratch (bf16 for cuBLAS under bf16 compute, else f32 for the tiled
-  /// kernel: the same values and products as the f32 model's) and the float path.
-  void quantized_product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n, float* y,
-                         std::size_t ldy, bool accumulate) {
+  /// product() of a quantized weight beyond the GEMV's 8 rows: the first n rows dequantized into scratch
+  /// (bf16 for cuBLAS under bf16 compute, else f32 for the tiled kernel: the same values and products as
+  /// the f32 model's), then the float path.
+  void dequantized_product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n,
+                           float* y, std::size_t ldy, bool accumulate) {
     const std::size_t k = w.cols;
-    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
-      GemvArgs a;
-      a.x = x;
-      a.ldx = ldx;
-      a.k = k;
-      a.round_x = w.bf16_compute;
-      a.q = w.q;
-      a.seg[0] = {w.data, y, n, ldy};
-      launch_gemv(a, m, w.qtype, accumulate ? 1 : 0, stream_);
-      return;
-    }
     CudaWeight tmp;  // a float view of the dequantized rows (owns nothing)
     struct Release {
       CudaWeight& w;
@@ -862,17 +851,18 @@ class CudaBackend final : public Backend {
       throw std::invalid_argument("matmul: " + std::to_string(n) + " rows of a weight with " + std::to_string(w.rows));
     if (m == 0 || n == 0) return;
     const std::size_t k = w.cols;
-    if (w.qtype) return quantized_product(x, m, ldx, w, n, y, ldy, accumulate);
-    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {
+    if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {  // packed weights too: dequantized in registers
       GemvArgs a;
       a.x = x;
       a.ldx = ldx;
       a.k = k;
       a.round_x = w.bf16_compute;
+      a.q = w.q;
       a.seg[0] = {w.data, y, n, ldy};
-      launch_gemv(a, m, wtype(w.device_dtype), accumulate ? 1 : 0, stream_);
+      launch_gemv(a, m, w.qtype ? w.qtype : wtype(w.device_dtype), accumulate ? 1 : 0, stream_);
       return;
     }
+    if (w.qtype) return dequantized_product(x, m, ldx, w, n, y, ldy, accumulate);
     if (w.bf16_compute && cublas_) {
       // Tensor cores: x rounded to bf16, f32 accumulation and output (cuBLAS, column-major: Y^T = W X^T);
       // beta = 1 adds the product to y.
