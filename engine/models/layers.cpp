@@ -29,16 +29,23 @@ std::unique_ptr<Weight> WeightLoader::slice(const std::string& name, std::size_t
   return backend_.load_matrix(base + offset, t.dtype, rows, cols, WeightUse::matmul, compute_);
 }
 
-void WeightLoader::refuse_quantized(const std::string& name) const {
-  if (quant_ && quant_->present())
-    throw std::runtime_error(store_.origin().string() + ": " + name +
-                             ": tensor parallelism over a quantized checkpoint is not implemented yet");
+std::unique_ptr<Weight> WeightLoader::quantized_slice(const std::string& name, std::size_t rows, std::size_t cols,
+                                                      std::size_t row0, std::size_t n_rows, std::size_t col0,
+                                                      std::size_t n_cols, WeightUse use) const {
+  if (!quant_ || !quant_->present()) return nullptr;
+  auto full = read_quantized(store_, *quant_, name, rows, cols);
+  if (!full) return nullptr;
+  auto part = slice_quantized(*full, row0, n_rows, col0, n_cols, store_.origin().string() + ": " + name);
+  auto w = backend_.load_quantized(part.m, use, compute_);
+  if (!keep_) throw std::logic_error(name + ": a quantized slice needs host memory to keep it in");
+  keep_->push_back(std::move(part.data));  // backends may read the packed values in place
+  return w;
 }
 
 std::unique_ptr<Weight> WeightLoader::row_slice(const std::string& name, std::size_t rows, std::size_t cols,
                                                 std::size_t row0, std::size_t n, WeightUse use) const {
   if (row0 == 0 && n == rows) return matrix(name, rows, cols, use);
-  refuse_quantized(name);
+  if (auto q = quantized_slice(name, rows, cols, row0, n, 0, cols, use)) return q;
   const TensorView& t = store_.get(name, {rows, cols});
   if (row0 + n > rows) throw std::logic_error(name + ": row slice outside the tensor");
   const auto* base = static_cast<const unsigned char*>(t.data) + row0 * cols * dtype_size(t.dtype);
@@ -61,7 +68,7 @@ std::unique_ptr<Weight> WeightLoader::copy_cols(const std::string& name, const v
 std::unique_ptr<Weight> WeightLoader::col_slice(const std::string& name, std::size_t rows, std::size_t cols,
                                                 std::size_t col0, std::size_t n) const {
   if (col0 == 0 && n == cols) return matrix(name, rows, cols);
-  refuse_quantized(name);
+  if (auto q = quantized_slice(name, rows, cols, 0, rows, col0, n, WeightUse::matmul)) return q;
   const TensorView& t = store_.get(name, {rows, cols});
   return copy_cols(name, t.data, t.dtype, rows, cols, col0, n);
 }

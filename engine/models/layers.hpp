@@ -35,8 +35,8 @@ class WeightLoader {
   /// The slices this loader takes (null: whole matrices).
   const ShardDims* shard() const { return shard_; }
   /// Rows [row0, row0 + n) of the matrix `name` [rows, cols] (a column-parallel slice: contiguous, read
-  /// in place). Throws as matrix(); std::runtime_error for a quantized checkpoint unless the slice is
-  /// the whole matrix (quantized tensor parallelism is not implemented).
+  /// in place; a quantized module's slice is copied into `keep`). Throws as matrix(); std::runtime_error
+  /// where the slice cuts through a quantized module's scale block or group.
   std::unique_ptr<Weight> row_slice(const std::string& name, std::size_t rows, std::size_t cols, std::size_t row0,
                                     std::size_t n, WeightUse use = WeightUse::matmul) const;
   /// Columns [col0, col0 + n) of the matrix `name` [rows, cols] (a row-parallel slice), copied into
@@ -74,7 +74,10 @@ class WeightLoader {
   /// Columns [col0, col0 + n) of the [rows, cols] matrix at `base` (stored dtype), into keep_.
   std::unique_ptr<Weight> copy_cols(const std::string& name, const void* base, DType dtype, std::size_t rows,
                                     std::size_t cols, std::size_t col0, std::size_t n) const;
-  void refuse_quantized(const std::string& name) const;
+  /// The slice of `name` where the checkpoint stores it quantized (quant_loader.hpp slice_quantized), its
+  /// packed values kept in keep_; null for a float matrix.
+  std::unique_ptr<Weight> quantized_slice(const std::string& name, std::size_t rows, std::size_t cols, std::size_t row0,
+                                          std::size_t n_rows, std::size_t col0, std::size_t n_cols, WeightUse use) const;
 };
 
 /// The attention part of a decoder layer (Qwen3: q/k RMSNorm over head_dim, no bias).

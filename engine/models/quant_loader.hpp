@@ -18,13 +18,38 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/backend/backend.hpp"
 #include "engine/models/config.hpp"
 #include "engine/models/safetensors.hpp"
 
 namespace quarry::engine {
+
+/// A quantized matrix read from a checkpoint, with the tables it points to (and, for a slice, the
+/// packed values copied out of the file).
+struct LoadedQuantized {
+  QuantizedMatrix m;
+  std::vector<float> scales;
+  std::vector<std::int16_t> zeros;
+  std::vector<std::int32_t> g_idx;
+  std::vector<unsigned char> data;  ///< a slice's packed values (empty: m.data points into the file)
+};
+
+/// The quantized form of weight `name` ("M.weight", shape [rows, cols]) when the checkpoint stores module
+/// M quantized as `q` says; nullopt when it is a float matrix (not converted, or no quantized tensors).
+/// Throws std::runtime_error naming the checkpoint, the method and the tensor on a malformed one.
+std::optional<LoadedQuantized> read_quantized(const TensorStore& store, const QuantizationConfig& q,
+                                              const std::string& name, std::size_t rows, std::size_t cols);
+
+/// Rows [row0, row0 + n_rows) and columns [col0, col0 + n_cols) of a quantized matrix (a tensor-parallel
+/// rank's slice), in the same layout: the packed values copied, the scale blocks / groups the slice
+/// covers. Throws std::runtime_error (naming `what`) where the slice cuts through a scale block, a
+/// group (without desc_act's g_idx) or a packed int32 word.
+LoadedQuantized slice_quantized(const LoadedQuantized& full, std::size_t row0, std::size_t n_rows, std::size_t col0,
+                                std::size_t n_cols, const std::string& what);
 
 /// Loads weight `name` ("M.weight") of shape [rows, cols]: quantized when the checkpoint stores module M
 /// quantized as `q` says, else as a float matrix (Backend::load_matrix). Throws std::runtime_error naming

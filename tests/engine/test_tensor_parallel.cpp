@@ -13,6 +13,8 @@
 #include "engine/backend/cpu/ops.hpp"
 #include "engine/models/model.hpp"
 #include "engine/models/parallel.hpp"
+#include "engine/models/quantize.hpp"
+#include "engine/models/random_checkpoint.hpp"
 #include "engine/models/tensor_parallel.hpp"
 #include "engine/runtime/engine.hpp"
 #include "engine/tokenizer/tokenizer.hpp"
@@ -114,6 +116,54 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
                                            TpCase{"tiny_gqa_untied_bf16", 2}, TpCase{"tiny_moe_f32", 2},
                                            TpCase{"tiny_moe_f32_fused", 4}, TpCase{"tiny_moe_bf16_fused", 2}),
                          [](const auto& info) { return info.param.fixture + "_tp" + std::to_string(info.param.ranks); });
+
+TEST(TensorParallel, QuantizedCheckpointsSplitAsPublished) {
+  // Quantized layouts split over 2 ranks (the packed values, scale groups and GPTQ's desc_act g_idx
+  // sliced per rank) give the tokens and, within float rounding, the logits of the unsplit quantized model;
+  // a slice through an FP8 128 x 128 scale block is refused with the reason.
+  const char* config = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 512,
+    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "initializer_range": 0.05})";
+  auto backends = rank_backends(2);
+  if (backends.empty()) GTEST_SKIP() << "fewer than 2 GPUs";
+  const auto root = testing::scratch_dir("tp_quant");
+  write_random_checkpoint(config, root / "f", DType::bf16, 5);
+  const std::vector<TokenId> prompt = {1, 17, 250, 3, 99, 511, 42, 7, 300, 64};
+  struct V {
+    std::string name, method;
+    std::size_t group;
+    bool desc_act;
+  };
+  for (const V& v : {V{"int8_channel", "int8", 0, false}, V{"gptq4_g32", "int4-gptq", 32, false},
+                     V{"gptq4_desc_act_g32", "int4-gptq", 32, true}, V{"ct_int4_g32", "int4-ct", 32, false}}) {
+    QuantizeOptions o;
+    o.method = v.method;
+    o.group_size = v.group;
+    o.desc_act = v.desc_act;
+    o.sym = !v.desc_act;
+    o.keep = {};  // the LM head too: split by vocabulary
+    quantize_checkpoint(root / "f", root / v.name, o);
+    auto whole = load_model(root / v.name, rank_backends(1)[0], Compute::exact);
+    auto split = load_model_parallel(root / v.name, rank_backends(2), Compute::exact);
+    // Packed slices: over both ranks about the bytes of the whole packed model (a float copy would be 4x+).
+    EXPECT_LT(split->weight_bytes_per_step(), whole->weight_bytes_per_step() * 5 / 4) << v.name;
+    const auto [a, ta] = run_greedy(*whole, prompt, 12);
+    const auto [b, tb] = run_greedy(*split, prompt, 12);
+    EXPECT_EQ(ta, tb) << v.name;
+    EXPECT_LE(max_abs_diff(a, b), 1e-4f) << v.name;
+  }
+  QuantizeOptions fp8;
+  fp8.method = "fp8";
+  quantize_checkpoint(root / "f", root / "fp8", fp8);
+  try {
+    load_model_parallel(root / "fp8", rank_backends(2), Compute::exact);
+    FAIL() << "an FP8 block was split";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be split"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
+}
 
 TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {
   ModelConfig c;
