@@ -139,6 +139,21 @@ TgPp measure_tg_pp(Engine& e, const Options& o, std::size_t pp, std::uint64_t& s
   return m;
 }
 
+/// The fields every bench_engine report starts with (what ran, where, the run's sizes).
+json report_header(const std::string& bench, const Engine& e, const std::string& model, const Options& o,
+                   std::size_t pp) {
+  json rep;
+  rep["bench"] = bench;
+  rep["commit"] = quarry::bench::git_commit();
+  rep["device"] = e.backend().description();
+  rep["cpu"] = quarry::bench::cpu_model();
+  rep["model"] = model;
+  rep["runs"] = o.runs;
+  rep["tg"] = o.tg;
+  rep["pp"] = pp;
+  return rep;
+}
+
 /// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
 /// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread.
 double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats) {
@@ -204,15 +219,7 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
       std::cerr << "tp " << o.tp[i] << " run " << r << ": tg " << m.tg_tok_s << " tok/s (" << m.replayed << " of "
                 << m.steps << " decode steps replayed), pp" << pp << " " << m.pp_tok_s << " tok/s\n";
     }
-  json rep;
-  rep["bench"] = "bench_engine --tp";
-  rep["commit"] = quarry::bench::git_commit();
-  rep["device"] = engines[0]->backend().description();
-  rep["cpu"] = quarry::bench::cpu_model();
-  rep["model"] = name;
-  rep["runs"] = o.runs;
-  rep["tg"] = o.tg;
-  rep["pp"] = pp;
+  json rep = report_header("bench_engine --tp", *engines[0], name, o, pp);
   std::ostringstream md;
   md << "# Tensor parallel, " << name << ", " << rep["device"].get<std::string>() << " (and the next devices)\n\n"
      << "| TP | decode tok/s (tg" << o.tg << ") | x TP 1 | prefill tok/s (pp" << pp << ") | x TP 1 | all-reduce of one "
@@ -282,15 +289,7 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
                 << " tok/s\n";
     }
   }
-  json rep;
-  rep["bench"] = "bench_engine --quant";
-  rep["commit"] = quarry::bench::git_commit();
-  rep["device"] = engines[0]->backend().description();
-  rep["cpu"] = quarry::bench::cpu_model();
-  rep["model"] = name;
-  rep["runs"] = o.runs;
-  rep["tg"] = o.tg;
-  rep["pp"] = pp;
+  json rep = report_header("bench_engine --quant", *engines[0], name, o, pp);
   const double base_bytes = static_cast<double>(engines[0]->model().weight_bytes_per_step());
   const double base_tg = median(tg[0]), base_pp = median(pf[0]);
   std::ostringstream md;
