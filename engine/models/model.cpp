@@ -119,10 +119,15 @@ void Model::mtp_forward(std::size_t depth, const Batch& batch, const float* hidd
   if (hidden_out_host) be.download(hidden_out_host, dev + nl, nh * sizeof(float));
 }
 
-std::unique_ptr<KvCache> Model::make_kv_cache(std::size_t max_tokens, std::size_t mtp_layers,
-                                              const PrefixCacheOptions& prefix) const {
+KvSpec Model::cache_spec(std::size_t mtp_layers) const {
   KvSpec spec = kv_spec();
   spec.n_layers = config().attention_layers() + std::min(mtp_layers, mtp_depths());
+  return spec;
+}
+
+std::unique_ptr<KvCache> Model::make_kv_cache(std::size_t max_tokens, std::size_t mtp_layers,
+                                              const PrefixCacheOptions& prefix) const {
+  const KvSpec spec = cache_spec(mtp_layers);
   const std::size_t blocks = (max_tokens + spec.block_size - 1) / spec.block_size;
   if (spec.state_floats > 0) return std::make_unique<KvCache>(backend(), spec, max_tokens, prefix);
   return std::make_unique<KvCache>(spec, max_tokens, prefix, make_kv_storage(spec, blocks));

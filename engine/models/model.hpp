@@ -145,6 +145,9 @@ class Model {
   void mtp_forward(std::size_t depth, const Batch& batch, const float* hidden_in_host, KvCache& kv,
                    float* hidden_out_host, float* logits_host, std::size_t draft_vocab = 0,
                    std::span<const std::vector<std::int32_t>> candidates = {});
+  /// kv_spec() with the layers a cache with `mtp_layers` MTP draft depths holds (the main model's
+  /// attention layers plus min(mtp_layers, mtp_depths())).
+  KvSpec cache_spec(std::size_t mtp_layers) const;
   /// A KV cache for this model on its backend: `max_tokens` positions, `mtp_layers` MTP draft depths
   /// (default: all the model has, capped at 8).
   std::unique_ptr<KvCache> make_kv_cache(std::size_t max_tokens, std::size_t mtp_layers = SIZE_MAX,

@@ -202,7 +202,6 @@ class Qwen3 final : public RankModel {
     const std::size_t T = b.size();
     if (T == 0) return;
     if (!out.hidden) throw std::invalid_argument("mtp_forward: the hidden output is required");
-    (void)want_logits;
     const MtpModule& m = mtp_[std::min(depth, mtp_.size()) - 1];
     const std::size_t H = cfg_.hidden_size;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);

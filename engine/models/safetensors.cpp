@@ -178,12 +178,7 @@ std::unique_ptr<TensorStore> TensorStore::open(const std::filesystem::path& dir)
 }
 
 const TensorView& TensorStore::get(const std::string& name, const std::vector<std::size_t>& shape) const {
-  auto it = index_.find(name);
-  if (it == index_.end()) fail(origin_, "missing tensor '" + name + "'");
-  const TensorView& t = *it->second;
-  if (t.shape != shape)
-    fail(*t.file, "shape mismatch for tensor '" + name + "': expected " + shape_string(shape) + ", found " +
-                      shape_string(t.shape));
+  const TensorView& t = get_raw(name, shape, "");
   if (!t.is_float)
     fail(*t.file, "tensor '" + name + "' is " + t.stored +
                       " where F32, F16 or BF16 is expected (a quantized tensor the config's quantization_config "

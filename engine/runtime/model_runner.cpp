@@ -5,20 +5,14 @@
 namespace quarry::engine {
 
 ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions& options) : model_(std::move(model)) {
-  KvSpec spec = model_->kv_spec();
-  spec.n_layers = model_->config().attention_layers() + std::min(options.mtp_layers, model_->mtp_depths());
+  const KvSpec spec = model_->cache_spec(options.mtp_layers);
   std::size_t kv_tokens = options.max_kv_tokens;
   if (options.kv_cache_mb > 0) {
     const std::size_t block_bytes = spec.bytes_per_token() * spec.block_size;
     const std::size_t blocks = options.kv_cache_mb * (std::size_t{1} << 20) / std::max<std::size_t>(block_bytes, 1);
     kv_tokens = std::min(kv_tokens, blocks * spec.block_size);
   }
-  if (spec.state_floats > 0) {  // recurrent state slots come from the backend
-    kv_ = std::make_unique<KvCache>(model_->backend(), spec, kv_tokens, options.prefix);
-  } else {
-    const std::size_t blocks = (kv_tokens + spec.block_size - 1) / spec.block_size;
-    kv_ = std::make_unique<KvCache>(spec, kv_tokens, options.prefix, model_->make_kv_storage(spec, blocks));
-  }
+  kv_ = model_->make_kv_cache(kv_tokens, options.mtp_layers, options.prefix);
 }
 
 ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups) {
