@@ -128,6 +128,23 @@ void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::ve
   }
 }
 
+/// fn(thread, r0, r1) over rows [0, n) in blocks of `rows`, each block taken by the first of the pool's
+/// threads that is free (all on the caller without a pool or with one block).
+template <class F>
+void over_row_blocks(ThreadPool* pool, std::size_t n, std::size_t rows, F&& fn) {
+  const std::size_t nt = pool ? pool->size() : 1, blocks = (n + rows - 1) / rows;
+  std::atomic<std::size_t> next{0};
+  const auto work = [&](std::size_t t, std::size_t) {
+    for (;;) {
+      const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= blocks) return;
+      fn(t, b * rows, std::min(n, (b + 1) * rows));
+    }
+  };
+  if (pool && nt > 1 && blocks > 1) pool->run(work);
+  else work(0, 1);
+}
+
 }  // namespace
 
 void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n,
@@ -148,18 +165,9 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     scratch.xb.resize(m * K);
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + p] = f32_to_bf16(x[i * ldx + p]);
-    const std::size_t nt = pool ? pool->size() : 1;
-    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
-    std::atomic<std::size_t> next{0};
-    const auto work = [&](std::size_t, std::size_t) {
-      for (;;) {
-        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
-        if (b >= blocks) return;
-        detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, b * rows, std::min(n, (b + 1) * rows), y, ldy);
-      }
-    };
-    if (pool && nt > 1 && blocks > 1) pool->run(work);
-    else work(0, 1);
+    over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {
+      detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
+    });
     return;
   }
   if (quant_uses_vnni(kernel, w, m) && w.view.layout == detail::QuantView::rows) {
@@ -183,19 +191,9 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
         scratch.xs[i * B + b] = s;
         scratch.xsum[i * B + b] = sum;
       }
-    const std::size_t nt = pool ? pool->size() : 1;
-    const std::size_t rows = 64, blocks = (n + rows - 1) / rows;
-    std::atomic<std::size_t> next{0};
-    const auto work = [&](std::size_t, std::size_t) {
-      for (;;) {
-        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
-        if (b >= blocks) return;
-        detail::rows8_vnni_avx512(w.view, scratch.xq.data(), scratch.xs.data(), scratch.xsum.data(), m, b * rows,
-                                  std::min(n, (b + 1) * rows), y, ldy);
-      }
-    };
-    if (pool && nt > 1 && blocks > 1) pool->run(work);
-    else work(0, 1);
+    over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {
+      detail::rows8_vnni_avx512(w.view, scratch.xq.data(), scratch.xs.data(), scratch.xsum.data(), m, j0, j1, y, ldy);
+    });
     return;
   }
   if (quant_uses_vnni(kernel, w, m)) {
@@ -203,24 +201,15 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     // in L1): blocks as large as 2048 rows while every thread still gets about four.
     const std::size_t nt = pool ? pool->size() : 1;
     const std::size_t kRows = std::clamp<std::size_t>((n / (4 * nt) + 15) / 16 * 16, 256, 2048);
-    const std::size_t blocks = (n + kRows - 1) / kRows;
     if (scratch.acc.size() < nt) scratch.acc.resize(nt);
+    for (auto& acc : scratch.acc)
+      if (acc.size() < kRows) acc.resize(kRows);
     for (std::size_t i = 0; i < m; ++i) {
       quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4, scratch.xs, scratch.xsum);
-      std::atomic<std::size_t> next{0};
-      const auto work = [&](std::size_t t, std::size_t) {
-        std::vector<std::int32_t>& acc = scratch.acc[t];
-        if (acc.size() < kRows) acc.resize(kRows);
-        for (;;) {
-          const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
-          if (b >= blocks) return;
-          const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows);
-          detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), scratch.xs.data(), scratch.xsum.data(), j0, j1,
-                                    y + i * ldy + j0, acc.data());
-        }
-      };
-      if (pool && nt > 1 && blocks > 1) pool->run(work);
-      else work(0, 1);
+      over_row_blocks(pool, n, kRows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
+        detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), scratch.xs.data(), scratch.xsum.data(), j0, j1,
+                                  y + i * ldy + j0, scratch.acc[t].data());
+      });
     }
     return;
   }
@@ -231,55 +220,38 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (w.bf16_compute && m > 16 && packed_bf16_available() && quant_kernel_for(kernel) == GemmKernel::avx512) {
 #if defined(__x86_64__)
     constexpr std::size_t kRows = 128;
-    const std::size_t blocks = (n + kRows - 1) / kRows;
     const std::size_t nt = pool ? pool->size() : 1;
     if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
     if (scratch.packed.size() < nt) scratch.packed.resize(nt);
-    std::atomic<std::size_t> next{0};
-    const auto work = [&](std::size_t t, std::size_t) {
+    over_row_blocks(pool, n, kRows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
       std::vector<float>& buf = scratch.per_thread[t];
       if (buf.size() < kRows * K) buf.resize(kRows * K);
       PackedBf16& pk = scratch.packed[t];
-      for (;;) {
-        const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
-        if (b >= blocks) return;
-        const std::size_t j0 = b * kRows, j1 = std::min(n, j0 + kRows), rows = j1 - j0;
-        quant_dequant_rows(k, w, j0, j1, buf.data());
-        pk.n = rows;
-        pk.k = K;
-        pk.data.assign((rows + 15) / 16 * ((K + 31) / 32) * 512, 0);
-        detail::amx_pack_b(buf.data(), WeightType::f32, rows, K, 0, (rows + 15) / 16, pk.data.data());
-        gemm_packed(x, m, ldx, pk, rows, y + j0, ldy, nullptr);
-      }
-    };
-    if (pool && nt > 1 && blocks > 1) pool->run(work);
-    else work(0, 1);
+      const std::size_t rows = j1 - j0;
+      quant_dequant_rows(k, w, j0, j1, buf.data());
+      pk.n = rows;
+      pk.k = K;
+      pk.data.assign((rows + 15) / 16 * ((K + 31) / 32) * 512, 0);
+      detail::amx_pack_b(buf.data(), WeightType::f32, rows, K, 0, (rows + 15) / 16, pk.data.data());
+      gemm_packed(x, m, ldx, pk, rows, y + j0, ldy, nullptr);
+    });
     return;
 #endif
   }
   // Decode-sized m: 16 rows (16 x k f32, 256 KB at k = 4096) per block, read back from L2 by the GEMV
   // kernel; prefill: 128 rows, so the packing of x is amortised over more columns.
   const std::size_t rows = m <= 16 ? 16 : 128;
-  const std::size_t blocks = (n + rows - 1) / rows;
   const std::size_t nt = pool ? pool->size() : 1;
   if (scratch.per_thread.size() < nt) scratch.per_thread.resize(nt);
-  std::atomic<std::size_t> next{0};
-  const auto work = [&](std::size_t t, std::size_t) {
+  over_row_blocks(pool, n, rows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
+#if defined(__x86_64__)
+    if (k == GemmKernel::avx512 && detail::gemv_avx512(w.view, x, m, ldx, j0, j1, y, ldy)) return;
+#endif
     std::vector<float>& buf = scratch.per_thread[t];
     if (buf.size() < rows * K) buf.resize(rows * K);
-    for (;;) {
-      const std::size_t b = next.fetch_add(1, std::memory_order_relaxed);
-      if (b >= blocks) return;
-      const std::size_t j0 = b * rows, j1 = std::min(n, j0 + rows);
-#if defined(__x86_64__)
-      if (k == GemmKernel::avx512 && detail::gemv_avx512(w.view, x, m, ldx, j0, j1, y, ldy)) continue;
-#endif
-      quant_dequant_rows(k, w, j0, j1, buf.data());
-      gemm(k, x, m, K, ldx, buf.data(), WeightType::f32, j1 - j0, y + j0, ldy, nullptr);
-    }
-  };
-  if (pool && nt > 1 && blocks > 1) pool->run(work);
-  else work(0, 1);
+    quant_dequant_rows(k, w, j0, j1, buf.data());
+    gemm(k, x, m, K, ldx, buf.data(), WeightType::f32, j1 - j0, y + j0, ldy, nullptr);
+  });
 }
 
 void quant_gemm(const float* x, std::size_t m, std::size_t ldx, const QuantWeight& w, std::size_t n, float* y,
