@@ -37,6 +37,28 @@ std::uint16_t f32_to_f16(float f) {
   return static_cast<std::uint16_t>(sign | (((mag >> 23) - 112) << 10) | ((mag >> 13) & 0x3ffu));
 }
 
+/// Symmetric round-to-nearest per group of `gs` input columns of each row of w [rows, cols]: scale
+/// absmax / qmax (1 for an all-zero group), q = clamp(round(w / scale), qmin, qmax). Hands each group's
+/// scale to put_scale(n, g, s) and each value to put_value(n, k, q); deq (optional) gets q * s.
+template <class PutScale, class PutValue>
+void quantize_symmetric_groups(const float* w, std::size_t rows, std::size_t cols, std::size_t gs, int qmin, int qmax,
+                               PutScale&& put_scale, PutValue&& put_value, std::vector<float>* deq) {
+  const std::size_t G = (cols + gs - 1) / gs;
+  for (std::size_t n = 0; n < rows; ++n)
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::size_t k1 = std::min(cols, (g + 1) * gs);
+      float amax = 0.f;
+      for (std::size_t k = g * gs; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * cols + k]));
+      const float s = amax > 0.f ? amax / static_cast<float>(qmax) : 1.f;
+      put_scale(n, g, s);
+      for (std::size_t k = g * gs; k < k1; ++k) {
+        const int q = std::clamp(static_cast<int>(std::nearbyint(w[n * cols + k] / s)), qmin, qmax);
+        put_value(n, k, q);
+        if (deq) (*deq)[n * cols + k] = static_cast<float>(q) * s;
+      }
+    }
+}
+
 struct Part {
   std::string suffix, dtype;
   std::vector<std::size_t> shape;
@@ -127,19 +149,12 @@ std::vector<Part> quantize_module(const QuantizeOptions& o, std::size_t rows, st
     put(parts[2].bytes, 0, static_cast<std::int64_t>(rows));
     put(parts[2].bytes, 1, static_cast<std::int64_t>(cols));
     auto* packed = reinterpret_cast<std::uint32_t*>(parts[0].bytes.data());
-    for (std::size_t n = 0; n < rows; ++n)
-      for (std::size_t g = 0; g < G; ++g) {
-        const std::size_t k1 = std::min(cols, (g + 1) * gs);
-        float amax = 0.f;
-        for (std::size_t k = g * gs; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * cols + k]));
-        const float s = amax > 0.f ? amax / 7.f : 1.f;
-        put(parts[1].bytes, n * G + g, s);
-        for (std::size_t k = g * gs; k < k1; ++k) {
-          const int q = std::clamp(static_cast<int>(std::nearbyint(w[n * cols + k] / s)), -8, 7);
+    quantize_symmetric_groups(
+        w, rows, cols, gs, -8, 7, [&](std::size_t n, std::size_t g, float s) { put(parts[1].bytes, n * G + g, s); },
+        [&](std::size_t n, std::size_t k, int q) {
           packed[n * (cols / 8) + k / 8] |= static_cast<std::uint32_t>(q + 8) << ((k % 8) * 4);
-          if (deq) (*deq)[n * cols + k] = static_cast<float>(q) * s;
-        }
-      }
+        },
+        deq);
     return parts;
   }
   if (o.method == "int8") {
@@ -148,19 +163,12 @@ std::vector<Part> quantize_module(const QuantizeOptions& o, std::size_t rows, st
     parts.push_back({".weight", "I8", {rows, cols}, 1, {}});
     if (!w) return parts;
     for (auto& p : parts) p.bytes.assign(p.size(), 0);
-    for (std::size_t n = 0; n < rows; ++n)
-      for (std::size_t g = 0; g < G; ++g) {
-        const std::size_t k1 = std::min(cols, (g + 1) * gs);
-        float amax = 0.f;
-        for (std::size_t k = g * gs; k < k1; ++k) amax = std::max(amax, std::fabs(w[n * cols + k]));
-        const float s = amax > 0.f ? amax / 127.f : 1.f;
-        put(parts[0].bytes, n * G + g, s);
-        for (std::size_t k = g * gs; k < k1; ++k) {
-          const int q = std::clamp(static_cast<int>(std::nearbyint(w[n * cols + k] / s)), -127, 127);
+    quantize_symmetric_groups(
+        w, rows, cols, gs, -127, 127, [&](std::size_t n, std::size_t g, float s) { put(parts[0].bytes, n * G + g, s); },
+        [&](std::size_t n, std::size_t k, int q) {
           parts[1].bytes[n * cols + k] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
-          if (deq) (*deq)[n * cols + k] = static_cast<float>(q) * s;
-        }
-      }
+        },
+        deq);
     return parts;
   }
   // fp8, 128 x 128 blocks
