@@ -498,8 +498,9 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   switch (mode) {
     case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
     case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
-    default:
-      if constexpr (TYPE < kQ8) gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a);  // SwiGLU: float weights
+    default:  // SwiGLU: float weights only (swiglu_args keeps packed ones on the plain products)
+      if constexpr (TYPE < kQ8) gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a);
+      else throw std::invalid_argument("gemv: the fused SwiGLU takes float weights only");
       break;
   }
 }
