@@ -20,6 +20,7 @@
 #include <valijson/validator.hpp>
 
 #include "tests/common/run_command.hpp"
+#include "tests/common/scratch.hpp"
 
 namespace fs = std::filesystem;
 
@@ -43,8 +44,7 @@ std::string read_file(const fs::path& p) {
 }
 
 fs::path scratch() {
-  auto p = fs::path(QUARRY_BINARY_DIR) / "test_scratch" / ("constrain_cli_" + std::to_string(getpid()));
-  fs::create_directories(p);
+  static const fs::path p = quarry::test_support::scratch_dir("constrain_cli");
   return p;
 }
 

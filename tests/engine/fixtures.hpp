@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/scratch.hpp"
+
 namespace quarry::engine::testing {
 
 inline std::filesystem::path fixture_dir(const std::string& model) {
@@ -31,13 +33,8 @@ inline nlohmann::json load_reference(const std::string& model) {
   return nlohmann::json::parse(in);
 }
 
-/// A scratch folder under the build tree, emptied first. The process id is part of the name: ctest
-/// runs each test in its own process, possibly in parallel, and two of them must never share a folder.
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto p = std::filesystem::path(QUARRY_BINARY_DIR) / "test_scratch" / (name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p;
-}
+/// A scratch folder under the build tree, emptied first and removed when the process exits
+/// (tests/common/scratch.hpp).
+inline std::filesystem::path scratch_dir(const std::string& name) { return test_support::scratch_dir(name); }
 
 }  // namespace quarry::engine::testing
