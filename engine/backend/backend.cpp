@@ -189,6 +189,29 @@ void Backend::head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads
 }
 
 namespace {
+constexpr std::size_t kStateSlotsPerChunk = 8;
+}
+
+void KvStorage::ensure_state_slots(std::size_t n_slots) {
+  if (spec_.state_floats == 0 || !state_backend_) return;
+  while (state_chunks_.size() * kStateSlotsPerChunk < n_slots)
+    state_chunks_.push_back(state_backend_->alloc(kStateSlotsPerChunk * spec_.state_floats * sizeof(float)));
+}
+
+float* KvStorage::recurrent_state(std::size_t slot) const {
+  if (spec_.state_floats == 0 || !state_backend_) return nullptr;
+  if (slot / kStateSlotsPerChunk >= state_chunks_.size())
+    throw std::out_of_range("KvStorage: recurrent-state slot " + std::to_string(slot) + " not allocated");
+  return state_chunks_[slot / kStateSlotsPerChunk].as<float>() + (slot % kStateSlotsPerChunk) * spec_.state_floats;
+}
+
+void KvStorage::copy_recurrent_state(std::size_t to, std::size_t from) {
+  if (spec_.state_floats == 0 || !state_backend_ || to == from) return;
+  const std::size_t n = spec_.state_floats;
+  state_backend_->copy_rows(recurrent_state(to), n, recurrent_state(from), n, 1, n);
+}
+
+namespace {
 /// Device data as host memory: the pointer itself on a host-memory backend, else a downloaded copy that
 /// upload_back() writes back.
 struct HostView {

@@ -183,6 +183,9 @@ struct KvSpec {
 /// The block storage of a paged KV cache, owned by the backend that computes on it (its layout is the
 /// backend's: the CPU keeps K transposed per block for its kernels, see cpu/ops.hpp KvLayerView).
 /// The bookkeeping (block tables, reference counts, prefix hashes) lives in engine/memory/.
+/// Hybrid models' recurrent state lives here too, in numbered slots (one per sequence and one per saved
+/// copy; engine/memory/kv_cache.hpp hands the numbers out), so that it sits in the memory of the device
+/// that computes on it (each rank's under tensor parallelism).
 class KvStorage {
  public:
   virtual ~KvStorage() = default;
@@ -191,9 +194,24 @@ class KvStorage {
   /// Throws std::runtime_error when the device is out of memory.
   virtual void ensure_blocks(std::size_t n_blocks) = 0;
 
+  // ---- recurrent state (spec().state_floats > 0; no-ops and nulls otherwise) ----
+  /// Makes state slots 0..n_slots-1 usable: spec().state_floats f32 values each, in the backend's memory,
+  /// allocated in chunks of a few slots. Throws std::runtime_error when the device is out of memory.
+  virtual void ensure_state_slots(std::size_t n_slots);
+  /// The state of slot `slot` (device pointer), null without state. Throws std::out_of_range for a slot
+  /// not made usable.
+  virtual float* recurrent_state(std::size_t slot) const;
+  /// Copies slot `from`'s state over slot `to`'s (save, restore, fork).
+  virtual void copy_recurrent_state(std::size_t to, std::size_t from);
+
  protected:
-  explicit KvStorage(const KvSpec& spec) : spec_(spec) {}
+  /// `backend`: allocates and copies the recurrent state (null: a storage without state).
+  explicit KvStorage(const KvSpec& spec, Backend* backend = nullptr) : spec_(spec), state_backend_(backend) {}
   KvSpec spec_;
+
+ private:
+  Backend* state_backend_ = nullptr;
+  std::vector<DeviceBuffer> state_chunks_;
 };
 
 /// The token batch of one forward call, as the host describes it (the flat batch of engine/core/batch.hpp

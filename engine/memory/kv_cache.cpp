@@ -21,13 +21,7 @@ KvCache::KvCache(const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOp
 
 KvCache::KvCache(Backend& backend, const KvSpec& spec, std::size_t max_tokens, const PrefixCacheOptions& prefix)
     : KvCache(spec, max_tokens, prefix,
-              backend.make_kv_storage(spec, spec.block_size ? (max_tokens + spec.block_size - 1) / spec.block_size : 0)) {
-  backend_ = &backend;
-}
-
-namespace {
-constexpr std::size_t kStateSlotsPerChunk = 8;
-}
+              backend.make_kv_storage(spec, spec.block_size ? (max_tokens + spec.block_size - 1) / spec.block_size : 0)) {}
 
 std::size_t KvCache::take_state_slot() {
   if (shape_.state_floats == 0) return SIZE_MAX;
@@ -36,36 +30,35 @@ std::size_t KvCache::take_state_slot() {
     free_slots_.pop_back();
     return s;
   }
-  if (backend_ && n_slots_ % kStateSlotsPerChunk == 0)
-    state_chunks_.push_back(backend_->alloc(kStateSlotsPerChunk * shape_.state_floats * sizeof(float)));
+  if (storage_) storage_->ensure_state_slots(n_slots_ + 1);
   return n_slots_++;
 }
 
 float* KvCache::slot_pointer(std::size_t slot) const {
-  if (slot == SIZE_MAX || state_chunks_.empty()) return nullptr;
-  return state_chunks_[slot / kStateSlotsPerChunk].as<float>() + (slot % kStateSlotsPerChunk) * shape_.state_floats;
+  if (slot == SIZE_MAX || !storage_) return nullptr;
+  return storage_->recurrent_state(slot);
 }
 
 void KvCache::save_state(SeqId id) {
   SeqState& st = state(id);
-  if (shape_.state_floats == 0 || !backend_) return;
+  if (shape_.state_floats == 0 || !storage_) return;
   if (st.backup_slot == SIZE_MAX) st.backup_slot = take_state_slot();
-  backend_->copy_rows(slot_pointer(st.backup_slot), shape_.state_floats, slot_pointer(st.state_slot),
-                      shape_.state_floats, 1, shape_.state_floats);
+  storage_->copy_recurrent_state(st.backup_slot, st.state_slot);
 }
 
 void KvCache::restore_state(SeqId id) {
   SeqState& st = state(id);
-  if (shape_.state_floats == 0 || !backend_) return;
+  if (shape_.state_floats == 0 || !storage_) return;
   if (st.backup_slot == SIZE_MAX) throw std::logic_error("KvCache: restore_state without save_state");
-  backend_->copy_rows(slot_pointer(st.state_slot), shape_.state_floats, slot_pointer(st.backup_slot),
-                      shape_.state_floats, 1, shape_.state_floats);
+  storage_->copy_recurrent_state(st.state_slot, st.backup_slot);
 }
 
-float* KvCache::recurrent_state(SeqId id) const {
+float* KvCache::recurrent_state(SeqId id) const { return slot_pointer(state_slot(id)); }
+
+std::size_t KvCache::state_slot(SeqId id) const {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) throw std::out_of_range("KvCache: unknown sequence " + std::to_string(id));
-  return slot_pointer(it->second.state_slot);
+  return it->second.state_slot;
 }
 
 KvStorage& KvCache::storage() {
@@ -104,9 +97,7 @@ SeqId KvCache::fork_sequence(SeqId src) {
   seqs_[id] = copy;
   seqs_[id].state_slot = take_state_slot();
   seqs_[id].backup_slot = SIZE_MAX;
-  float* to = slot_pointer(seqs_[id].state_slot);
-  const float* from = slot_pointer(copy.state_slot);
-  if (to && from) backend_->copy_rows(to, shape_.state_floats, from, shape_.state_floats, 1, shape_.state_floats);
+  if (storage_ && copy.state_slot != SIZE_MAX) storage_->copy_recurrent_state(seqs_[id].state_slot, copy.state_slot);
   return id;
 }
 

@@ -9,9 +9,9 @@
 // keys. Blocks never move, so block tables hold stable block ids; the storage grows as blocks are
 // first handed out (KvStorage::ensure_blocks), up to max_blocks.
 //
-// Hybrid models (Gated DeltaNet + attention) will keep their recurrent state per sequence beside this
-// paged cache; the sequence operations here (create / fork / free / truncate) are the ones that state
-// must follow.
+// Hybrid models (Gated DeltaNet + attention) keep a recurrent state per sequence beside the paged
+// blocks: this class hands out the state slots (one per sequence, one more for its saved copy) and the
+// storage keeps their contents (KvStorage::recurrent_state); create / fork / free follow the sequence.
 //
 // Prefix caching (vLLM automatic prefix caching, "hash of a block = hash(parent block hash, block
 // tokens, extra keys)"; SGLang RadixAttention is the tree-shaped equivalent):
@@ -118,6 +118,9 @@ class KvCache {
   /// below what was computed: the engine runs no MTP drafts and no prefix reuse for such models).
   /// Throws std::out_of_range on an unknown id.
   float* recurrent_state(SeqId id) const;
+  /// The sequence's recurrent-state slot in the storage (KvStorage::recurrent_state; each rank's storage
+  /// under tensor parallelism); SIZE_MAX without state. Throws std::out_of_range on an unknown id.
+  std::size_t state_slot(SeqId id) const;
   /// Copies the sequence's recurrent state aside (save) and back (restore): a hybrid model's speculative
   /// verification saves before a step with drafts and restores when some are rejected, then recomputes
   /// the accepted ones. No-op without state; restore without a save throws std::logic_error.
@@ -141,8 +144,6 @@ class KvCache {
   /// A free recurrent-state slot, growing the slot chunks as needed (no-op without state).
   std::size_t take_state_slot();
   float* slot_pointer(std::size_t slot) const;
-  Backend* backend_ = nullptr;             ///< allocates the recurrent state (null: bookkeeping only)
-  std::vector<DeviceBuffer> state_chunks_; ///< kStateSlotsPerChunk slots each
   std::vector<std::size_t> free_slots_;
   std::size_t n_slots_ = 0;
   BlockHash root_hash() const;

@@ -285,7 +285,7 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
 }
 
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
-               Collective* tp) {
+               Collective* tp, const float* extra) {
   const std::size_t H = c.hidden_size, E = w.gate.size(), K = w.top_k;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
@@ -298,11 +298,13 @@ void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig
   b.moe_route(logits, T, E, K, w.norm_topk_prob, ids, routing + T * K);
   if (!tp) {
     b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, x, H, scratch);
+    if (extra) b.add(x, extra, T * H);
     return;
   }
   // Each rank's experts give partial sums (their intermediate slices): summed over the ranks, then added.
   float* y = ws.get(kMoeOut, T * H);
-  b.fill(y, T * H, 0.0f);
+  if (extra) b.copy_rows(y, H, extra, H, T, H);
+  else b.fill(y, T * H, 0.0f);
   b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, y, H, scratch);
   tp->all_reduce_add(x, y, T * H);
 }

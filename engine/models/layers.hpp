@@ -188,9 +188,10 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
 /// x [T, hidden] += the MoE block of h = post_norm(x) (HF Qwen3MoeSparseMoeBlock): router logits h R^T,
 /// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob)
 /// (Backend::moe_route), each token's experts' SwiGLU outputs weighted and summed in expert order, added
-/// to x (Backend::moe_experts).
+/// to x (Backend::moe_experts). `extra` [T, hidden] (optional: a shared expert's output) is added too;
+/// under tensor parallelism it is this rank's partial sum, reduced with the experts' in the one all-reduce.
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
-               Collective* tp = nullptr);
+               Collective* tp = nullptr, const float* extra = nullptr);
 /// One decoder layer: attention_block then swiglu_block or moe_block.
 void decoder_layer(Backend& b, Workspace& ws, const DecoderLayerWeights& w, const ModelConfig& c, std::size_t kv_layer,
                    float* x, const ForwardBatch& batch, KvStorage& kv, const RopeTables& rope,

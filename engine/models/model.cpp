@@ -44,7 +44,7 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
     std::copy(table.begin(), table.end(), tables.begin() + static_cast<std::ptrdiff_t>(s * max_blocks));
   }
   if (kv.spec().state_floats > 0)
-    for (const SeqId s : seqs) states_.push_back(kv.recurrent_state(s));
+    for (const SeqId s : seqs) state_slots_.push_back(kv.state_slot(s));
   tokens_.assign(b.tokens.begin(), b.tokens.end());
   positions_.assign(b.positions.begin(), b.positions.end());
   seq_index_ = std::move(seq_index);
@@ -55,7 +55,7 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
 }
 
 ForwardBatch::ForwardBatch(const ForwardBatch& o, Backend& backend)
-    : states_(o.states_), tokens_(o.tokens_), positions_(o.positions_), seq_index_(o.seq_index_), tables_(o.tables_),
+    : state_slots_(o.state_slots_), tokens_(o.tokens_), positions_(o.positions_), seq_index_(o.seq_index_), tables_(o.tables_),
       logit_rows_(o.logit_rows_), max_blocks_(o.max_blocks_) {
   stage(backend);
 }
@@ -129,7 +129,6 @@ std::unique_ptr<KvCache> Model::make_kv_cache(std::size_t max_tokens, std::size_
                                               const PrefixCacheOptions& prefix) const {
   const KvSpec spec = cache_spec(mtp_layers);
   const std::size_t blocks = (max_tokens + spec.block_size - 1) / spec.block_size;
-  if (spec.state_floats > 0) return std::make_unique<KvCache>(backend(), spec, max_tokens, prefix);
   return std::make_unique<KvCache>(spec, max_tokens, prefix, make_kv_storage(spec, blocks));
 }
 

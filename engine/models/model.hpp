@@ -42,12 +42,13 @@ class ForwardBatch {
   std::size_t table_stride() const { return staged_->max_blocks; }
   std::size_t size() const { return n_tokens_; }
   std::size_t n_logits() const { return n_logits_; }
-  /// Hybrid models: each sequence's recurrent state (KvCache::recurrent_state), one device pointer per
-  /// row of the staged block tables (staged().seq_index); empty when the cache keeps no state.
-  std::span<float* const> recurrent_states() const { return states_; }
+  /// Hybrid models: each sequence's recurrent-state slot (KvCache::state_slot), one per row of the staged
+  /// block tables (staged().seq_index); empty when the cache keeps no state. The model reads the states
+  /// from the KV storage it computes on (KvStorage::recurrent_state).
+  std::span<const std::size_t> state_slots() const { return state_slots_; }
 
  private:
-  std::vector<float*> states_;
+  std::vector<std::size_t> state_slots_;
   // The host inputs (kept for staging on other backends).
   std::vector<TokenId> tokens_;
   std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;

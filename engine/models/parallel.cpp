@@ -9,8 +9,10 @@ ShardDims shard_dims(const ModelConfig& c, std::size_t rank, std::size_t size) {
   const auto refuse = [&](const std::string& why) {
     throw std::invalid_argument("tensor parallel " + std::to_string(size) + ": " + why);
   };
-  if (c.linear_num_value_heads > 0)
-    refuse(c.architecture + " (linear-attention layers) is not split across ranks yet; run it with tensor parallel 1");
+  const std::size_t NK = c.linear_num_key_heads, NV = c.linear_num_value_heads;
+  if (NV > 0 && (NK == 0 || NK % size != 0 || NV % NK != 0))
+    refuse("linear_num_key_heads " + std::to_string(NK) + " is not divisible by " + std::to_string(size) +
+           (NK > 0 && NV % NK != 0 ? " (or linear_num_value_heads " + std::to_string(NV) + " not a multiple of it)" : ""));
   const std::size_t NH = c.num_attention_heads, NKV = c.num_key_value_heads;
   if (NH % size != 0) refuse("num_attention_heads " + std::to_string(NH) + " is not divisible by " + std::to_string(size));
   if (NKV % size != 0 && size % NKV != 0)
@@ -31,6 +33,13 @@ ShardDims shard_dims(const ModelConfig& c, std::size_t rank, std::size_t size) {
   };
   split(c.intermediate_size, d.inter, d.inter0);
   split(c.moe_intermediate_size, d.moe_inter, d.moe_inter0);
+  split(c.shared_expert_intermediate_size, d.shared_inter, d.shared_inter0);
+  if (NV > 0) {
+    d.lin_k_heads = NK / size;
+    d.lin_k_head0 = rank * d.lin_k_heads;
+    d.lin_v_heads = NV / size;
+    d.lin_v_head0 = rank * d.lin_v_heads;
+  }
   d.vocab_chunk = (c.vocab_size + size - 1) / size;
   d.vocab0 = std::min(c.vocab_size, rank * d.vocab_chunk);
   d.vocab = std::min(c.vocab_size, d.vocab0 + d.vocab_chunk) - d.vocab0;
@@ -43,6 +52,9 @@ ModelConfig local_config(const ModelConfig& c, const ShardDims& d) {
   l.num_key_value_heads = d.kv_heads;
   l.intermediate_size = d.inter;
   l.moe_intermediate_size = d.moe_inter;
+  l.shared_expert_intermediate_size = d.shared_inter;
+  l.linear_num_key_heads = d.lin_k_heads;
+  l.linear_num_value_heads = d.lin_v_heads;
   return l;
 }
 

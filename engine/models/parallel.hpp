@@ -7,6 +7,11 @@
 //     when there are fewer KV heads than ranks;
 //   MoE: every expert sharded like a dense MLP (its intermediate width split), the router replicated, one
 //     all-reduce of the experts' summed outputs;
+//   Gated DeltaNet (linear attention, hybrid models): the key heads split, each rank with the value
+//     heads that read them (value head h reads key head h / (nv / nk)): its q/k/v conv channels, z, b, a,
+//     A_log, dt_bias and recurrent state; out_proj row-parallel with one all-reduce;
+//   a shared expert (Qwen3-Next / Qwen3.5 MoE): split like a dense MLP, its partial sums reduced with the
+//     routed experts' in the same all-reduce (its scalar gate replicated);
 //   LM head: vocabulary-parallel (each rank a contiguous slice of the vocabulary, padded to one size),
 //     the logits all-gathered to rank 0; the embedding table is replicated (one row read per token).
 // Every rank ends each layer with the same residual stream, so the MTP module and the norms need no
@@ -35,16 +40,20 @@ struct ShardDims {
   std::size_t kv_heads = 0, kv_head0 = 0;  ///< KV heads and the first one (one, replicated, when fewer than ranks)
   std::size_t inter = 0, inter0 = 0;       ///< the dense MLP's intermediate columns
   std::size_t moe_inter = 0, moe_inter0 = 0;  ///< each expert's intermediate columns
+  std::size_t shared_inter = 0, shared_inter0 = 0;  ///< the shared expert's intermediate columns
+  std::size_t lin_k_heads = 0, lin_k_head0 = 0;  ///< linear-attention key heads (hybrid models)
+  std::size_t lin_v_heads = 0, lin_v_head0 = 0;  ///< linear-attention value heads (those of its key heads)
   std::size_t vocab_chunk = 0;             ///< ceil(vocab / size): every rank's (padded) slice
   std::size_t vocab = 0, vocab0 = 0;       ///< this rank's vocabulary ids [vocab0, vocab0 + vocab)
 };
 
 /// The slices of rank `rank` of `size` for `c`. Throws std::invalid_argument naming the config key when
-/// the model cannot be split that way (attention heads not divisible by size; KV heads neither divisible
-/// by size nor dividing it; a hybrid model, whose linear-attention layers are not split yet).
+/// the model cannot be split that way (attention heads or linear-attention key heads not divisible by
+/// size; KV heads neither divisible by size nor dividing it).
 ShardDims shard_dims(const ModelConfig& c, std::size_t rank, std::size_t size);
 
-/// `c` as rank `d`'s layers see it: its attention heads, KV heads and intermediate widths.
+/// `c` as rank `d`'s layers see it: its attention heads, KV heads, linear-attention heads and
+/// intermediate widths.
 ModelConfig local_config(const ModelConfig& c, const ShardDims& d);
 
 }  // namespace quarry::engine

@@ -15,8 +15,10 @@
 // Qwen3-Next stores the linear-attention input projections grouped per key head (in_proj_qkvz: per key
 // head [q, k, v, z]; in_proj_ba: per key head [b, a]); they are regrouped at load into the Qwen3.5 layout
 // (in_proj_qkv = all q, all k, all v; in_proj_z; in_proj_b; in_proj_a), so one forward serves both.
-// The recurrent state lives in the KV cache per sequence (KvCache::recurrent_state); such models run
-// without prefix reuse. MTP drafting works as for Qwen3 (the `mtp.*` module, recursive); a verify step
+// The recurrent state lives in the KV storage per sequence (KvStorage::recurrent_state, slots handed out
+// by KvCache); such models run without prefix reuse. Under tensor parallelism (parallel.hpp) each rank
+// holds its linear-attention key heads with their value heads (and their recurrent state), its attention
+// heads, its slices of the FFN and the shared expert, and its slice of the vocabulary. MTP drafting works as for Qwen3 (the `mtp.*` module, recursive); a verify step
 // that rejects drafts restores the state saved before it and feeds the accepted tokens again (engine.cpp).
 #include <algorithm>
 #include <cmath>
@@ -31,6 +33,7 @@
 #include "engine/models/model.hpp"
 #include "engine/models/registry.hpp"
 #include "engine/models/safetensors.hpp"
+#include "engine/models/tensor_parallel.hpp"
 
 namespace quarry::engine {
 
@@ -55,12 +58,25 @@ RowsWeight rows_of(const WeightLoader& w, const TensorView& t, const std::vector
   return r;
 }
 
-/// A vector widened to f32, plus `offset` (1 for the zero-centred RMSNorm weights: (1 + w)).
+/// A vector widened to f32, plus `offset` (1 for the zero-centred RMSNorm weights: (1 + w)); with
+/// `count`, only elements [first, first + count) (a rank's heads).
 DeviceBuffer vector_plus(const WeightLoader& w, const std::string& name, const std::vector<std::size_t>& shape,
-                         float offset) {
+                         float offset, std::size_t first = 0, std::size_t count = SIZE_MAX) {
   const TensorView& t = w.store().get(name, shape);
-  std::vector<float> v(t.numel());
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = element_as_f32(t.data, t.dtype, i) + offset;
+  const std::size_t n = std::min(count, t.numel() - std::min(first, t.numel()));
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = element_as_f32(t.data, t.dtype, first + i) + offset;
+  return w.backend().load_vector(v);
+}
+
+/// Rows `rows` of the [n, k] tensor `name` (stored with `shape`), widened to f32: the conv1d weights of a
+/// rank's channels.
+DeviceBuffer rows_f32(const WeightLoader& w, const std::string& name, const std::vector<std::size_t>& shape,
+                      std::size_t k, const std::vector<std::size_t>& rows) {
+  const TensorView& t = w.store().get(name, shape);
+  std::vector<float> v(rows.size() * k);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < k; ++j) v[i * k + j] = element_as_f32(t.data, t.dtype, rows[i] * k + j);
   return w.backend().load_vector(v);
 }
 
@@ -106,7 +122,10 @@ struct Layer {
   }
 };
 
-enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat };
+enum : std::size_t {
+  kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat,
+  kLocalLogits, kGathered
+};
 
 /// The one MTP module is applied recursively; this caps the KV layers reserved for its depths.
 constexpr std::size_t kMaxRecursiveMtpDepth = 8;
@@ -117,22 +136,32 @@ struct Mtp {
   Layer layer;                        ///< gated attention + FFN
 };
 
-class HybridQwen final : public Model {
+class HybridQwen final : public RankModel {
  public:
-  HybridQwen(const ModelConfig& c, std::unique_ptr<TensorStore> store, std::shared_ptr<Backend> backend, Compute requested)
-      : cfg_(c), store_(std::move(store)), backend_(std::move(backend)), ws_(*backend_) {
+  HybridQwen(const ModelConfig& c, std::unique_ptr<TensorStore> store, std::shared_ptr<Backend> backend, Compute requested,
+             const TensorParallel& tp = {})
+      : cfg_(c), local_(c), tp_(tp), store_(std::move(store)), backend_(std::move(backend)), ws_(*backend_) {
     const std::size_t H = c.hidden_size;
     const std::string origin = store_->origin().string();
     if (c.attention_bias) throw std::runtime_error(origin + ": attention_bias=true is not supported for " + c.architecture);
     if (c.attention_layers() == 0)
       throw std::runtime_error(origin + ": no full_attention layer (at least one is needed)");
+    try {  // this rank's heads and widths (all of them at tensor parallel 1)
+      dims_ = shard_dims(c, tp_.rank, tp_.size);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(origin + ": " + e.what());
+    }
+    local_ = local_config(c, dims_);
     const DType ckpt = store_->get(c.weight_prefix + "embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
-    const WeightLoader w(*store_, *backend_, compute_);
+    const WeightLoader w(*store_, *backend_, compute_, nullptr, tp_.active() ? &dims_ : nullptr, &keep_);
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
-    embed_ = w.matrix(c.weight_prefix + "embed_tokens.weight", c.vocab_size, H, tied_head ? WeightUse::both : WeightUse::embedding);
-    shape_.n_k_heads = c.linear_num_key_heads;
-    shape_.n_v_heads = c.linear_num_value_heads;
+    const std::string head_name = tied_head ? c.weight_prefix + "embed_tokens.weight" : "lm_head.weight";
+    // Under tensor parallelism the embedding table is whole on every rank and the head is the rank's slice.
+    embed_ = w.matrix(c.weight_prefix + "embed_tokens.weight", c.vocab_size, H,
+                      tied_head && !tp_.active() ? WeightUse::both : WeightUse::embedding);
+    shape_.n_k_heads = local_.linear_num_key_heads;
+    shape_.n_v_heads = local_.linear_num_value_heads;
     shape_.k_head_dim = c.linear_key_head_dim;
     shape_.v_head_dim = c.linear_value_head_dim;
     shape_.conv_kernel = c.linear_conv_kernel_dim;
@@ -165,7 +194,8 @@ class HybridQwen final : public Model {
       mtp_ = std::make_unique<Mtp>(std::move(m));
     }
     final_norm_ = vector_plus(w, c.weight_prefix + "norm.weight", {H}, 1.0f);
-    if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
+    if (tp_.active()) own_lm_head_ = w.row_slice(head_name, c.vocab_size, H, dims_.vocab0, dims_.vocab);
+    else if (!tied_head) own_lm_head_ = w.matrix("lm_head.weight", c.vocab_size, H);
     inv_freq_ = layers::rope_inv_freq(*backend_, c);
   }
 
@@ -174,11 +204,11 @@ class HybridQwen final : public Model {
   Compute compute() const override { return compute_; }
 
   KvSpec kv_spec() const override {
-    KvSpec s;
+    KvSpec s;  // this rank's KV heads and recurrent state
     s.n_layers = cfg_.attention_layers() + mtp_depths();
-    s.n_kv_heads = cfg_.num_key_value_heads;
+    s.n_kv_heads = local_.num_key_value_heads;
     s.head_dim = cfg_.head_dim;
-    s.dtype = backend_->kv_dtype(compute_, cfg_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
+    s.dtype = backend_->kv_dtype(compute_, local_.num_attention_heads, s.n_kv_heads, s.head_dim, s.block_size);
     s.state_floats = state_floats_;
     return s;
   }
@@ -197,11 +227,23 @@ class HybridQwen final : public Model {
            mtp_->norm.bytes() + embed_->cols * dtype_size(embed_->dtype);
   }
 
+  using Model::forward;
   using Model::mtp_forward;
+
+  bool forward(const ForwardBatch& b, KvCache& kv, const ForwardOutputs& out,
+               std::span<const std::uint32_t> lm_head_groups) override {
+    return forward_rank(b, kv.storage(), out, out.logits != nullptr, lm_head_groups);
+  }
 
   void mtp_forward(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvCache& kv,
                    const ForwardOutputs& out, std::size_t draft_vocab,
                    std::span<const std::vector<std::int32_t>> candidates) override {
+    mtp_forward_rank(depth, b, hidden_in, kv.storage(), out, out.logits != nullptr, draft_vocab, candidates);
+  }
+
+  void mtp_forward_rank(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvStorage& kv,
+                        const ForwardOutputs& out, bool want_logits, std::size_t draft_vocab,
+                        std::span<const std::vector<std::int32_t>> candidates) override {
     if (!mtp_) throw std::invalid_argument("mtp_forward: the model has no MTP module");
     if (depth == 0 || depth > mtp_depths())
       throw std::invalid_argument("mtp_forward: depth " + std::to_string(depth) + " outside 1.." +
@@ -223,22 +265,29 @@ class HybridQwen final : public Model {
     ffn(mtp_->layer, x, T);
     be.rms_norm(x, out.hidden, T, H, H, mtp_->norm.as<float>(), eps);
     const Weight& head = lm_head();
-    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
+    const std::size_t V = cfg_.vocab_size;
     float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    if (tp_.active()) {
+      if (want_logits)
+        head_parallel(head, draft_vocab > 0 && draft_vocab < V ? draft_vocab : V, nullptr, out.hidden, b, sel,
+                      out.logits, candidates);
+      return;
+    }
+    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
     layers::lm_head(be, head, rows, nullptr, eps, out.hidden, H, b, sel, out.logits, {}, candidates);
   }
 
   // The token mixing's default ops go through the host; nothing here is recorded.
   bool supports_capture(std::size_t) const override { return false; }
-  bool supports_lm_head_groups() const override { return backend_->supports_matmul_groups(lm_head()); }
+  bool supports_lm_head_groups() const override {
+    return !tp_.active() && backend_->supports_matmul_groups(lm_head());
+  }
 
-  using Model::forward;
-
-  bool forward(const ForwardBatch& b, KvCache& kv, const ForwardOutputs& out,
-               std::span<const std::uint32_t> lm_head_groups) override {
+  bool forward_rank(const ForwardBatch& b, KvStorage& kv, const ForwardOutputs& out, bool want_logits,
+                    std::span<const std::uint32_t> lm_head_groups) override {
     const std::size_t T = b.size();
     if (T == 0) return false;
-    if (b.recurrent_states().size() != b.n_seqs())
+    if (b.state_slots().size() != b.n_seqs() || kv.spec().state_floats != state_floats_)
       throw std::invalid_argument("forward: the KV cache keeps no recurrent state for " + cfg_.architecture +
                                   " (a cache made for another model?)");
     const std::size_t H = cfg_.hidden_size;
@@ -248,28 +297,32 @@ class HybridQwen final : public Model {
     const auto rope = layers::rope_tables(be, ws_, b, inv_freq_.as<float>(), cfg_.rotary_dim());
     be.embedding(b.staged().tokens, T, *embed_, x, H);
     for (const auto& L : layers_) {
-      if (L.linear) linear_attention(L.lin, x, b);
+      if (L.linear) linear_attention(L.lin, x, b, kv);
       else gated_attention(L.attn, x, b, kv, rope, L.attn.kv_layer);
       ffn(L, x, T);
     }
     if (out.hidden) be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
     float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
+    if (tp_.active()) {
+      if (want_logits) head_parallel(lm_head(), cfg_.vocab_size, final_norm_.as<float>(), x, b, sel, out.logits, {});
+      return false;
+    }
     return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
                            lm_head_groups, {});
   }
 
  private:
   /// The FFN of a layer (prefix `p`): the MoE block (with the shared expert where the config has one) or
-  /// the dense SwiGLU, and its zero-centred post-attention norm.
+  /// the dense SwiGLU, and its zero-centred post-attention norm. The loader takes this rank's slices.
   void load_ffn(const WeightLoader& w, const std::string& p, bool sparse, Layer& L) {
     const std::size_t H = cfg_.hidden_size;
     if (sparse) {
       L.moe = layers::load_moe(w, p, cfg_);
       if (cfg_.shared_expert_intermediate_size > 0) {
-        const std::size_t S = cfg_.shared_expert_intermediate_size;
-        L.shared.w_gate = w.matrix(p + "mlp.shared_expert.gate_proj.weight", S, H);
-        L.shared.w_up = w.matrix(p + "mlp.shared_expert.up_proj.weight", S, H);
-        L.shared.w_down = w.matrix(p + "mlp.shared_expert.down_proj.weight", H, S);
+        const std::size_t S = cfg_.shared_expert_intermediate_size, s0 = dims_.shared_inter0, n = dims_.shared_inter;
+        L.shared.w_gate = w.row_slice(p + "mlp.shared_expert.gate_proj.weight", S, H, s0, n);
+        L.shared.w_up = w.row_slice(p + "mlp.shared_expert.up_proj.weight", S, H, s0, n);
+        L.shared.w_down = w.col_slice(p + "mlp.shared_expert.down_proj.weight", H, S, s0, n);
         L.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
       }
     } else {
@@ -278,53 +331,62 @@ class HybridQwen final : public Model {
     (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
   }
 
+  /// This rank's linear-attention heads: key heads [k0, k0 + nk) of NK and their value heads [v0, v0 + nv)
+  /// (v0 = k0 * r), as rows of the projections, channels of the conv and elements of A_log / dt_bias.
   LinearAttention load_linear(const WeightLoader& w, const std::string& p) {
-    const std::size_t H = cfg_.hidden_size, nk = shape_.n_k_heads, nv = shape_.n_v_heads;
+    const std::size_t H = cfg_.hidden_size, NK = cfg_.linear_num_key_heads, NV = cfg_.linear_num_value_heads;
+    const std::size_t nk = shape_.n_k_heads, nv = shape_.n_v_heads, k0 = dims_.lin_k_head0, v0 = dims_.lin_v_head0;
     const std::size_t dk = shape_.k_head_dim, dv = shape_.v_head_dim, K = shape_.conv_kernel;
-    const std::size_t C = shape_.conv_dim(), r = nv / nk;
+    const std::size_t C = 2 * NK * dk + NV * dv, r = NV / NK;  // the checkpoint's conv channels
     const std::string q = p + "linear_attn.";
     LinearAttention a;
     a.input_norm = vector_plus(w, p + "input_layernorm.weight", {H}, 1.0f);
     const auto iota = [](std::size_t from, std::size_t n, std::vector<std::size_t>& v) {
       for (std::size_t i = 0; i < n; ++i) v.push_back(from + i);
     };
+    // This rank's conv channels in the checkpoint's q | k | v order (also the rows of in_proj_qkv).
+    std::vector<std::size_t> channels;
+    iota(k0 * dk, nk * dk, channels);
+    iota(NK * dk + k0 * dk, nk * dk, channels);
+    iota(2 * NK * dk + v0 * dv, nv * dv, channels);
     if (store_->has(q + "in_proj_qkvz.weight")) {  // Qwen3-Next: grouped per key head
       const std::size_t G = 2 * dk + 2 * r * dv;
-      const TensorView& t = store_->get(q + "in_proj_qkvz.weight", {nk * G, H});
+      const TensorView& t = store_->get(q + "in_proj_qkvz.weight", {NK * G, H});
       std::vector<std::size_t> qkv_rows, z_rows;
-      for (std::size_t g = 0; g < nk; ++g) iota(g * G, dk, qkv_rows);
-      for (std::size_t g = 0; g < nk; ++g) iota(g * G + dk, dk, qkv_rows);
-      for (std::size_t g = 0; g < nk; ++g) iota(g * G + 2 * dk, r * dv, qkv_rows);
-      for (std::size_t g = 0; g < nk; ++g) iota(g * G + 2 * dk + r * dv, r * dv, z_rows);
+      for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G, dk, qkv_rows);
+      for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + dk, dk, qkv_rows);
+      for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + 2 * dk, r * dv, qkv_rows);
+      for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + 2 * dk + r * dv, r * dv, z_rows);
       a.qkv = rows_of(w, t, qkv_rows, H);
       a.z = rows_of(w, t, z_rows, H);
-      const TensorView& ba = store_->get(q + "in_proj_ba.weight", {2 * nv, H});
+      const TensorView& ba = store_->get(q + "in_proj_ba.weight", {2 * NV, H});
       std::vector<std::size_t> b_rows, a_rows;
-      for (std::size_t g = 0; g < nk; ++g) {
+      for (std::size_t g = k0; g < k0 + nk; ++g) {
         iota(g * 2 * r, r, b_rows);
         iota(g * 2 * r + r, r, a_rows);
       }
       a.b = rows_of(w, ba, b_rows, H);
       a.a = rows_of(w, ba, a_rows, H);
     } else {  // Qwen3.5: separate projections, already in order
-      const auto whole = [&](const std::string& name, std::size_t rows) {
-        std::vector<std::size_t> all;
-        iota(0, rows, all);
-        return rows_of(w, store_->get(name, {rows, H}), all, H);
+      const auto range = [&](const std::string& name, std::size_t rows, std::size_t from, std::size_t n) {
+        std::vector<std::size_t> sel;
+        iota(from, n, sel);
+        return rows_of(w, store_->get(name, {rows, H}), sel, H);
       };
-      a.qkv = whole(q + "in_proj_qkv.weight", C);
-      a.z = whole(q + "in_proj_z.weight", nv * dv);
-      a.b = whole(q + "in_proj_b.weight", nv);
-      a.a = whole(q + "in_proj_a.weight", nv);
+      a.qkv = rows_of(w, store_->get(q + "in_proj_qkv.weight", {C, H}), channels, H);
+      a.z = range(q + "in_proj_z.weight", NV * dv, v0 * dv, nv * dv);
+      a.b = range(q + "in_proj_b.weight", NV, v0, nv);
+      a.a = range(q + "in_proj_a.weight", NV, v0, nv);
     }
-    a.w_out = w.matrix(q + "out_proj.weight", H, nv * dv);
-    a.conv_weight = vector_plus(w, q + "conv1d.weight", {C, 1, K}, 0.0f);
-    a.A_log = vector_plus(w, q + "A_log", {nv}, 0.0f);
-    a.dt_bias = vector_plus(w, q + "dt_bias", {nv}, 0.0f);
+    a.w_out = w.col_slice(q + "out_proj.weight", H, NV * dv, v0 * dv, nv * dv);
+    a.conv_weight = rows_f32(w, q + "conv1d.weight", {C, 1, K}, K, channels);
+    a.A_log = vector_plus(w, q + "A_log", {NV}, 0.0f, v0, nv);
+    a.dt_bias = vector_plus(w, q + "dt_bias", {NV}, 0.0f, v0, nv);
     a.norm = vector_plus(w, q + "norm.weight", {dv}, 0.0f);
     return a;
   }
 
+  /// This rank's query heads (their q and gate rows), KV heads and o_proj columns.
   GatedAttention load_attention(const WeightLoader& w, const std::string& p) {
     const std::size_t H = cfg_.hidden_size, D = cfg_.head_dim, NH = cfg_.num_attention_heads;
     const std::size_t KD = cfg_.num_key_value_heads * D;
@@ -334,20 +396,20 @@ class HybridQwen final : public Model {
     a.k_norm = vector_plus(w, p + "self_attn.k_norm.weight", {D}, 1.0f);
     const TensorView& t = store_->get(p + "self_attn.q_proj.weight", {2 * NH * D, H});
     std::vector<std::size_t> q_rows, g_rows;
-    for (std::size_t h = 0; h < NH; ++h)
+    for (std::size_t h = dims_.q_head0; h < dims_.q_head0 + dims_.q_heads; ++h)
       for (std::size_t i = 0; i < D; ++i) {
         q_rows.push_back(h * 2 * D + i);
         g_rows.push_back(h * 2 * D + D + i);
       }
     a.wq = rows_of(w, t, q_rows, H);
     a.wgate = rows_of(w, t, g_rows, H);
-    a.wk = w.matrix(p + "self_attn.k_proj.weight", KD, H);
-    a.wv = w.matrix(p + "self_attn.v_proj.weight", KD, H);
-    a.wo = w.matrix(p + "self_attn.o_proj.weight", H, NH * D);
+    a.wk = w.row_slice(p + "self_attn.k_proj.weight", KD, H, dims_.kv_head0 * D, dims_.kv_heads * D);
+    a.wv = w.row_slice(p + "self_attn.v_proj.weight", KD, H, dims_.kv_head0 * D, dims_.kv_heads * D);
+    a.wo = w.col_slice(p + "self_attn.o_proj.weight", H, NH * D, dims_.q_head0 * D, dims_.q_heads * D);
     return a;
   }
 
-  void linear_attention(const LinearAttention& L, float* x, const ForwardBatch& batch) {
+  void linear_attention(const LinearAttention& L, float* x, const ForwardBatch& batch, KvStorage& kv) {
     Backend& be = *backend_;
     const std::size_t T = batch.size(), H = cfg_.hidden_size, nv = shape_.n_v_heads, dv = shape_.v_head_dim;
     const std::size_t C = shape_.conv_dim(), VD = nv * dv;
@@ -361,21 +423,22 @@ class HybridQwen final : public Model {
     be.rms_norm(x, h, T, H, H, L.input_norm.as<float>(), eps);
     const Backend::MatmulOut outs[] = {{L.qkv.w.get(), qkv, C}, {L.z.w.get(), z, VD}, {L.b.w.get(), bb, nv}, {L.a.w.get(), aa, nv}};
     be.matmul_many(h, T, H, outs);
-    std::vector<float*> states(batch.recurrent_states().begin(), batch.recurrent_states().end());
-    for (auto& s : states) s += L.state_offset;
+    std::vector<float*> states;
+    states.reserve(batch.state_slots().size());
+    for (const std::size_t slot : batch.state_slots()) states.push_back(kv.recurrent_state(slot) + L.state_offset);
     be.gated_delta_net(shape_, qkv, C, aa, bb, nv, L.conv_weight.as<float>(), L.A_log.as<float>(), L.dt_bias.as<float>(),
                        batch.staged(), states, core, VD);
     // Gated RMSNorm per value head: RMSNorm(core) * w * silu(z).
     be.rms_norm(core, core, T * nv, dv, dv, L.norm.as<float>(), eps);
     be.silu_mul(z, VD, core, VD, core, VD, T, VD);
-    be.matmul_add(core, T, VD, *L.w_out, x, H, h);
+    layers::add_projection(be, tp_.comm, core, T, VD, *L.w_out, x, H, h);
   }
 
-  void gated_attention(const GatedAttention& A, float* x, const ForwardBatch& batch, KvCache& kv,
+  void gated_attention(const GatedAttention& A, float* x, const ForwardBatch& batch, KvStorage& kv,
                        const layers::RopeTables& rope, std::size_t kv_layer) {
     Backend& be = *backend_;
     const std::size_t T = batch.size(), H = cfg_.hidden_size, D = cfg_.head_dim;
-    const std::size_t NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads;
+    const std::size_t NH = local_.num_attention_heads, NKV = local_.num_key_value_heads;
     const std::size_t QD = NH * D, KD = NKV * D;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -390,16 +453,16 @@ class HybridQwen final : public Model {
     be.matmul_many(h, T, H, outs);
     be.head_norm_rope(q, T, NH, D, QD, A.q_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
     be.head_norm_rope(k, T, NKV, D, KD, A.k_norm.as<float>(), eps, rope.rotary_dim, rope.cos, rope.sin);
-    be.kv_store(k, v, KD, batch.staged(), kv.storage(), kv_layer);
-    be.attention(q, QD, attn, QD, NH, batch.staged(), kv.storage(), kv_layer, scale);
+    be.kv_store(k, v, KD, batch.staged(), kv, kv_layer);
+    be.attention(q, QD, attn, QD, NH, batch.staged(), kv, kv_layer, scale);
     be.sigmoid_mul(gate, QD, QD, attn, QD, T, QD);
-    be.matmul_add(attn, T, QD, *A.wo, x, H, h);
+    layers::add_projection(be, tp_.comm, attn, T, QD, *A.wo, x, H, h);
   }
 
   void ffn(const Layer& L, float* x, std::size_t T) {
     Backend& be = *backend_;
     if (!L.sparse()) {
-      layers::swiglu_block(be, ws_, L.mlp, cfg_, x, T);
+      layers::swiglu_block(be, ws_, L.mlp, local_, x, T, tp_.comm);
       return;
     }
     const std::size_t H = cfg_.hidden_size;
@@ -418,18 +481,34 @@ class HybridQwen final : public Model {
       be.matmul(h, T, H, *L.shared_gate, 1, sg, 1);
       be.sigmoid_mul(sg, 1, 1, shared, H, T, H);
     }
-    layers::moe_block(be, ws_, L.moe, cfg_, x, T);
-    if (shared) be.add(x, shared, T * H);
+    // Under tensor parallelism the shared expert's partial sum joins the experts' in one all-reduce.
+    layers::moe_block(be, ws_, L.moe, local_, x, T, tp_.comm, shared);
   }
 
   const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
 
+  /// The vocabulary-parallel head over the first n_rows ids (layers::lm_head_parallel).
+  void head_parallel(const Weight& head, std::size_t n_rows, const float* norm, const float* states,
+                     const ForwardBatch& b, float* sel, float* logits,
+                     std::span<const std::vector<std::int32_t>> candidates) {
+    const std::size_t n = std::max<std::size_t>(b.n_logits(), 1), chunk = dims_.vocab_chunk;
+    float* local = ws_.get(kLocalLogits, n * chunk);
+    float* gathered = ws_.get(kGathered, tp_.size * n * chunk);
+    layers::lm_head_parallel(*backend_, *tp_.comm, head, cfg_.vocab_size, chunk, n_rows, norm,
+                             static_cast<float>(cfg_.rms_norm_eps), states, cfg_.hidden_size, b, sel, local, gathered,
+                             logits, candidates);
+  }
+
   ModelConfig cfg_;
+  ModelConfig local_;  ///< cfg_ as this rank's layers see it (tensor parallel: its heads and widths)
+  TensorParallel tp_;
+  ShardDims dims_;
+  std::vector<std::vector<unsigned char>> keep_;  ///< host copies of column slices (backends may read in place)
   std::unique_ptr<TensorStore> store_;
   std::shared_ptr<Backend> backend_;
   Compute compute_ = Compute::exact;
   mutable layers::Workspace ws_;
-  Backend::GatedDeltaNetShape shape_;
+  Backend::GatedDeltaNetShape shape_;  ///< this rank's linear-attention heads
   std::size_t state_floats_ = 0;
   std::unique_ptr<Weight> embed_, own_lm_head_;
   std::vector<Layer> layers_;
@@ -437,18 +516,30 @@ class HybridQwen final : public Model {
   std::unique_ptr<Mtp> mtp_;
 };
 
+/// Checks what the hybrid architectures need in config.json; throws std::runtime_error naming the file.
+void check_hybrid_config(const ModelConfig& config, const TensorStore& store) {
+  const bool moe_arch = config.architecture.find("Moe") != std::string::npos || config.architecture == "Qwen3NextForCausalLM";
+  if (moe_arch && config.num_experts == 0)
+    throw std::runtime_error(store.origin().string() + ": " + config.architecture +
+                             " without num_experts (or num_local_experts) in config.json");
+  if (config.layer_types.empty())
+    throw std::runtime_error(store.origin().string() + ": " + config.architecture +
+                             " without layer_types (linear_attention / full_attention) in config.json");
+}
+
 }  // namespace
 
 std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                         std::shared_ptr<Backend> backend, Compute compute) {
-  const bool moe_arch = config.architecture.find("Moe") != std::string::npos || config.architecture == "Qwen3NextForCausalLM";
-  if (moe_arch && config.num_experts == 0)
-    throw std::runtime_error(store->origin().string() + ": " + config.architecture +
-                             " without num_experts (or num_local_experts) in config.json");
-  if (config.layer_types.empty())
-    throw std::runtime_error(store->origin().string() + ": " + config.architecture +
-                             " without layer_types (linear_attention / full_attention) in config.json");
+  check_hybrid_config(config, *store);
   return std::make_unique<HybridQwen>(config, std::move(store), std::move(backend), compute);
+}
+
+std::unique_ptr<RankModel> make_hybrid_qwen_rank(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                                 std::shared_ptr<Backend> backend, Compute compute,
+                                                 const TensorParallel& tp) {
+  check_hybrid_config(config, *store);
+  return std::make_unique<HybridQwen>(config, std::move(store), std::move(backend), compute, tp);
 }
 
 }  // namespace quarry::engine

@@ -163,10 +163,31 @@ std::string preset_config_json(const std::string& name) {
     j["linear_value_head_dim"] = tiny ? 16 : 128;
     j["linear_conv_kernel_dim"] = 4;
     j["rope_parameters"] = {{"rope_theta", 10000000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  } else if (name == "qwen3.5-122b-a10b") {
+    // Qwen3.5-122B-A10B's text model: 48 layers (36 Gated DeltaNet with 16 key / 64 value heads, 12 gated
+    // attention with 32 query / 2 KV heads of 256), hidden 3072, 256 experts of width 1024, top 8, a shared
+    // expert of width 1024, vocabulary 248,320.
+    set(3072, 1024, 48, 32, 2, 256);
+    j["architectures"] = {"Qwen3_5MoeForCausalLM"};
+    j["model_type"] = "qwen3_5_moe_text";
+    j["vocab_size"] = 248320;
+    j["tie_word_embeddings"] = false;
+    j["num_experts"] = 256;
+    j["num_experts_per_tok"] = 8;
+    j["moe_intermediate_size"] = 1024;
+    j["shared_expert_intermediate_size"] = 1024;
+    j["norm_topk_prob"] = true;
+    j["full_attention_interval"] = 4;
+    j["linear_num_key_heads"] = 16;
+    j["linear_num_value_heads"] = 64;
+    j["linear_key_head_dim"] = 128;
+    j["linear_value_head_dim"] = 128;
+    j["linear_conv_kernel_dim"] = 4;
+    j["rope_parameters"] = {{"rope_theta", 10000000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
   } else
     throw std::invalid_argument("unknown checkpoint preset \"" + name +
                                 "\" (tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
-                                "qwen3-next-80b-a3b)");
+                                "qwen3-next-80b-a3b, qwen3.5-122b-a10b)");
   return j.dump(2);
 }
 

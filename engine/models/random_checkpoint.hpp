@@ -15,7 +15,9 @@ namespace quarry::engine {
 /// experts of width 32, top 2), "qwen3-0.6b", "qwen3-4b", "qwen3-8b" (the published Qwen3 shapes; 8B has an
 /// untied LM head), "qwen3-30b-a3b" (Qwen3-30B-A3B: 48 sparse layers, 128 experts of width 768, top 8),
 /// "qwen3-next-80b-a3b" (Qwen3-Next-80B-A3B: 36 Gated DeltaNet and 12 gated attention layers, 512 experts of
-/// width 512, top 10, a shared expert) and "tiny-next" (that layout at the "tiny" size, 4 layers).
+/// width 512, top 10, a shared expert), "qwen3.5-122b-a10b" (Qwen3.5-122B-A10B's text model, Qwen3_5MoeForCausalLM:
+/// 36 Gated DeltaNet and 12 gated attention layers, 256 experts of width 1024, top 8, a shared expert) and
+/// "tiny-next" (the Qwen3-Next layout at the "tiny" size, 4 layers).
 /// Throws std::invalid_argument on an unknown name.
 std::string preset_config_json(const std::string& name);
 

@@ -8,9 +8,9 @@ namespace {
 const std::array<Architecture, 5> kArchitectures = {{
     {"Qwen3ForCausalLM", "qwen3", &make_qwen3, &make_qwen3_rank},
     {"Qwen3MoeForCausalLM", "qwen3_moe", &make_qwen3_moe, &make_qwen3_rank},
-    {"Qwen3NextForCausalLM", "qwen3_next", &make_hybrid_qwen},
-    {"Qwen3_5ForCausalLM", "qwen3_5_text", &make_hybrid_qwen},
-    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", &make_hybrid_qwen},
+    {"Qwen3NextForCausalLM", "qwen3_next", &make_hybrid_qwen, &make_hybrid_qwen_rank},
+    {"Qwen3_5ForCausalLM", "qwen3_5_text", &make_hybrid_qwen, &make_hybrid_qwen_rank},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", &make_hybrid_qwen, &make_hybrid_qwen_rank},
 }};
 }  // namespace
 

@@ -53,5 +53,9 @@ std::unique_ptr<RankModel> make_qwen3_rank(const ModelConfig& config, std::uniqu
 /// Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM.
 std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                         std::shared_ptr<Backend> backend, Compute compute);
+/// A rank of a hybrid model under tensor parallelism.
+std::unique_ptr<RankModel> make_hybrid_qwen_rank(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                                 std::shared_ptr<Backend> backend, Compute compute,
+                                                 const TensorParallel& tp);
 
 }  // namespace quarry::engine

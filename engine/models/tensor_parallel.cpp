@@ -132,6 +132,20 @@ class RankedKvStorage final : public KvStorage {
       ranks_[r]->ensure_blocks(n);
     }
   }
+  // Each rank keeps the recurrent state of its own heads, in the same slots.
+  void ensure_state_slots(std::size_t n) override {
+    for (std::size_t r = ranks_.size(); r-- > 0;) {
+      backends_[r]->bind_thread();
+      ranks_[r]->ensure_state_slots(n);
+    }
+  }
+  float* recurrent_state(std::size_t slot) const override { return ranks_[0]->recurrent_state(slot); }
+  void copy_recurrent_state(std::size_t to, std::size_t from) override {
+    for (std::size_t r = ranks_.size(); r-- > 0;) {
+      backends_[r]->bind_thread();
+      ranks_[r]->copy_recurrent_state(to, from);
+    }
+  }
   KvStorage& rank(std::size_t r) { return *ranks_[r]; }
 
  private:

@@ -155,6 +155,13 @@ TEST(HybridModel, RandomCheckpointPresetsHaveTheHybridLayout) {
   // Active linear weights per token: about 3B, as the model's name says (the LM head not counted).
   EXPECT_GT(big.active_linear_parameters(), 2.5e9);
   EXPECT_LT(big.active_linear_parameters(), 3.5e9);
+  const auto q35 = parse_model_config(preset_config_json("qwen3.5-122b-a10b"), "preset");
+  EXPECT_EQ(q35.attention_layers(), 12u);
+  EXPECT_EQ(q35.linear_num_value_heads, 64u);
+  EXPECT_TRUE(q35.is_sparse_layer(0) && q35.is_sparse_layer(47));
+  // About 10B active with the embedding and LM head (0.76B each); the linear layers alone about 8.4B.
+  EXPECT_GT(q35.active_linear_parameters(), 7.5e9);
+  EXPECT_LT(q35.active_linear_parameters(), 10.5e9);
   const auto dir = testing::scratch_dir("hybrid_random");
   write_random_checkpoint(preset_config_json("tiny-next"), dir, DType::bf16, 11);
   auto m = load_model(dir, testing::test_backend(), Compute::exact);

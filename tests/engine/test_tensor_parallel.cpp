@@ -114,7 +114,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
                                            TpCase{"tiny_mha_untied_sharded_f32", 2},
                                            TpCase{"tiny_mha_untied_sharded_f32", 4},
                                            TpCase{"tiny_gqa_untied_bf16", 2}, TpCase{"tiny_moe_f32", 2},
-                                           TpCase{"tiny_moe_f32_fused", 4}, TpCase{"tiny_moe_bf16_fused", 2}),
+                                           TpCase{"tiny_moe_f32_fused", 4}, TpCase{"tiny_moe_bf16_fused", 2},
+                                           // hybrid: Gated DeltaNet heads, gated attention, shared expert
+                                           TpCase{"tiny_next_f32", 2}, TpCase{"tiny_next_bf16", 2},
+                                           TpCase{"tiny_qwen35_f32", 2}, TpCase{"tiny_qwen35moe_f32", 2}),
                          [](const auto& info) { return info.param.fixture + "_tp" + std::to_string(info.param.ranks); });
 
 TEST(TensorParallel, QuantizedCheckpointsSplitAsPublished) {
@@ -165,6 +168,46 @@ TEST(TensorParallel, QuantizedCheckpointsSplitAsPublished) {
   std::filesystem::remove_all(root);
 }
 
+TEST(TensorParallel, HybridEngineWithMtpAndBatchingEqualsOneDevice) {
+  // Qwen3-Next layout with an MTP module: drafts verified on every rank, each rank restoring the
+  // recurrent state of its own heads when drafts are rejected (random weights: most are).
+  if (testing::on_gpu() && cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 GPUs";
+  auto j = nlohmann::json::parse(preset_config_json("tiny-next"));
+  j["vocab_size"] = 512;
+  j["eos_token_id"] = nullptr;
+  j["bos_token_id"] = nullptr;
+  j["initializer_range"] = 0.1;
+  j["mtp_num_hidden_layers"] = 1;
+  const auto dir = testing::scratch_dir("tp_hybrid_mtp");
+  write_random_checkpoint(j.dump(), dir, DType::f32, 11);
+  std::vector<GenerationRequest> reqs;
+  for (std::size_t i = 0; i < 3; ++i) {
+    GenerationRequest r;
+    for (std::size_t k = 0; k < 5 + 7 * i; ++k) r.prompt.push_back(static_cast<TokenId>((k * 31 + i * 17 + 3) % 512));
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
+  const auto run = [&](std::size_t tp, std::size_t mtp, std::uint64_t* rejected = nullptr) {
+    EngineOptions o;
+    o.device = testing::test_device();
+    o.n_threads = 1;
+    o.tensor_parallel = tp;
+    o.mtp_depth = mtp;
+    o.compute = Compute::exact;
+    auto engine = Engine::open(dir, nullptr, o);
+    std::vector<std::vector<TokenId>> out;
+    for (const auto& g : engine->generate(reqs)) out.push_back(g.tokens);
+    if (rejected) *rejected = engine->stats().draft_tokens - engine->stats().accepted_tokens;
+    return out;
+  };
+  const auto one = run(1, 0);
+  EXPECT_EQ(run(2, 0), one);
+  std::uint64_t rejected = 0;
+  EXPECT_EQ(run(2, 3, &rejected), one);
+  EXPECT_GT(rejected, 0u);  // the state restore ran
+}
+
 TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {
   ModelConfig c;
   c.architecture = "Qwen3ForCausalLM";
@@ -201,6 +244,32 @@ TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {
     for (int n : kv_readers) EXPECT_EQ(n, 4);
   }
   EXPECT_THROW(shard_dims(c, 0, 3), std::invalid_argument);  // 32 heads over 3
+  // Hybrid (Qwen3.5-122B-A10B's linear attention: 16 key heads, 64 value heads): every value head on the
+  // rank of the key head it reads; the shared expert's columns covered once.
+  c.linear_num_key_heads = 16;
+  c.linear_num_value_heads = 64;
+  c.shared_expert_intermediate_size = 1024;
+  for (std::size_t N : {2, 4, 8, 16}) {
+    std::size_t k = 0, v = 0, shared = 0;
+    for (std::size_t r = 0; r < N; ++r) {
+      const ShardDims d = shard_dims(c, r, N);
+      EXPECT_EQ(d.lin_k_head0, k);
+      EXPECT_EQ(d.lin_v_head0, v);
+      EXPECT_EQ(d.shared_inter0, shared);
+      for (std::size_t h = d.lin_v_head0; h < d.lin_v_head0 + d.lin_v_heads; ++h) {
+        EXPECT_GE(h / 4, d.lin_k_head0);
+        EXPECT_LT(h / 4, d.lin_k_head0 + d.lin_k_heads);
+      }
+      k += d.lin_k_heads;
+      v += d.lin_v_heads;
+      shared += d.shared_inter;
+    }
+    EXPECT_EQ(k, 16u);
+    EXPECT_EQ(v, 64u);
+    EXPECT_EQ(shared, 1024u);
+  }
+  EXPECT_THROW(shard_dims(c, 0, 32), std::invalid_argument);  // 16 key heads over 32 ranks
+  c.linear_num_key_heads = c.linear_num_value_heads = 0;
   c.num_key_value_heads = 6;
   c.num_attention_heads = 36;
   EXPECT_THROW(shard_dims(c, 0, 4), std::invalid_argument);  // 6 KV heads neither divisible by 4 nor dividing it
@@ -208,12 +277,12 @@ TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {
 
 TEST(TensorParallel, RefusalsNameTheCheckpointAndTheReason) {
   if (testing::on_gpu()) GTEST_SKIP() << "the refusals happen before any device work";
-  try {
-    load_model_parallel(fixture_dir("tiny_next_f32"), rank_backends(2), Compute::exact);
-    FAIL() << "a hybrid model was split";
+  try {  // 2 linear-attention key heads (each with its recurrent state) over 4 ranks
+    load_model_parallel(fixture_dir("tiny_next_f32"), rank_backends(4), Compute::exact);
+    FAIL() << "2 linear-attention key heads were split over 4 ranks";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("tensor-parallel"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("linear_num_key_heads 2"), std::string::npos) << e.what();
   }
   try {
     load_model_parallel(fixture_dir("tiny_gqa_tied_f32"), rank_backends(3), Compute::exact);

@@ -40,8 +40,8 @@ const CpuWeight& cpu_weight(const engine::Weight& w) { return static_cast<const 
 /// layouts of cpu::KvLayerView (f32, or bf16 in the AMX operand layouts).
 class CpuKvStorage final : public KvStorage {
  public:
-  CpuKvStorage(const KvSpec& spec, std::size_t max_blocks)
-      : KvStorage(spec), max_blocks_(max_blocks),
+  CpuKvStorage(const KvSpec& spec, std::size_t max_blocks, Backend* backend)
+      : KvStorage(spec, backend), max_blocks_(max_blocks),
         block_floats_(spec.bytes_per_token() * spec.block_size / sizeof(float)) {}
   void ensure_blocks(std::size_t n) override {
     if (n > max_blocks_)
@@ -176,7 +176,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) override {
     if (spec.block_size == 0 || spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0)
       throw std::invalid_argument("KV storage: empty shape");
-    return std::make_unique<CpuKvStorage>(spec, max_blocks);
+    return std::make_unique<CpuKvStorage>(spec, max_blocks, this);
   }
 
   const StagedBatch& stage(const BatchInputs& in) override {

@@ -98,7 +98,8 @@ class CudaExpertSet final : public ExpertSet {
 /// [max_blocks, n_kv_heads, block_size, head_dim].
 class CudaKvStorage final : public KvStorage {
  public:
-  CudaKvStorage(const KvSpec& spec, std::size_t max_blocks) : KvStorage(spec), max_blocks_(max_blocks) {
+  CudaKvStorage(const KvSpec& spec, std::size_t max_blocks, Backend* backend)
+      : KvStorage(spec, backend), max_blocks_(max_blocks) {
     per_ = max_blocks * spec.n_kv_heads * spec.block_size * spec.head_dim * dtype_size(spec.dtype);
     const std::size_t bytes = std::max<std::size_t>(2 * spec.n_layers * per_, 256);
     const cudaError_t e = cudaMalloc(&base_, bytes);
@@ -473,7 +474,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<KvStorage> make_kv_storage(const KvSpec& spec, std::size_t max_blocks) override {
     if (spec.block_size == 0 || spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0)
       throw std::invalid_argument("KV storage: empty shape");
-    return std::make_unique<CudaKvStorage>(spec, max_blocks);
+    return std::make_unique<CudaKvStorage>(spec, max_blocks, this);
   }
 
   const StagedBatch& stage(const BatchInputs& in) override {
