@@ -159,6 +159,8 @@ std::vector<BlockId> KvCache::match_prefix(std::span<const TokenId> tokens, std:
     out.push_back(b);
     parent = hashes[i];
   }
+  if (shape_.state_floats > 0)  // resumable only where the state after the last block is known
+    while (!out.empty() && !snapshots_.contains(hashes[out.size() - 1])) out.pop_back();
   return out;
 }
 
@@ -172,12 +174,40 @@ void KvCache::attach_prefix(SeqId id, std::span<const BlockId> blocks, std::span
   auto& s = state(id);
   if (!s.table.empty()) throw std::logic_error("KvCache::attach_prefix on a non-empty sequence");
   if (hashes.size() < blocks.size()) throw std::logic_error("KvCache::attach_prefix: fewer hashes than blocks");
+  if (shape_.state_floats > 0 && !blocks.empty()) {  // the state after the prefix first
+    auto it = snapshots_.find(hashes[blocks.size() - 1]);
+    if (it == snapshots_.end()) throw std::logic_error("KvCache::attach_prefix: no recurrent-state snapshot of the prefix");
+    it->second.last_use = ++snapshot_clock_;
+    if (storage_) storage_->copy_recurrent_state(s.state_slot, it->second.slot);
+  }
   for (BlockId b : blocks) {
     alloc_.retain(b);
     s.table.push_back(b);
   }
   s.n_committed = blocks.size();
   if (!blocks.empty()) s.last_hash = hashes[blocks.size() - 1];
+}
+
+bool KvCache::save_state_snapshot(SeqId id, BlockHash key) {
+  SeqState& st = state(id);
+  if (shape_.state_floats == 0 || !prefix_.enabled || prefix_.max_state_snapshots == 0) return false;
+  if (auto it = snapshots_.find(key); it != snapshots_.end()) {
+    it->second.last_use = ++snapshot_clock_;
+    return false;
+  }
+  while (snapshots_.size() >= prefix_.max_state_snapshots) {  // the least recently used goes
+    auto lru = snapshots_.begin();
+    for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it)
+      if (it->second.last_use < lru->second.last_use) lru = it;
+    free_slots_.push_back(lru->second.slot);
+    snapshots_.erase(lru);
+  }
+  Snapshot snap;
+  snap.slot = take_state_slot();
+  snap.last_use = ++snapshot_clock_;
+  if (storage_) storage_->copy_recurrent_state(snap.slot, st.state_slot);
+  snapshots_.emplace(key, snap);
+  return true;
 }
 
 void KvCache::commit(SeqId id, std::span<const TokenId> tokens) {

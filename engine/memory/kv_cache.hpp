@@ -48,6 +48,9 @@ struct PrefixCacheOptions {
   /// Seed of every hash chain: identifies what produced the K/V (model weights and config). The
   /// cache mixes the KV shape in itself. Two caches with different salts never produce equal keys.
   std::uint64_t salt = 0;
+  /// Hybrid models (recurrent state): the most snapshots of the state kept at block boundaries of cached
+  /// prefixes (least recently used dropped first); each holds KvSpec::state_floats floats.
+  std::size_t max_state_snapshots = 32;
 };
 
 /// The cache: the block table of every live sequence, the block pool, and the backend's block storage.
@@ -95,14 +98,16 @@ class KvCache {
   std::vector<BlockHash> block_hashes(std::span<const TokenId> tokens) const;
   /// The cached blocks holding the longest prefix of `tokens` made of whole blocks, at most
   /// `max_blocks` of them (`hashes`: block_hashes(tokens) or a prefix of it). Changes nothing.
-  /// Empty when prefix caching is off.
+  /// Empty when prefix caching is off. With recurrent state: the longest such prefix whose last block
+  /// has a state snapshot (save_state_snapshot).
   std::vector<BlockId> match_prefix(std::span<const TokenId> tokens, std::span<const BlockHash> hashes,
                                     std::size_t max_blocks) const;
   /// Of `blocks` (from match_prefix): how many are unreferenced, i.e. leave the free pool when retained.
   std::size_t n_unreferenced(std::span<const BlockId> blocks) const;
   /// Puts `blocks` (from match_prefix, with their hashes) at the start of the empty sequence `id`,
-  /// retaining each; the sequence then holds blocks.size() * block_size committed positions. Throws
-  /// std::logic_error if the sequence is not empty.
+  /// retaining each; the sequence then holds blocks.size() * block_size committed positions (and, with
+  /// recurrent state, the state snapshot of the last block). Throws std::logic_error if the sequence is
+  /// not empty, or when a stateful prefix has no snapshot.
   void attach_prefix(SeqId id, std::span<const BlockId> blocks, std::span<const BlockHash> hashes);
   /// Declares the sequence's first tokens.size() positions committed (their K/V written and final):
   /// every full block among them not keyed yet gets its key and becomes shareable. No-op when prefix
@@ -110,6 +115,20 @@ class KvCache {
   void commit(SeqId id, std::span<const TokenId> tokens);
   /// Number of leading blocks of the sequence that are committed (keyed or attached).
   std::size_t n_committed_blocks(SeqId id) const;
+
+  // ---- prefix caching of hybrid models (spec().state_floats > 0) ----
+  // K/V blocks alone cannot resume a sequence whose layers keep a recurrent state: it needs the state
+  // after the prefix's last token. The cache keeps copies of the state at some block boundaries (SGLang
+  // MambaRadixCache, vLLM's hybrid "align" mode), keyed by the chained key of the block they follow: the
+  // key fixes every token before it, hence the state. match_prefix() then stops at the last block with
+  // a snapshot, and attach_prefix() copies that snapshot into the new sequence's state.
+  /// Saves the sequence's current recurrent state as the state after the block whose key is `key` (the
+  /// caller's word that the sequence has computed exactly the tokens up to that block's end). Drops the
+  /// least recently used snapshot beyond PrefixCacheOptions::max_state_snapshots. Returns whether it
+  /// kept a new one: false without state, without prefix caching, or when a snapshot of `key` exists.
+  bool save_state_snapshot(SeqId id, BlockHash key);
+  /// Snapshots kept now.
+  std::size_t n_state_snapshots() const { return snapshots_.size(); }
 
   // ---- recurrent state (hybrid models: spec().state_floats > 0) ----
   /// The sequence's recurrent state in the backend's memory: spec().state_floats f32 values, zeroed by
@@ -144,6 +163,12 @@ class KvCache {
   /// A free recurrent-state slot, growing the slot chunks as needed (no-op without state).
   std::size_t take_state_slot();
   float* slot_pointer(std::size_t slot) const;
+  struct Snapshot {
+    std::size_t slot = SIZE_MAX;
+    std::uint64_t last_use = 0;
+  };
+  std::unordered_map<BlockHash, Snapshot> snapshots_;  ///< recurrent state after the keyed block
+  std::uint64_t snapshot_clock_ = 0;
   std::vector<std::size_t> free_slots_;
   std::size_t n_slots_ = 0;
   BlockHash root_hash() const;

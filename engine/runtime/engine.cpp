@@ -114,14 +114,20 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   ro.max_kv_tokens = options_.max_kv_tokens;
   ro.kv_cache_mb = options_.kv_cache_mb;
   ro.mtp_layers = mtp_depth_;
-  // A model with recurrent state (hybrid) cannot resume from cached K/V blocks alone: no prefix reuse.
+  // A model with recurrent state (hybrid) resumes a cached prefix only from a snapshot of its state:
+  // taken every state_snapshot_tokens positions of a prompt, where prefill chunks end.
   const bool stateful = model->kv_spec().state_floats > 0;
-  ro.prefix.enabled = options_.enable_prefix_caching && !stateful;
+  const std::size_t block = model->kv_spec().block_size;
+  if (stateful && options_.state_snapshot_tokens > 0)
+    snapshot_every_ = (options_.state_snapshot_tokens + block - 1) / block * block;
+  ro.prefix.enabled = options_.enable_prefix_caching && (!stateful || snapshot_every_ > 0);
   ro.prefix.salt = model_salt(*model);
+  ro.prefix.max_state_snapshots = options_.max_state_snapshots;
   runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
   SchedulerOptions so;
   so.max_batch_tokens = options_.max_batch_tokens;
   so.max_num_seqs = options_.max_num_seqs;
+  if (runner_->kv().prefix_options().enabled) so.prefill_align = snapshot_every_;
   scheduler_ = std::make_unique<Scheduler>(runner_->kv(), so, stats_, clock_);
   structured_ = std::make_unique<StructuredOutput>(tokenizer_, eos_ids_, V);
   stats_.kv_max_blocks = runner_->kv().allocator().max_blocks();
@@ -136,7 +142,9 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
                  std::to_string(kv.allocator().max_blocks() * kv.spec().block_size) + " tokens (" +
                  std::to_string(kv.allocator().max_blocks() * kv.bytes_per_block() >> 20) + " MiB " +
                  dtype_name(kv.spec().dtype) + "), prefix caching " +
-                 (kv.prefix_options().enabled ? "on" : stateful ? "off (recurrent state)" : "off"));
+                 (!kv.prefix_options().enabled ? (stateful ? "off (recurrent state, no snapshots)" : "off")
+                  : stateful ? "on (recurrent state kept every " + std::to_string(snapshot_every_) + " prompt tokens)"
+                             : "on"));
     if (!c.not_loaded.empty()) options_.log("engine: not loaded: " + c.not_loaded);
   }
 }
@@ -450,6 +458,16 @@ std::vector<FinishedRequest> Engine::step() {
       if (!s->done)
         kv.commit(s->kv, std::span<const TokenId>(s->tokens.data(), s->mtp ? std::min(s->n_computed, s->mtp->complete_rows())
                                                                             : s->n_computed));
+    // Hybrid models: the recurrent state where a prefill chunk ended on a snapshot point (the state after
+    // exactly the prompt's first n_computed tokens), for later prompts that start the same way.
+    if (snapshot_every_ > 0 && kv.prefix_options().enabled)
+      for (const auto& e : sched.scheduled) {
+        const Sequence& s = *e.seq;
+        const std::size_t n = s.n_computed, b = n / kv.spec().block_size;
+        if (e.prefill && !s.done && n % snapshot_every_ == 0 && b > 0 && b <= s.prompt_keys.size()) {
+          if (kv.save_state_snapshot(s.kv, s.prompt_keys[b - 1])) ++stats_.state_snapshots;
+        }
+      }
     const Stopwatch accept_watch;
     const std::size_t emitted = sample_outputs(sched, result.logits, result.hidden);
     const double accept_s = accept_watch.seconds();

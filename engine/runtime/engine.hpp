@@ -72,6 +72,13 @@ struct EngineOptions {
   /// Keep full blocks of committed tokens after their requests end and reuse them for prompts that
   /// start with the same tokens (vLLM automatic prefix caching). Outputs are unchanged by it.
   bool enable_prefix_caching = true;
+  /// Hybrid models (recurrent state): a prefix is resumable only where a snapshot of the state was kept.
+  /// Prefill chunks end at every multiple of this many tokens (rounded up to whole KV blocks) and the
+  /// state there is kept (at most max_state_snapshots, least recently used dropped), so a later prompt
+  /// with the same start recomputes fewer than this many of its shared tokens. 0: no snapshots (no
+  /// prefix reuse for such models).
+  std::size_t state_snapshot_tokens = 1024;
+  std::size_t max_state_snapshots = 32;
   /// Sequences in the running set at most (more wait in the queue); clamped to [1, max_batch_tokens].
   std::size_t max_num_seqs = 64;
   /// MTP speculative decoding: the most drafts per verify step (0: off). The depth used per sequence
@@ -245,6 +252,7 @@ class Engine {
   std::unique_ptr<StructuredOutput> structured_;
   std::size_t mtp_depth_ = 0;        ///< MTP draft depth cap (KV layers reserved for it)
   std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
+  std::size_t snapshot_every_ = 0;   ///< hybrid models: prompt positions between recurrent-state snapshots (0: none)
   EngineStats stats_;
   Stopwatch clock_;
   RequestId next_request_id_ = 1;

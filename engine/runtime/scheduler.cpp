@@ -221,7 +221,9 @@ SchedulerOutput Scheduler::schedule() {
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (s.done || !s.prefilling() || budget == 0) continue;
-    const std::size_t n = std::min(s.n_prompt() - s.n_computed, budget);
+    std::size_t n = std::min(s.n_prompt() - s.n_computed, budget);
+    if (const std::size_t a = options_.prefill_align)  // end at the next snapshot point at most
+      n = std::min(n, (s.n_computed / a + 1) * a - s.n_computed);
     if (!add_rows(s, n, 0, /*prefill=*/true)) continue;
     budget -= n;
     out.prefill_tokens += n;

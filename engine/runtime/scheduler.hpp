@@ -29,6 +29,9 @@ namespace quarry::engine {
 struct SchedulerOptions {
   std::size_t max_batch_tokens = 256;  ///< tokens per forward call
   std::size_t max_num_seqs = 64;       ///< running sequences at most
+  /// Prefill chunks do not cross multiples of this many positions (0: no such limit): where a hybrid
+  /// model's recurrent state is snapshotted for prefix reuse (a multiple of the KV block size).
+  std::size_t prefill_align = 0;
 };
 
 /// One sequence's rows in a step's batch.

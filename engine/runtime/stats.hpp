@@ -57,6 +57,7 @@ struct EngineStats {
   std::size_t requests_finished = 0;
   // Prefix cache.
   std::size_t prefix_hit_tokens = 0;   ///< prompt tokens served from cached blocks (sum of RequestStats::cached_tokens)
+  std::size_t state_snapshots = 0;     ///< hybrid models: recurrent-state snapshots kept for prefix reuse
   std::uint64_t kv_evictions = 0;      ///< cached blocks evicted to make room
   std::size_t kv_cached_blocks = 0;    ///< blocks holding a prefix-cache key now (after the last step)
   std::size_t kv_used_blocks = 0;      ///< blocks referenced by running sequences now

@@ -179,8 +179,9 @@ TEST(HybridModel, RandomCheckpointPresetsHaveTheHybridLayout) {
 TEST(HybridEngine, GreedyBatchMatchesTransformersWithoutPrefixReuse) {
   for (const std::string name : {"tiny_next_f32", "tiny_qwen35_f32"}) {
     const auto ref = load_reference(name);
-    // Prefix caching asked for: the engine turns it off for a stateful model (and these fixtures have no
-    // MTP module: no drafts; test_mtp_engine.cpp drafts on a hybrid model).
+    // Prefix caching on: a stateful model resumes only from a state snapshot, kept every 1024 prompt
+    // positions by default, and these prompts are shorter (test_prefix_engine.cpp resumes from them).
+    // These fixtures have no MTP module: no drafts (test_mtp_engine.cpp drafts on a hybrid model).
     auto engine = Engine::open(fixture_dir(name), nullptr,
                                {.device = testing::test_device(), .n_threads = 2, .enable_prefix_caching = true,
                                 .mtp_depth = 2, .compute = Compute::exact});

@@ -180,32 +180,45 @@ TEST(TensorParallel, HybridEngineWithMtpAndBatchingEqualsOneDevice) {
   j["mtp_num_hidden_layers"] = 1;
   const auto dir = testing::scratch_dir("tp_hybrid_mtp");
   write_random_checkpoint(j.dump(), dir, DType::f32, 11);
+  // Prompts sharing their first 40 tokens: with prefix caching the later ones resume from the state
+  // snapshot each rank kept at position 32.
   std::vector<GenerationRequest> reqs;
   for (std::size_t i = 0; i < 3; ++i) {
     GenerationRequest r;
+    for (std::size_t k = 0; k < 40; ++k) r.prompt.push_back(static_cast<TokenId>((k * 31 + 3) % 512));
     for (std::size_t k = 0; k < 5 + 7 * i; ++k) r.prompt.push_back(static_cast<TokenId>((k * 31 + i * 17 + 3) % 512));
     r.max_tokens = 24;
     r.ignore_eos = true;
     reqs.push_back(std::move(r));
   }
-  const auto run = [&](std::size_t tp, std::size_t mtp, std::uint64_t* rejected = nullptr) {
+  struct Run {
+    std::vector<std::vector<TokenId>> tokens;
+    std::uint64_t rejected = 0, cached = 0;
+  };
+  const auto run = [&](std::size_t tp, std::size_t mtp, bool caching) {
     EngineOptions o;
     o.device = testing::test_device();
     o.n_threads = 1;
     o.tensor_parallel = tp;
     o.mtp_depth = mtp;
     o.compute = Compute::exact;
+    o.enable_prefix_caching = caching;
+    o.state_snapshot_tokens = 32;
     auto engine = Engine::open(dir, nullptr, o);
-    std::vector<std::vector<TokenId>> out;
-    for (const auto& g : engine->generate(reqs)) out.push_back(g.tokens);
-    if (rejected) *rejected = engine->stats().draft_tokens - engine->stats().accepted_tokens;
-    return out;
+    Run r;
+    for (const auto& g : engine->generate(reqs)) r.tokens.push_back(g.tokens);
+    r.rejected = engine->stats().draft_tokens - engine->stats().accepted_tokens;
+    r.cached = engine->stats().prefix_hit_tokens;
+    return r;
   };
-  const auto one = run(1, 0);
-  EXPECT_EQ(run(2, 0), one);
-  std::uint64_t rejected = 0;
-  EXPECT_EQ(run(2, 3, &rejected), one);
-  EXPECT_GT(rejected, 0u);  // the state restore ran
+  const auto one = run(1, 0, false).tokens;
+  EXPECT_EQ(run(2, 0, false).tokens, one);
+  const Run drafted = run(2, 3, false);
+  EXPECT_EQ(drafted.tokens, one);
+  EXPECT_GT(drafted.rejected, 0u);  // the state restore ran
+  const Run cached = run(2, 3, true);
+  EXPECT_EQ(cached.tokens, one);
+  EXPECT_EQ(cached.cached, 2u * 32u);  // the second and third prompts resumed from the snapshot
 }
 
 TEST(TensorParallel, ShardDimsCoverEveryHeadColumnAndId) {

@@ -142,6 +142,38 @@ TEST(PrefixEngine, GreedyWithCacheEqualsWithoutRandomCheckpoints) {
   }
 }
 
+TEST(PrefixEngine, HybridModelsResumeFromStateSnapshots) {
+  // Qwen3-Next and Qwen3.5 fixtures (Gated DeltaNet layers keep a recurrent state): prompts sharing a
+  // 150-token document resume from the state kept every 32 prompt positions, with the outputs of a cold
+  // run; chunks of 64 tokens end on those points.
+  for (const std::string name : {"tiny_next_f32", "tiny_qwen35_f32"}) {
+    EngineOptions on{.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 64,
+                     .compute = Compute::exact};
+    on.state_snapshot_tokens = 32;
+    EngineOptions off = on;
+    off.enable_prefix_caching = false;
+    auto cached = Engine::open(fixture_dir(name), nullptr, on);
+    auto plain = Engine::open(fixture_dir(name), nullptr, off);
+    std::mt19937 rng(17);
+    const std::size_t vocab = cached->model().config().vocab_size;
+    const auto reqs = shared_prefix_requests(rng, vocab, 2, 150, 3, 10);
+    std::vector<std::vector<TokenId>> want;
+    for (const auto& r : reqs) want.push_back(plain->generate(r).tokens);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      const auto r = cached->generate(reqs[i]);
+      EXPECT_EQ(r.tokens, want[i]) << name << " request " << i;
+      // The first question of each document computes it; the next ones resume after 128 of its tokens
+      // (the last snapshot point inside the 150 shared ones).
+      EXPECT_EQ(r.stats.cached_tokens, i % 3 == 0 ? 0u : 128u) << name << " request " << i;
+    }
+    EXPECT_GT(cached->stats().state_snapshots, 0u);
+    // All at once: in-flight sharing waits for the first of each document, then resumes the same way.
+    const auto together = run_all(*cached, reqs);
+    for (std::size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i].result.tokens, want[i]) << name << " request " << i;
+    expect_no_leak(*cached);
+  }
+}
+
 TEST(PrefixEngine, DefaultModelWithCacheEqualsWithout) {
   const fs::path model = fs::path(QUARRY_SOURCE_DIR) / "models/quarry-extract-11m";
   ASSERT_TRUE(fs::is_directory(model)) << model;

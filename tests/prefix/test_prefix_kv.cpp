@@ -1,9 +1,11 @@
 // Prefix-cache bookkeeping of the paged KV cache: block keys (hash chain), lookups verified against
-// token ids, reference counts, LRU eviction order, committed blocks and truncate.
+// token ids, reference counts, LRU eviction order, committed blocks and truncate; the recurrent-state
+// snapshots that make a hybrid model's prefix resumable.
 #include <gtest/gtest.h>
 
 #include <numeric>
 
+#include "engine/backend/backend.hpp"
 #include "engine/memory/kv_cache.hpp"
 
 namespace quarry::engine {
@@ -145,6 +147,49 @@ TEST(PrefixKv, DisabledCachingFreesBlocksAtOnce) {
   kv.free_sequence(a);
   EXPECT_EQ(kv.allocator().n_evictable(), 0u);
   EXPECT_EQ(kv.allocator().n_free(), kv.allocator().max_blocks());
+}
+
+TEST(PrefixKv, StatefulPrefixesResumeOnlyFromStateSnapshots) {
+  KvSpec spec = shape();
+  spec.state_floats = 3;
+  PrefixCacheOptions opts;
+  opts.max_state_snapshots = 2;
+  auto backend = make_backend({});
+  KvCache kv(*backend, spec, 64, opts);
+  const auto tokens = iota(16, 100);  // 4 blocks of 4
+  const auto keys = kv.block_hashes(tokens);
+  SeqId a = fill(kv, tokens);  // committed, but no state kept: nothing is resumable
+  EXPECT_TRUE(kv.match_prefix(tokens, keys, 4).empty());
+  // The state after 8 tokens (block 1) and after 12 (block 2).
+  float* st = kv.recurrent_state(a);
+  st[0] = 1.f, st[1] = 2.f, st[2] = 3.f;
+  EXPECT_TRUE(kv.save_state_snapshot(a, keys[1]));
+  EXPECT_FALSE(kv.save_state_snapshot(a, keys[1]));  // kept already
+  st[0] = 7.f;
+  EXPECT_TRUE(kv.save_state_snapshot(a, keys[2]));
+  EXPECT_EQ(kv.n_state_snapshots(), 2u);
+  EXPECT_EQ(kv.match_prefix(tokens, keys, 4).size(), 3u);  // up to the last block with a snapshot
+  EXPECT_EQ(kv.match_prefix(tokens, keys, 2).size(), 2u);
+  EXPECT_TRUE(kv.match_prefix(tokens, keys, 1).empty());  // block 0 has none
+  // A new sequence resumes from block 2's state, whatever its own slot held.
+  SeqId b = kv.create_sequence();
+  const auto hit = kv.match_prefix(tokens, keys, 4);
+  kv.recurrent_state(b)[0] = -1.f;
+  kv.attach_prefix(b, hit, keys);
+  EXPECT_EQ(kv.recurrent_state(b)[0], 7.f);
+  EXPECT_EQ(kv.recurrent_state(b)[1], 2.f);
+  // A third snapshot drops the least recently used (block 1's: block 2's was just used).
+  EXPECT_TRUE(kv.save_state_snapshot(a, keys[3]));
+  EXPECT_EQ(kv.n_state_snapshots(), 2u);
+  EXPECT_EQ(kv.match_prefix(tokens, keys, 2).size(), 0u);
+  EXPECT_EQ(kv.match_prefix(tokens, keys, 4).size(), 4u);
+  // Attaching blocks whose state was never kept is a caller error.
+  SeqId c = kv.create_sequence();
+  EXPECT_THROW(kv.attach_prefix(c, std::vector<BlockId>(kv.block_table(a).begin(), kv.block_table(a).begin() + 2), keys),
+               std::logic_error);
+  kv.free_sequence(a);
+  kv.free_sequence(b);
+  kv.free_sequence(c);
 }
 
 }  // namespace
