@@ -282,7 +282,7 @@ void add_run_command(CLI::App& app, Context& ctx) {
       "Inputs: files, folders (walked recursively, hidden files skipped) and glob patterns; or one TOML job\n"
       "file (keys: inputs, task, schema, prompts, questions, model, output, prefer, cross_check, retries, retry_errors,\n"
       "[engine] threads, "
-      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, max_context, compute, device, tensor_parallel, temperature, retry_temperature, seed, grounding, [extract]\n"
+      "max_tokens, max_inflight, mtp_depth, kv_cache_mb, max_context, compute, device, tensor_parallel, state_snapshot_tokens, max_state_snapshots, temperature, retry_temperature, seed, grounding, [extract]\n"
       "threads, "
       "pdf_password, isolation, timeout_s, memory_mb, max_file_mb, max_text_mb, max_page_text_mb, max_attachment_mb,\n"
       "max_pages, max_content_mb, max_page_content_mb, [queue] url, job and the queue options).\n"

@@ -24,6 +24,8 @@ EngineWorker::EngineWorker(const JobSpec& job, std::shared_ptr<const eng::Tokeni
   opt.compute = eng::parse_compute(job.engine.compute);
   opt.device = eng::parse_device(job.engine.device);
   opt.tensor_parallel = job.engine.tensor_parallel;
+  opt.state_snapshot_tokens = job.engine.state_snapshot_tokens;
+  opt.max_state_snapshots = job.engine.max_state_snapshots;
   opt.grounding = job.engine.grounding;
   if (log) opt.log = [log](std::string_view m) { log(std::string(m)); };
   engine_ = eng::Engine::open(job.model, tokenizer_, opt);

@@ -144,7 +144,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     if (!t) fail(path, "engine", "expected a table");
     check_keys(*t,
                {"threads", "max_tokens", "max_inflight", "mtp_depth", "kv_cache_mb", "compute", "device", "tensor_parallel",
-                "temperature", "retry_temperature", "seed", "grounding", "max_context"},
+                "temperature", "retry_temperature", "seed", "grounding", "max_context", "state_snapshot_tokens",
+                "max_state_snapshots"},
                path, "engine.");
     if (const auto g = get_string(*t, "grounding", path, "engine."); !g.empty()) {
       if (g != "on" && g != "off") fail(path, "engine.grounding", "\"" + g + "\" is not one of \"on\", \"off\"");
@@ -158,6 +159,8 @@ JobSpec load_job_file(const std::filesystem::path& path) {
     get_uint(*t, "tensor_parallel", job.engine.tensor_parallel, path, "engine.");
     if (job.engine.tensor_parallel == 0) fail(path, "engine.tensor_parallel", "must be at least 1");
     get_uint(*t, "max_context", job.engine.max_context, path, "engine.");
+    get_uint(*t, "state_snapshot_tokens", job.engine.state_snapshot_tokens, path, "engine.");
+    get_uint(*t, "max_state_snapshots", job.engine.max_state_snapshots, path, "engine.");
     if (const auto c = get_string(*t, "compute", path, "engine."); !c.empty()) {
       if (c != "auto" && c != "exact" && c != "bf16")
         fail(path, "engine.compute", "\"" + c + "\" is not one of \"auto\", \"exact\", \"bf16\"");

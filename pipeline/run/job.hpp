@@ -22,7 +22,7 @@
 //             max_deliver (4), inline_kb (512), dedupe_window_s (7200), reconnect_s (60), idle_exit_s (0)
 //             (the roles `quarry submit` / `worker` / `collect` on one NATS JetStream job: pipeline/queue/queue.hpp)
 //   [engine]  threads, max_tokens, max_inflight, mtp_depth, temperature, retry_temperature, seed, grounding, kv_cache_mb,
-//             compute, device
+//             compute, device, tensor_parallel, max_context, state_snapshot_tokens, max_state_snapshots
 //   [extract] threads, pdf_password, isolation (true), timeout_s (30), memory_mb (1024), max_file_mb (256),
 //             max_text_mb (64), max_page_text_mb (4), max_attachment_mb (32), max_pages (5000),
 //             max_content_mb (256), max_page_content_mb (64)
@@ -55,6 +55,9 @@ struct EngineSettings {
   std::string compute = "auto";     ///< auto | exact | bf16 (engine/core/types.hpp Compute)
   std::string device = "auto";      ///< cpu | cuda | cuda:N | auto (a GPU when present; EngineOptions::device)
   std::size_t tensor_parallel = 1;  ///< devices the model is split over (EngineOptions::tensor_parallel)
+  /// Hybrid models' prefix reuse: prompt positions between recurrent-state snapshots, and the most kept
+  /// (EngineOptions::state_snapshot_tokens / max_state_snapshots; 0 tokens: no snapshots).
+  std::size_t state_snapshot_tokens = 1024, max_state_snapshots = 32;
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i

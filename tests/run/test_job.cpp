@@ -36,6 +36,8 @@ temperature = 0.0
 retry_temperature = 0.5
 seed = 7
 grounding = "off"
+state_snapshot_tokens = 2048
+max_state_snapshots = 8
 [extract]
 threads = 3
 )");
@@ -55,6 +57,8 @@ threads = 3
   EXPECT_FLOAT_EQ(job.engine.retry_temperature, 0.5f);
   EXPECT_EQ(job.engine.seed, 7u);
   EXPECT_FALSE(job.engine.grounding);
+  EXPECT_EQ(job.engine.state_snapshot_tokens, 2048u);
+  EXPECT_EQ(job.engine.max_state_snapshots, 8u);
   EXPECT_EQ(job.extract_threads, 3u);
 }
 
