@@ -17,7 +17,7 @@
 // decode tok/s of each, acceptance, and whether the outputs are identical (lossless); and the grammar's
 // cost: the same prompts unconstrained, each decoding as many tokens as its constrained output.
 //
-// Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|qwen3-4b|qwen3-8b|qwen3-30b-a3b] [--layers N] [--dtype bf16]
+// Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|...|qwen3.5-122b-a10b] [--layers N] [--dtype bf16]
 //                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
 //                     [--work DIR] [--out DIR]
@@ -429,6 +429,17 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {  // the usage is this file's header comment
+      std::cout << "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
+                   "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
+                   "         [--ttft N] [--batch-tokens N] [--runs N] [--work DIR] [--out DIR]\n"
+                   "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
+                   "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
+                   "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
+                   "presets: tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
+                   "qwen3-next-80b-a3b, qwen3.5-122b-a10b\n";
+      return 0;
+    }
     if (i + 1 >= argc) {
       std::cerr << "bench_engine: " << a << " needs a value\n";
       return 1;
