@@ -192,33 +192,38 @@ TEST(QuantKernels, Fp8Bf16ActivationProductsWithinTheActivationRounding) {
   }
 }
 
-// The bf16 FP8 kernel widens every code exactly: one-hot activations (exact in bf16) pick single weights.
+// The bf16 FP8 kernels widen every code exactly: one-hot activations (exact in bf16) pick single weights.
+// 32 columns take the 32-value kernel, 128 the 64-value one where AVX512_VBMI is present (interleaved
+// activations: a wrong order picks another weight).
 TEST(QuantKernels, Fp8Bf16KernelWidensEveryCodeExactly) {
-  std::vector<std::uint8_t> codes(8 * 32);
-  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = (i & 0x7f) == 0x7f ? 0 : static_cast<std::uint8_t>(i);
-  std::vector<float> scales = {1.f, 0.5f, 2.f, 0.25f, 1.f, 3.f, 1.f, 0.125f};
-  QuantizedMatrix q;
-  q.rows = 8;
-  q.cols = 32;
-  q.layout = QuantLayout::rows;
-  q.element = QuantElement::fp8_e4m3;
-  q.data = codes.data();
-  q.scales = scales;
-  q.block_rows = 1;
-  q.block_cols = 32;
-  cpu::QuantWeight w = cpu::make_quant_weight(q);
-  w.bf16_compute = true;
-  for (const auto k : kernel_sets())
-    for (std::size_t p = 0; p < 32; ++p) {
-      std::vector<float> x(32, 0.f), y(8);
-      x[p] = 1.f;
-      cpu::QuantScratch scratch;
-      cpu::quant_gemm(k, x.data(), 1, 32, w, 8, y.data(), 8, nullptr, scratch);
-      for (std::size_t j = 0; j < 8; ++j)
-        ASSERT_EQ(y[j], fp8_e4m3_to_f32(codes[j * 32 + p]) * scales[j])
-            << "code " << int(codes[j * 32 + p]) << " on " << cpu::gemm_kernel_name(k)
-            << (cpu::quant_uses_bf16(k, w, 1) ? " (bf16)" : "");
-    }
+  for (const std::size_t K : {32u, 128u}) {
+    std::vector<std::uint8_t> codes(8 * K);
+    for (std::size_t i = 0; i < codes.size(); ++i)
+      codes[i] = ((i * 37) & 0x7f) == 0x7f ? 0 : static_cast<std::uint8_t>(i * 37);  // every code
+    std::vector<float> scales = {1.f, 0.5f, 2.f, 0.25f, 1.f, 3.f, 1.f, 0.125f};
+    QuantizedMatrix q;
+    q.rows = 8;
+    q.cols = K;
+    q.layout = QuantLayout::rows;
+    q.element = QuantElement::fp8_e4m3;
+    q.data = codes.data();
+    q.scales = scales;
+    q.block_rows = 1;
+    q.block_cols = K;
+    cpu::QuantWeight w = cpu::make_quant_weight(q);
+    w.bf16_compute = true;
+    for (const auto k : kernel_sets())
+      for (std::size_t p = 0; p < K; ++p) {
+        std::vector<float> x(K, 0.f), y(8);
+        x[p] = 1.f;
+        cpu::QuantScratch scratch;
+        cpu::quant_gemm(k, x.data(), 1, K, w, 8, y.data(), 8, nullptr, scratch);
+        for (std::size_t j = 0; j < 8; ++j)
+          ASSERT_EQ(y[j], fp8_e4m3_to_f32(codes[j * K + p]) * scales[j])
+              << "code " << int(codes[j * K + p]) << " column " << p << " of " << K << " on "
+              << cpu::gemm_kernel_name(k) << (cpu::quant_uses_bf16(k, w, 1) ? " (bf16)" : "");
+      }
+  }
 }
 
 // bf16 compute, prefill-sized m: the dequantized weights and x rounded to bf16 (gemm_packed), within

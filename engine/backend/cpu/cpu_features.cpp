@@ -42,6 +42,7 @@ CpuFeatures detect_cpu_features() {
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_fp16 = f.avx512 && avx512fp16;
   f.avx512_vnni = f.avx512 && (c & (1u << 11));
+  f.avx512_vbmi = f.avx512 && (c & (1u << 1));
   if (max_sub >= 1) {
     __cpuid_count(7, 1, a, b, c, d);
     f.avx512_bf16 = f.avx512 && (a & (1u << 5));

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  ///< AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
   bool avx512_fp16 = false;  ///< AVX512_FP16
   bool avx512_vnni = false;  ///< AVX512_VNNI (vpdpbusd: u8 x s8 dot products into int32)
+  bool avx512_vbmi = false;  ///< AVX512_VBMI (vpermi2b: 128-entry byte lookups)
   bool amx_bf16 = false;     ///< AMX-BF16 tiles, CPU side only (use amx_tile_permission() before use)
 };
 

@@ -163,6 +163,19 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (quant_uses_bf16(kernel, w, m)) {
     // FP8 rows: activations rounded to bf16 (nearest even), rows split over the threads.
     scratch.xb.resize(m * K);
+    static const bool vbmi = detect_cpu_features().avx512_vbmi;
+    if (vbmi && K % 64 == 0 && w.view.block_cols % 64 == 0) {  // 64 values a step, activations interleaved
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t p = 0; p < K; ++p) {
+          const std::size_t r = p % 64, lane = r / 16, col = r % 16;
+          const std::size_t at = p - r + (col < 8 ? 8 * lane + col : 32 + 8 * lane + col - 8);
+          scratch.xb[i * K + at] = f32_to_bf16(x[i * ldx + p]);
+        }
+      over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {
+        detail::fp8_bf16_vbmi_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
+      });
+      return;
+    }
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + p] = f32_to_bf16(x[i * ldx + p]);
     over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {

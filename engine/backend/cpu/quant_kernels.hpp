@@ -53,6 +53,12 @@ void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* x
 /// VPERMT2W), VDPBF16PS per scale block, then y += block sum * scale. Needs AVX512_BF16.
 void fp8_bf16_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
                      float* y, std::size_t ldy);
+/// The same 64 FP8 values at a time on AVX512_BF16 + AVX512_VBMI (k and the scale blocks multiples of 64
+/// columns; quant_fp8_vbmi_avx512.cpp), with the activations xb [m, k] in its interleaved order: within
+/// each 64 columns c0 + r (r = 16 L + w, lane L < 4), column r sits at c0 + 8 L + w for w < 8 and at
+/// c0 + 32 + 8 L + (w - 8) otherwise. Products and rounding as fp8_bf16_avx512, summed in another order.
+void fp8_bf16_vbmi_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
+                          float* y, std::size_t ldy);
 void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
                        std::size_t j0, std::size_t j1, float* y, std::int32_t* acc);
 #endif
