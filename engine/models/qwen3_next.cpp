@@ -123,8 +123,7 @@ struct Layer {
 };
 
 enum : std::size_t {
-  kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat,
-  kLocalLogits, kGathered
+  kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat
 };
 
 /// The one MTP module is applied recursively; this caps the KV layers reserved for its depths.
@@ -264,17 +263,8 @@ class HybridQwen final : public RankModel {
     gated_attention(mtp_->layer.attn, x, b, kv, rope, kv_layer);
     ffn(mtp_->layer, x, T);
     be.rms_norm(x, out.hidden, T, H, H, mtp_->norm.as<float>(), eps);
-    const Weight& head = lm_head();
-    const std::size_t V = cfg_.vocab_size;
-    float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
-    if (tp_.active()) {
-      if (want_logits)
-        head_parallel(head, draft_vocab > 0 && draft_vocab < V ? draft_vocab : V, nullptr, out.hidden, b, sel,
-                      out.logits, candidates);
-      return;
-    }
-    const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
-    layers::lm_head(be, head, rows, nullptr, eps, out.hidden, H, b, sel, out.logits, {}, candidates);
+    layers::draft_head(be, ws_, tp_, dims_, cfg_, lm_head(), draft_vocab, want_logits, out.hidden, b, out.logits,
+                       candidates);
   }
 
   // The token mixing's default ops go through the host; nothing here is recorded.
@@ -304,7 +294,9 @@ class HybridQwen final : public RankModel {
     if (out.hidden) be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
     float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
     if (tp_.active()) {
-      if (want_logits) head_parallel(lm_head(), cfg_.vocab_size, final_norm_.as<float>(), x, b, sel, out.logits, {});
+      if (want_logits)
+        layers::vocab_parallel_head(*backend_, ws_, tp_, dims_, cfg_, lm_head(), cfg_.vocab_size,
+                                    final_norm_.as<float>(), x, b, sel, out.logits, {});
       return false;
     }
     return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
@@ -487,17 +479,6 @@ class HybridQwen final : public RankModel {
 
   const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
 
-  /// The vocabulary-parallel head over the first n_rows ids (layers::lm_head_parallel).
-  void head_parallel(const Weight& head, std::size_t n_rows, const float* norm, const float* states,
-                     const ForwardBatch& b, float* sel, float* logits,
-                     std::span<const std::vector<std::int32_t>> candidates) {
-    const std::size_t n = std::max<std::size_t>(b.n_logits(), 1), chunk = dims_.vocab_chunk;
-    float* local = ws_.get(kLocalLogits, n * chunk);
-    float* gathered = ws_.get(kGathered, tp_.size * n * chunk);
-    layers::lm_head_parallel(*backend_, *tp_.comm, head, cfg_.vocab_size, chunk, n_rows, norm,
-                             static_cast<float>(cfg_.rms_norm_eps), states, cfg_.hidden_size, b, sel, local, gathered,
-                             logits, candidates);
-  }
 
   ModelConfig cfg_;
   ModelConfig local_;  ///< cfg_ as this rank's layers see it (tensor parallel: its heads and widths)

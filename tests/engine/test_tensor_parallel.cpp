@@ -39,6 +39,17 @@ std::vector<std::shared_ptr<Backend>> rank_backends(std::size_t n) {
   return out;
 }
 
+/// Engine options of a test run: the test device split over `tp` ranks, MTP depth `mtp`, f32 compute.
+EngineOptions tp_options(std::size_t tp, std::size_t mtp, std::size_t threads) {
+  EngineOptions o;
+  o.device = testing::test_device();
+  o.n_threads = threads;
+  o.tensor_parallel = tp;
+  o.mtp_depth = mtp;
+  o.compute = Compute::exact;
+  return o;
+}
+
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float d = 0.f;
   for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
@@ -196,12 +207,7 @@ TEST(TensorParallel, HybridEngineWithMtpAndBatchingEqualsOneDevice) {
     std::uint64_t rejected = 0, cached = 0;
   };
   const auto run = [&](std::size_t tp, std::size_t mtp, bool caching) {
-    EngineOptions o;
-    o.device = testing::test_device();
-    o.n_threads = 1;
-    o.tensor_parallel = tp;
-    o.mtp_depth = mtp;
-    o.compute = Compute::exact;
+    EngineOptions o = tp_options(tp, mtp, 1);
     o.enable_prefix_caching = caching;
     o.state_snapshot_tokens = 32;
     auto engine = Engine::open(dir, nullptr, o);
@@ -343,13 +349,7 @@ TEST(TensorParallel, EngineGreedyOutputsEqualOneDeviceWithMtpAndBatching) {
                                             "Rechnung Nr. 77/2023, Datum 12.03.2023, Betrag 99,95 EUR",
                                             "Számla sorszáma: A-15, kelte: 2024.01.31."};
   const auto run = [&](std::size_t tp, std::size_t mtp) {
-    EngineOptions o;
-    o.device = testing::test_device();
-    o.n_threads = 2;
-    o.tensor_parallel = tp;
-    o.mtp_depth = mtp;
-    o.compute = Compute::exact;
-    auto engine = Engine::open(dir, tok, o);
+    auto engine = Engine::open(dir, tok, tp_options(tp, mtp, 2));
     std::vector<GenerationRequest> reqs;
     for (const auto& p : prompts) {
       GenerationRequest r;
