@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/quant.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <atomic>
 #include <stdexcept>
@@ -106,6 +107,17 @@ namespace {
 /// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
 /// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
 /// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
+/// x rounded to the nearest integer, ties to even, for |x| <= 2^22 (the activations here: |x / s| <= 127):
+/// adding and subtracting 1.5 * 2^23 leaves the integer part in the mantissa (round to nearest even, the
+/// default mode), what std::nearbyint returns, without its library call on the baseline instruction set
+/// (f32 arithmetic on x86-64 rounds each operation: FLT_EVAL_METHOD 0, no reassociation without fast-math).
+static_assert(FLT_EVAL_METHOD == 0, "round_even needs every f32 operation rounded to f32");
+inline float round_even(float x) {
+  constexpr float kShift = 12582912.f;  // 1.5 * 2^23
+  const float t = x + kShift;
+  return t - kShift;
+}
+
 void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::vector<std::int32_t>& x4,
                           std::vector<float>& xs, std::vector<std::int32_t>& xsum) {
   const std::size_t G = (k + gs - 1) / gs;
@@ -119,7 +131,7 @@ void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::ve
     const float s = amax > 0.f ? amax / 127.f : 1.f;
     xs[g] = s;
     for (std::size_t p = k0; p < k1; ++p) {
-      const auto v = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[p] / s), -127.f, 127.f));
+      const auto v = static_cast<std::int32_t>(std::clamp(round_even(x[p] / s), -127.f, 127.f));
       xsum[g] += v;
       const std::size_t word = 2 * (p / 8) + (p % 2), byte = (p % 8) / 2;
       x4[word] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x4[word]) |
@@ -197,7 +209,7 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
         const float s = amax > 0.f ? amax / 127.f : 1.f;
         std::int32_t sum = 0;
         for (std::size_t p = 0; p < 128; ++p) {
-          const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(xb[p] / s), -127.f, 127.f));
+          const auto v = static_cast<std::int8_t>(std::clamp(round_even(xb[p] / s), -127.f, 127.f));
           scratch.xq[i * K + b * 128 + p] = v;
           sum += v;
         }
