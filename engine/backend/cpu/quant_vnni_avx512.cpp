@@ -25,7 +25,7 @@ constexpr std::size_t kAhead = 256;
 template <int V>
 inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, std::size_t r, std::size_t p0,
                        std::size_t p1, const std::int32_t* x4, const float* sg, const std::int16_t* zg, float xs,
-                       std::int32_t xsum, float* y) {
+                       std::int32_t xsum, float* y, __mmask16 tail = 0xffff) {
   const __m512i low = _mm512_set1_epi32(0x0f0f0f0f);
   __m512i a[V];
 #pragma GCC unroll 4
@@ -38,7 +38,7 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
     for (int v = 0; v < V; ++v) _mm_prefetch(reinterpret_cast<const char*>(line + kAhead + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      const __m512i q = _mm512_loadu_si512(line + 16 * v);
+      const __m512i q = _mm512_maskz_loadu_epi32(v + 1 == V ? tail : 0xffff, line + 16 * v);
       a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(q, low), even);
       a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(_mm512_srli_epi32(q, 4), low), odd);
     }
@@ -47,11 +47,12 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
   const __m512i vxsum = _mm512_set1_epi32(xsum);
 #pragma GCC unroll 4
   for (int v = 0; v < V; ++v) {
+    const __mmask16 k = v + 1 == V ? tail : 0xffff;
     const std::size_t o = r + 16 * static_cast<std::size_t>(v);
-    const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(zg + o)));
+    const __m512i z = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, zg + o));
     const __m512i d = _mm512_sub_epi32(a[v], _mm512_mullo_epi32(z, vxsum));
-    const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(sg + o), vxs);
-    _mm512_storeu_ps(y + o, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(d), _mm512_loadu_ps(y + o)));
+    const __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sg + o), vxs);
+    _mm512_mask_storeu_ps(y + o, k, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(d), _mm512_maskz_loadu_ps(k, y + o)));
   }
 }
 
@@ -71,18 +72,9 @@ void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* 
     std::size_t r = 0;
     for (; r < R64; r += 64) group_rows<4>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
     for (; r < R16; r += 16) group_rows<1>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
-    for (; r < rows; ++r) {
-      std::int32_t sum = 0;
-      for (std::size_t p = p0; p < p1; ++p) {
-        const std::uint32_t v = w[p * N + j0 + r];
-        const auto xe = static_cast<std::uint32_t>(x4[2 * p]), xo = static_cast<std::uint32_t>(x4[2 * p + 1]);
-        for (int b = 0; b < 4; ++b) {
-          sum += static_cast<std::int32_t>((v >> (8 * b)) & 15u) * static_cast<std::int8_t>((xe >> (8 * b)) & 0xffu);
-          sum += static_cast<std::int32_t>((v >> (8 * b + 4)) & 15u) * static_cast<std::int8_t>((xo >> (8 * b)) & 0xffu);
-        }
-      }
-      y[r] += sg[r] * xs[g] * static_cast<float>(sum - zg[r] * xsum[g]);
-    }
+    if (r < rows)  // the last rows, masked
+      group_rows<1>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y,
+                    static_cast<__mmask16>((1u << (rows - r)) - 1));
   }
 }
 
