@@ -46,9 +46,9 @@ constexpr ByteTables make_tables() {
 
 constexpr ByteTables kTables = make_tables();
 
-}  // namespace
-
-namespace {
+/// Software prefetch distance in bytes along the row stream (bench: 640 -> 2048 took one thread's
+/// FP8 LM-head product from 24 to 30 GB/s, two threads' from 32 to 40 on a 2-core AMD EPYC).
+constexpr std::size_t kAhead = 2048;
 
 /// Rows [j0, j1) against M activation rows (M known at compile time: the accumulators stay in registers).
 template <int M>
@@ -71,8 +71,9 @@ void fp8_rows(const QuantView& q, const std::uint16_t* xb, std::size_t j0, std::
 #pragma GCC unroll 4
       for (int i = 0; i < M; ++i) p0[i] = p1[i] = p2[i] = p3[i] = _mm512_setzero_ps();
       for (std::size_t k0 = b0; k0 < b1; k0 += 128) {
-        _mm_prefetch(reinterpret_cast<const char*>(b8 + k0 + 640), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(b8 + k0 + 704), _MM_HINT_T0);
+        // 2 KB ahead: one sequential stream needs more lines in flight than the L2 streamer keeps.
+        _mm_prefetch(reinterpret_cast<const char*>(b8 + k0 + kAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b8 + k0 + kAhead + 64), _MM_HINT_T0);
         const bool two = k0 + 128 <= b1;
         const __m512i u = _mm512_loadu_si512(b8 + k0);
         const __m512i v = two ? _mm512_loadu_si512(b8 + k0 + 64) : _mm512_setzero_si512();
