@@ -123,6 +123,10 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   ro.prefix.enabled = options_.enable_prefix_caching && (!stateful || snapshot_every_ > 0);
   ro.prefix.salt = model_salt(*model);
   ro.prefix.max_state_snapshots = options_.max_state_snapshots;
+  if (stateful && ro.prefix.max_state_snapshots == 0) {  // auto: what 2 GiB hold, 1 to 32
+    const std::size_t bytes = model->kv_spec().state_floats * sizeof(float);
+    ro.prefix.max_state_snapshots = std::clamp<std::size_t>((std::size_t{2} << 30) / bytes, 1, 32);
+  }
   runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
   SchedulerOptions so;
   so.max_batch_tokens = options_.max_batch_tokens;
@@ -143,7 +147,10 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
                  std::to_string(kv.allocator().max_blocks() * kv.bytes_per_block() >> 20) + " MiB " +
                  dtype_name(kv.spec().dtype) + "), prefix caching " +
                  (!kv.prefix_options().enabled ? (stateful ? "off (recurrent state, no snapshots)" : "off")
-                  : stateful ? "on (recurrent state kept every " + std::to_string(snapshot_every_) + " prompt tokens)"
+                  : stateful ? "on (recurrent state kept every " + std::to_string(snapshot_every_) +
+                                   " prompt tokens, at most " + std::to_string(kv.prefix_options().max_state_snapshots) +
+                                   " snapshots of " +
+                                   std::to_string(kv.spec().state_floats * sizeof(float) >> 20) + " MiB)"
                              : "on"));
     if (!c.not_loaded.empty()) options_.log("engine: not loaded: " + c.not_loaded);
   }

@@ -78,7 +78,10 @@ struct EngineOptions {
   /// with the same start recomputes fewer than this many of its shared tokens. 0: no snapshots (no
   /// prefix reuse for such models).
   std::size_t state_snapshot_tokens = 1024;
-  std::size_t max_state_snapshots = 32;
+  /// Snapshots kept at most; 0: as many as fit in 2 GiB of the device's memory, between 1 and 32 (a
+  /// snapshot holds KvSpec::state_floats f32 values: about 156 MB for Qwen3.5-122B-A10B, 79 MB for
+  /// Qwen3-Next-80B-A3B).
+  std::size_t max_state_snapshots = 0;
   /// Sequences in the running set at most (more wait in the queue); clamped to [1, max_batch_tokens].
   std::size_t max_num_seqs = 64;
   /// MTP speculative decoding: the most drafts per verify step (0: off). The depth used per sequence

@@ -56,8 +56,9 @@ struct EngineSettings {
   std::string device = "auto";      ///< cpu | cuda | cuda:N | auto (a GPU when present; EngineOptions::device)
   std::size_t tensor_parallel = 1;  ///< devices the model is split over (EngineOptions::tensor_parallel)
   /// Hybrid models' prefix reuse: prompt positions between recurrent-state snapshots, and the most kept
-  /// (EngineOptions::state_snapshot_tokens / max_state_snapshots; 0 tokens: no snapshots).
-  std::size_t state_snapshot_tokens = 1024, max_state_snapshots = 32;
+  /// (EngineOptions::state_snapshot_tokens / max_state_snapshots; 0 tokens: no snapshots; 0 snapshots:
+  /// as many as 2 GiB hold, at most 32).
+  std::size_t state_snapshot_tokens = 1024, max_state_snapshots = 0;
   float temperature = 0.f;          ///< first attempt (0: greedy)
   float retry_temperature = 0.7f;   ///< later attempts
   std::uint64_t seed = 0;           ///< seed of attempt i is seed + i

@@ -167,6 +167,8 @@ TEST(PrefixEngine, HybridModelsResumeFromStateSnapshots) {
       EXPECT_EQ(r.stats.cached_tokens, i % 3 == 0 ? 0u : 128u) << name << " request " << i;
     }
     EXPECT_GT(cached->stats().state_snapshots, 0u);
+    // The default cap: as many snapshots as 2 GiB hold, at most 32 (these states are a few KB).
+    EXPECT_EQ(cached->kv_cache().prefix_options().max_state_snapshots, 32u);
     // All at once: in-flight sharing waits for the first of each document, then resumes the same way.
     const auto together = run_all(*cached, reqs);
     for (std::size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i].result.tokens, want[i]) << name << " request " << i;
