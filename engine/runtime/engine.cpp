@@ -127,6 +127,10 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
     const std::size_t bytes = model->kv_spec().state_floats * sizeof(float);
     ro.prefix.max_state_snapshots = std::clamp<std::size_t>((std::size_t{2} << 30) / bytes, 1, 32);
   }
+  if (stateful)  // a state and its saved copy per running sequence, and the snapshots
+    ro.state_slots =
+        std::clamp<std::size_t>(options_.max_num_seqs, 1, options_.max_batch_tokens) * (mtp_depth_ > 0 ? 2 : 1) +
+        (ro.prefix.enabled ? ro.prefix.max_state_snapshots : 0);
   runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
   SchedulerOptions so;
   so.max_batch_tokens = options_.max_batch_tokens;

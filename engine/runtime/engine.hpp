@@ -68,6 +68,9 @@ struct EngineOptions {
   std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
   /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (in the cache's dtype); 0:
   /// max_kv_tokens alone decides. With both set, the smaller capacity wins. Blocks are allocated on use up to it.
+  /// Hybrid models: the budget holds the recurrent states first (max_num_seqs of them, twice with MTP,
+  /// plus max_state_snapshots), the K/V blocks get the rest; Engine::open throws std::invalid_argument when
+  /// nothing is left.
   std::size_t kv_cache_mb = 0;
   /// Keep full blocks of committed tokens after their requests end and reuse them for prompts that
   /// start with the same tokens (vLLM automatic prefix caching). Outputs are unchanged by it.

@@ -1,6 +1,8 @@
 #include "engine/runtime/model_runner.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace quarry::engine {
 
@@ -8,8 +10,18 @@ ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions&
   const KvSpec spec = model_->cache_spec(options.mtp_layers);
   std::size_t kv_tokens = options.max_kv_tokens;
   if (options.kv_cache_mb > 0) {
+    std::size_t budget = options.kv_cache_mb * (std::size_t{1} << 20);
+    // Hybrid models: the recurrent states come out of the same budget first.
+    const std::size_t state_bytes = options.state_slots * spec.state_floats * sizeof(float);
+    if (state_bytes > 0 && state_bytes >= budget)
+      throw std::invalid_argument("KV cache of " + std::to_string(options.kv_cache_mb) +
+                                  " MiB holds no K/V after the recurrent state of " +
+                                  std::to_string(options.state_slots) + " slots (" + std::to_string(state_bytes >> 20) +
+                                  " MiB: the running sequences, their saved copies and the prefix snapshots): raise "
+                                  "kv_cache_mb, or lower max_num_seqs / max_state_snapshots");
+    budget -= state_bytes;
     const std::size_t block_bytes = spec.bytes_per_token() * spec.block_size;
-    const std::size_t blocks = options.kv_cache_mb * (std::size_t{1} << 20) / std::max<std::size_t>(block_bytes, 1);
+    const std::size_t blocks = budget / std::max<std::size_t>(block_bytes, 1);
     kv_tokens = std::min(kv_tokens, blocks * spec.block_size);
   }
   kv_ = model_->make_kv_cache(kv_tokens, options.mtp_layers, options.prefix);

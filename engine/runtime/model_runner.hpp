@@ -20,6 +20,9 @@ namespace quarry::engine {
 struct ModelRunnerOptions {
   std::size_t max_kv_tokens = 65536;  ///< KV-cache capacity in tokens over all sequences
   std::size_t kv_cache_mb = 0;        ///< KV-cache budget in MiB (0: max_kv_tokens alone decides)
+  /// Hybrid models: recurrent-state slots the budget must also hold (running sequences, their saved
+  /// copies, the prefix snapshots); kv_cache_mb covers them first and the K/V blocks get the rest.
+  std::size_t state_slots = 0;
   std::size_t mtp_layers = 0;         ///< MTP draft depths with a KV layer
   PrefixCacheOptions prefix;
 };

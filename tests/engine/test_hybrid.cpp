@@ -176,6 +176,27 @@ TEST(HybridModel, RandomCheckpointPresetsHaveTheHybridLayout) {
   EXPECT_GT(m->weight_bytes_per_step(), 0u);
 }
 
+TEST(HybridEngine, KvBudgetHoldsTheRecurrentStatesFirst) {
+  // kv_cache_mb covers each running sequence's state (and its saved copy with MTP) and the prefix
+  // snapshots before any K/V block; a budget too small for them is refused with the reason.
+  const auto dir = fixture_dir("tiny_next_f32");
+  EngineOptions o{.device = testing::test_device(), .n_threads = 1, .kv_cache_mb = 4, .max_num_seqs = 64};
+  o.max_state_snapshots = 8;
+  auto engine = Engine::open(dir, nullptr, o);
+  const KvSpec& spec = engine->kv_cache().spec();
+  const std::size_t state = spec.state_floats * sizeof(float), block = engine->kv_cache().bytes_per_block();
+  ASSERT_GT(state, 0u);
+  const std::size_t want_blocks = ((std::size_t{4} << 20) - (64 + 8) * state) / block;
+  EXPECT_EQ(engine->kv_cache().allocator().max_blocks(), want_blocks);
+  o.kv_cache_mb = (64 + 8) * state >> 20;  // not even the states fit
+  try {
+    Engine::open(dir, nullptr, o);
+    FAIL() << "a KV budget smaller than the recurrent states was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("recurrent state"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HybridEngine, GreedyBatchMatchesTransformersWithoutPrefixReuse) {
   for (const std::string name : {"tiny_next_f32", "tiny_qwen35_f32"}) {
     const auto ref = load_reference(name);
