@@ -219,6 +219,56 @@ LoadedQuantized slice_quantized(const LoadedQuantized& full, std::size_t row0, s
   return s;
 }
 
+LoadedQuantized gather_rows_quantized(const LoadedQuantized& full,
+                                      const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+                                      const std::string& what) {
+  const QuantizedMatrix& f = full.m;
+  std::vector<LoadedQuantized> parts;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto [row0, count] = runs[i];
+    if (f.layout == QuantLayout::rows && i + 1 < runs.size() && count % f.block_rows != 0)
+      throw std::runtime_error(what + ": rows [" + std::to_string(row0) + ", " + std::to_string(row0 + count) +
+                               ") end inside a scale block of " + std::to_string(f.block_rows) + " rows");
+    parts.push_back(slice_quantized(full, row0, count, 0, f.cols, what));
+    n += count;
+  }
+  LoadedQuantized g;
+  g.m = f;
+  g.m.rows = n;
+  if (f.layout == QuantLayout::rows) {  // whole rows and whole scale-block rows, one part after another
+    g.m.block_cols = parts.empty() ? f.block_cols : parts[0].m.block_cols;
+    for (const auto& p : parts) {
+      g.data.insert(g.data.end(), p.data.begin(), p.data.end());
+      g.scales.insert(g.scales.end(), p.scales.begin(), p.scales.end());
+    }
+  } else {  // GPTQ: output rows are the columns of qweight [K / per, N] and of the [G, N] tables
+    const std::size_t words = f.cols / (32 / f.bits()), G = f.n_groups;
+    std::vector<std::uint32_t> w(words * n);
+    g.scales.resize(G * n);
+    g.zeros.resize(G * n);
+    std::size_t at = 0;
+    for (const auto& p : parts) {
+      const std::size_t c = p.m.rows;
+      const auto* pw = reinterpret_cast<const std::uint32_t*>(p.data.data());
+      for (std::size_t kw = 0; kw < words; ++kw) std::memcpy(&w[kw * n + at], pw + kw * c, c * 4);
+      for (std::size_t gi = 0; gi < G; ++gi) {
+        std::memcpy(&g.scales[gi * n + at], p.scales.data() + gi * c, c * sizeof(float));
+        std::memcpy(&g.zeros[gi * n + at], p.zeros.data() + gi * c, c * sizeof(std::int16_t));
+      }
+      at += c;
+    }
+    g.data.resize(w.size() * 4);
+    std::memcpy(g.data.data(), w.data(), g.data.size());
+    g.g_idx = full.g_idx;
+  }
+  g.m.data = g.data.data();
+  g.m.scales = g.scales;
+  g.m.zeros = g.zeros;
+  g.m.g_idx = g.g_idx;
+  return g;
+}
+
 std::unique_ptr<Weight> load_linear(const TensorStore& store, Backend& backend, Compute compute,
                                     const QuantizationConfig& q, const std::string& name, std::size_t rows,
                                     std::size_t cols, WeightUse use) {

@@ -51,6 +51,14 @@ std::optional<LoadedQuantized> read_quantized(const TensorStore& store, const Qu
 LoadedQuantized slice_quantized(const LoadedQuantized& full, std::size_t row0, std::size_t n_rows, std::size_t col0,
                                 std::size_t n_cols, const std::string& what);
 
+/// The rows of `full` named by `runs` ([first row, count) each, in order), concatenated into one matrix
+/// of the same layout and columns (regrouped projections: the query / gate rows of gated attention,
+/// Qwen3-Next's per-key-head in_proj_qkvz). Each run is a slice_quantized() of whole scale blocks; throws
+/// std::runtime_error (naming `what`) as it does, or where a run that is not the last ends inside a block.
+LoadedQuantized gather_rows_quantized(const LoadedQuantized& full,
+                                      const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+                                      const std::string& what);
+
 /// Loads weight `name` ("M.weight") of shape [rows, cols]: quantized when the checkpoint stores module M
 /// quantized as `q` says, else as a float matrix (Backend::load_matrix). Throws std::runtime_error naming
 /// the checkpoint, the tensor and the method on a missing or mis-shaped tensor, a quantized tensor the

@@ -31,6 +31,7 @@
 #include "engine/core/dtype.hpp"
 #include "engine/models/layers.hpp"
 #include "engine/models/model.hpp"
+#include "engine/models/quant_loader.hpp"
 #include "engine/models/registry.hpp"
 #include "engine/models/safetensors.hpp"
 #include "engine/models/tensor_parallel.hpp"
@@ -42,14 +43,32 @@ namespace {
 using layers::WeightLoader;
 
 /// A weight made from selected rows of a checkpoint tensor (regrouped projections). The rows are copied
-/// into `host`, which the weight may read in place and which therefore lives as long as it.
+/// into `host` (a quantized module's packed values), which the weight may read in place and which
+/// therefore lives as long as it.
 struct RowsWeight {
   std::vector<unsigned char> host;
   std::unique_ptr<Weight> w;
 };
 
-RowsWeight rows_of(const WeightLoader& w, const TensorView& t, const std::vector<std::size_t>& rows, std::size_t cols) {
+/// Rows `rows` of the linear `name` ([total, cols]), in that order: packed, in the checkpoint's layout,
+/// where `quant` says the module is quantized (quant_loader.hpp gather_rows_quantized: whole scale blocks,
+/// every GPTQ column), else in its float dtype.
+RowsWeight rows_of(const WeightLoader& w, const QuantizationConfig& quant, const std::string& name,
+                   std::size_t total, std::size_t cols, const std::vector<std::size_t>& rows) {
   RowsWeight r;
+  if (quant.present())
+    if (auto full = read_quantized(w.store(), quant, name, total, cols)) {
+      std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first row, count), contiguous
+      for (const std::size_t row : rows) {
+        if (!runs.empty() && runs.back().first + runs.back().second == row) ++runs.back().second;
+        else runs.emplace_back(row, 1);
+      }
+      LoadedQuantized g = gather_rows_quantized(*full, runs, w.store().origin().string() + ": " + name);
+      r.w = w.backend().load_quantized(g.m, WeightUse::matmul, w.compute());
+      r.host = std::move(g.data);  // the same buffer: moving a vector keeps its storage
+      return r;
+    }
+  const TensorView& t = w.store().get(name, {total, cols});
   const std::size_t row_bytes = cols * dtype_size(t.dtype);
   r.host.resize(rows.size() * row_bytes);
   const auto* src = static_cast<const unsigned char*>(t.data);
@@ -153,7 +172,7 @@ class HybridQwen final : public RankModel {
     local_ = local_config(c, dims_);
     const DType ckpt = store_->get(c.weight_prefix + "embed_tokens.weight", {c.vocab_size, H}).dtype;
     compute_ = backend_->resolve_compute(requested, ckpt);
-    const WeightLoader w(*store_, *backend_, compute_, nullptr, tp_.active() ? &dims_ : nullptr, &keep_);
+    const WeightLoader w(*store_, *backend_, compute_, &cfg_.quantization, tp_.active() ? &dims_ : nullptr, &keep_);
     const bool tied_head = c.tie_word_embeddings && !store_->has("lm_head.weight");
     const std::string head_name = tied_head ? c.weight_prefix + "embed_tokens.weight" : "lm_head.weight";
     // Under tensor parallelism the embedding table is whole on every rank and the head is the rank's slice.
@@ -343,29 +362,29 @@ class HybridQwen final : public RankModel {
     iota(2 * NK * dk + v0 * dv, nv * dv, channels);
     if (store_->has(q + "in_proj_qkvz.weight")) {  // Qwen3-Next: grouped per key head
       const std::size_t G = 2 * dk + 2 * r * dv;
-      const TensorView& t = store_->get(q + "in_proj_qkvz.weight", {NK * G, H});
+      const std::string qkvz = q + "in_proj_qkvz.weight";
       std::vector<std::size_t> qkv_rows, z_rows;
       for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G, dk, qkv_rows);
       for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + dk, dk, qkv_rows);
       for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + 2 * dk, r * dv, qkv_rows);
       for (std::size_t g = k0; g < k0 + nk; ++g) iota(g * G + 2 * dk + r * dv, r * dv, z_rows);
-      a.qkv = rows_of(w, t, qkv_rows, H);
-      a.z = rows_of(w, t, z_rows, H);
-      const TensorView& ba = store_->get(q + "in_proj_ba.weight", {2 * NV, H});
+      a.qkv = rows_of(w, cfg_.quantization, qkvz, NK * G, H, qkv_rows);
+      a.z = rows_of(w, cfg_.quantization, qkvz, NK * G, H, z_rows);
+      const std::string ba = q + "in_proj_ba.weight";
       std::vector<std::size_t> b_rows, a_rows;
       for (std::size_t g = k0; g < k0 + nk; ++g) {
         iota(g * 2 * r, r, b_rows);
         iota(g * 2 * r + r, r, a_rows);
       }
-      a.b = rows_of(w, ba, b_rows, H);
-      a.a = rows_of(w, ba, a_rows, H);
+      a.b = rows_of(w, cfg_.quantization, ba, 2 * NV, H, b_rows);
+      a.a = rows_of(w, cfg_.quantization, ba, 2 * NV, H, a_rows);
     } else {  // Qwen3.5: separate projections, already in order
       const auto range = [&](const std::string& name, std::size_t rows, std::size_t from, std::size_t n) {
         std::vector<std::size_t> sel;
         iota(from, n, sel);
-        return rows_of(w, store_->get(name, {rows, H}), sel, H);
+        return rows_of(w, cfg_.quantization, name, rows, H, sel);
       };
-      a.qkv = rows_of(w, store_->get(q + "in_proj_qkv.weight", {C, H}), channels, H);
+      a.qkv = rows_of(w, cfg_.quantization, q + "in_proj_qkv.weight", C, H, channels);
       a.z = range(q + "in_proj_z.weight", NV * dv, v0 * dv, nv * dv);
       a.b = range(q + "in_proj_b.weight", NV, v0, nv);
       a.a = range(q + "in_proj_a.weight", NV, v0, nv);
@@ -386,15 +405,15 @@ class HybridQwen final : public RankModel {
     a.input_norm = vector_plus(w, p + "input_layernorm.weight", {H}, 1.0f);
     a.q_norm = vector_plus(w, p + "self_attn.q_norm.weight", {D}, 1.0f);
     a.k_norm = vector_plus(w, p + "self_attn.k_norm.weight", {D}, 1.0f);
-    const TensorView& t = store_->get(p + "self_attn.q_proj.weight", {2 * NH * D, H});
+    const std::string qp = p + "self_attn.q_proj.weight";
     std::vector<std::size_t> q_rows, g_rows;
     for (std::size_t h = dims_.q_head0; h < dims_.q_head0 + dims_.q_heads; ++h)
       for (std::size_t i = 0; i < D; ++i) {
         q_rows.push_back(h * 2 * D + i);
         g_rows.push_back(h * 2 * D + D + i);
       }
-    a.wq = rows_of(w, t, q_rows, H);
-    a.wgate = rows_of(w, t, g_rows, H);
+    a.wq = rows_of(w, cfg_.quantization, qp, 2 * NH * D, H, q_rows);
+    a.wgate = rows_of(w, cfg_.quantization, qp, 2 * NH * D, H, g_rows);
     a.wk = w.row_slice(p + "self_attn.k_proj.weight", KD, H, dims_.kv_head0 * D, dims_.kv_heads * D);
     a.wv = w.row_slice(p + "self_attn.v_proj.weight", KD, H, dims_.kv_head0 * D, dims_.kv_heads * D);
     a.wo = w.col_slice(p + "self_attn.o_proj.weight", H, NH * D, dims_.q_head0 * D, dims_.q_heads * D);
