@@ -115,6 +115,28 @@ std::string preset_config_json(const std::string& name) {
     j["head_dim"] = hd;
     j["max_window_layers"] = layers;
   };
+  // The hybrid layout: linear attention every layer but each fourth (key / value heads of one width, conv
+  // kernel 4), partial RoPE over a quarter of the head, an untied head unless said otherwise.
+  auto hybrid = [&](const char* arch, const char* type, std::size_t nk, std::size_t nv, std::size_t d, double theta) {
+    j["architectures"] = {arch};
+    j["model_type"] = type;
+    j["tie_word_embeddings"] = false;
+    j["full_attention_interval"] = 4;
+    j["linear_num_key_heads"] = nk;
+    j["linear_num_value_heads"] = nv;
+    j["linear_key_head_dim"] = d;
+    j["linear_value_head_dim"] = d;
+    j["linear_conv_kernel_dim"] = 4;
+    j["rope_parameters"] = {{"rope_theta", theta}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  };
+  // E routed experts of width `inter`, top k (renormalised), and a shared expert of width `shared`.
+  auto experts = [&](std::size_t E, std::size_t k, std::size_t inter, std::size_t shared) {
+    j["num_experts"] = E;
+    j["num_experts_per_tok"] = k;
+    j["moe_intermediate_size"] = inter;
+    j["shared_expert_intermediate_size"] = shared;
+    j["norm_topk_prob"] = true;
+  };
   if (name == "tiny") set(64, 128, 2, 4, 2, 16);
   else if (name == "qwen3-0.6b") set(1024, 3072, 28, 16, 8, 128);
   else if (name == "qwen3-4b") set(2560, 9728, 36, 32, 8, 128);
@@ -146,48 +168,33 @@ std::string preset_config_json(const std::string& name) {
     const bool tiny = name == "tiny-next";
     if (tiny) set(64, 128, 4, 4, 2, 32);
     else set(2048, 5120, 48, 16, 2, 256);
-    j["architectures"] = {"Qwen3NextForCausalLM"};
-    j["model_type"] = "qwen3_next";
+    hybrid("Qwen3NextForCausalLM", "qwen3_next", tiny ? 2 : 16, tiny ? 4 : 32, tiny ? 16 : 128, 10000000.0);
+    experts(tiny ? 8 : 512, tiny ? 2 : 10, tiny ? 32 : 512, tiny ? 32 : 512);
     j["tie_word_embeddings"] = tiny;
-    j["num_experts"] = tiny ? 8 : 512;
-    j["num_experts_per_tok"] = tiny ? 2 : 10;
-    j["moe_intermediate_size"] = tiny ? 32 : 512;
-    j["shared_expert_intermediate_size"] = tiny ? 32 : 512;
-    j["norm_topk_prob"] = true;
     j["decoder_sparse_step"] = 1;
     j["mlp_only_layers"] = nlohmann::json::array();
-    j["full_attention_interval"] = 4;
-    j["linear_num_key_heads"] = tiny ? 2 : 16;
-    j["linear_num_value_heads"] = tiny ? 4 : 32;
-    j["linear_key_head_dim"] = tiny ? 16 : 128;
-    j["linear_value_head_dim"] = tiny ? 16 : 128;
-    j["linear_conv_kernel_dim"] = 4;
-    j["rope_parameters"] = {{"rope_theta", 10000000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  } else if (name == "tiny-qwen3.5-moe") {
+    // Qwen3.5-MoE's layout, small: 3 Gated DeltaNet layers (2 key / 4 value heads of 32) and 1 gated
+    // attention layer of 2 heads of 128 (whole FP8 128-row blocks per head), 4 experts of 64, top 2, a
+    // shared expert of 64, hidden 128, vocabulary 512.
+    set(128, 256, 4, 2, 1, 128);
+    hybrid("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", 2, 4, 32, 10000.0);
+    experts(4, 2, 64, 64);
+    j["vocab_size"] = 512;
+    j["max_position_embeddings"] = 512;
+    j["initializer_range"] = 0.05;
   } else if (name == "qwen3.5-122b-a10b") {
     // Qwen3.5-122B-A10B's text model: 48 layers (36 Gated DeltaNet with 16 key / 64 value heads, 12 gated
     // attention with 32 query / 2 KV heads of 256), hidden 3072, 256 experts of width 1024, top 8, a shared
     // expert of width 1024, vocabulary 248,320.
     set(3072, 1024, 48, 32, 2, 256);
-    j["architectures"] = {"Qwen3_5MoeForCausalLM"};
-    j["model_type"] = "qwen3_5_moe_text";
+    hybrid("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", 16, 64, 128, 10000000.0);
+    experts(256, 8, 1024, 1024);
     j["vocab_size"] = 248320;
-    j["tie_word_embeddings"] = false;
-    j["num_experts"] = 256;
-    j["num_experts_per_tok"] = 8;
-    j["moe_intermediate_size"] = 1024;
-    j["shared_expert_intermediate_size"] = 1024;
-    j["norm_topk_prob"] = true;
-    j["full_attention_interval"] = 4;
-    j["linear_num_key_heads"] = 16;
-    j["linear_num_value_heads"] = 64;
-    j["linear_key_head_dim"] = 128;
-    j["linear_value_head_dim"] = 128;
-    j["linear_conv_kernel_dim"] = 4;
-    j["rope_parameters"] = {{"rope_theta", 10000000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
   } else
     throw std::invalid_argument("unknown checkpoint preset \"" + name +
                                 "\" (tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
-                                "qwen3-next-80b-a3b, qwen3.5-122b-a10b)");
+                                "qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny-qwen3.5-moe)");
   return j.dump(2);
 }
 

@@ -17,7 +17,8 @@ namespace quarry::engine {
 /// "qwen3-next-80b-a3b" (Qwen3-Next-80B-A3B: 36 Gated DeltaNet and 12 gated attention layers, 512 experts of
 /// width 512, top 10, a shared expert), "qwen3.5-122b-a10b" (Qwen3.5-122B-A10B's text model, Qwen3_5MoeForCausalLM:
 /// 36 Gated DeltaNet and 12 gated attention layers, 256 experts of width 1024, top 8, a shared expert) and
-/// "tiny-next" (the Qwen3-Next layout at the "tiny" size, 4 layers).
+/// "tiny-next" (the Qwen3-Next layout at the "tiny" size, 4 layers) and "tiny-qwen3.5-moe" (the
+/// Qwen3.5-MoE layout, hidden 128, gated-attention heads of 128, vocabulary 512).
 /// Throws std::invalid_argument on an unknown name.
 std::string preset_config_json(const std::string& name);
 

@@ -36,17 +36,6 @@ const char* kMoe = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "
   "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true, "decoder_sparse_step": 1,
   "mlp_only_layers": [1]})";
 
-/// Qwen3.5-MoE layout (3 Gated DeltaNet layers, 1 gated attention layer with 128-wide heads, so that the
-/// query / gate rows regrouped at load are whole FP8 128-row blocks; routed and shared experts).
-const char* kHybrid = R"({"architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text",
-  "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4,
-  "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "max_position_embeddings": 512,
-  "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.05, "num_experts": 4,
-  "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
-  "norm_topk_prob": true, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
-  "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
-  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}})";
-
 /// Greedy continuation of `prompt` (one token per forward) and the logits of every step, concatenated.
 struct Run {
   std::vector<TokenId> tokens;
@@ -112,7 +101,7 @@ std::vector<Variant> variants() {
 
 class QuantModel : public ::testing::TestWithParam<std::string> {};
 
-void check_variant(const char* config, const std::string& tag, const QuantizeOptions& base, std::size_t vocab) {
+void check_variant(const std::string& config, const std::string& tag, const QuantizeOptions& base, std::size_t vocab) {
   const auto root = testing::scratch_dir("quant_" + tag);
   write_random_checkpoint(config, root / "f", DType::bf16, 17);
   QuantizeOptions o = base;
@@ -168,7 +157,7 @@ TEST(QuantModelHybrid, QuantizedHybridGivesTheDequantizedModelsTokens) {
   for (const auto& v : variants())
     if (v.name == "int8_channel" || v.name == "gptq4_sym_g32" || v.name == "gptq4_desc_act_g32" ||
         v.name == "fp8_block128")
-      check_variant(kHybrid, "hybrid_" + v.name, v.o, 512);
+      check_variant(preset_config_json("tiny-qwen3.5-moe"), "hybrid_" + v.name, v.o, 512);
 }
 
 TEST(QuantLoader, WrittenLayoutsAreThePublishedOnes) {

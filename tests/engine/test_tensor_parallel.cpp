@@ -230,18 +230,10 @@ TEST(TensorParallel, HybridEngineWithMtpAndBatchingEqualsOneDevice) {
 TEST(TensorParallel, QuantizedHybridCheckpointsSplit) {
   // Qwen3.5-MoE layout quantized (int8 per channel, GPTQ int4 groups of 32): each rank gathers its linear-
   // attention channels and its query / gate rows from the packed tensors; TP 2 = TP 1.
-  const char* config = R"({"architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text",
-    "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4,
-    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.05, "num_experts": 4,
-    "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
-    "norm_topk_prob": true, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
-    "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}})";
   auto backends = rank_backends(2);
   if (backends.empty()) GTEST_SKIP() << "fewer than 2 GPUs";
   const auto root = testing::scratch_dir("tp_quant_hybrid");
-  write_random_checkpoint(config, root / "f", DType::bf16, 9);
+  write_random_checkpoint(preset_config_json("tiny-qwen3.5-moe"), root / "f", DType::bf16, 9);
   const std::vector<TokenId> prompt = {1, 17, 250, 3, 99, 511, 42, 7, 300, 64};
   for (const std::string method : {"int8", "int4-gptq"}) {
     QuantizeOptions o;
