@@ -133,8 +133,9 @@ class KvCache {
   // ---- recurrent state (hybrid models: spec().state_floats > 0) ----
   /// The sequence's recurrent state in the backend's memory: spec().state_floats f32 values, zeroed by
   /// the model when the sequence's position 0 is computed; null without state or on a bookkeeping-only
-  /// cache. A fork copies it; truncate() does not roll it back (stateful sequences are never truncated
-  /// below what was computed: the engine runs no MTP drafts and no prefix reuse for such models).
+  /// cache. A fork copies it; truncate() does not roll it back (after rejected drafts the engine restores
+  /// the copy saved before them, save_state / restore_state; a cached prefix brings its snapshot,
+  /// attach_prefix).
   /// Throws std::out_of_range on an unknown id.
   float* recurrent_state(SeqId id) const;
   /// The sequence's recurrent-state slot in the storage (KvStorage::recurrent_state; each rank's storage

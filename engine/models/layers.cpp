@@ -381,30 +381,30 @@ void lm_head_parallel(Backend& b, Collective& tp, const Weight& head, std::size_
       b.copy_rows(logits + q * chunk, n_rows, gathered + q * n_out * chunk, chunk, n_out, n);
 }
 
-void vocab_parallel_head(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims,
-                         const ModelConfig& c, const Weight& head, std::size_t n_rows, const float* norm,
-                         const float* states, const ForwardBatch& batch, float* sel, float* logits,
-                         std::span<const std::vector<std::int32_t>> candidates) {
-  const std::size_t n = std::max<std::size_t>(batch.n_logits(), 1), chunk = dims.vocab_chunk;
-  float* local = ws.get(kVocabLocal, n * chunk);
-  float* gathered = ws.get(kVocabGathered, tp.size * n * chunk);
-  lm_head_parallel(b, *tp.comm, head, c.vocab_size, chunk, n_rows, norm, static_cast<float>(c.rms_norm_eps), states,
-                   c.hidden_size, batch, sel, local, gathered, logits, candidates);
+bool head_logits(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims, const ModelConfig& c,
+                 const Weight& head, std::size_t n_rows, const float* norm, bool want_logits, const float* states,
+                 const ForwardBatch& batch, float* logits, std::span<const std::uint32_t> lm_head_groups,
+                 std::span<const std::vector<std::int32_t>> candidates) {
+  const std::size_t n = std::max<std::size_t>(batch.n_logits(), 1), H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* sel = ws.get(kHeadRows, n * H);
+  if (!tp.active()) return lm_head(b, head, n_rows, norm, eps, states, H, batch, sel, logits, lm_head_groups, candidates);
+  if (want_logits) {
+    const std::size_t chunk = dims.vocab_chunk;
+    float* local = ws.get(kVocabLocal, n * chunk);
+    float* gathered = ws.get(kVocabGathered, tp.size * n * chunk);
+    lm_head_parallel(b, *tp.comm, head, c.vocab_size, chunk, n_rows, norm, eps, states, H, batch, sel, local, gathered,
+                     logits, candidates);
+  }
+  return false;
 }
 
 void draft_head(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims, const ModelConfig& c,
                 const Weight& head, std::size_t draft_vocab, bool want_logits, const float* hidden,
                 const ForwardBatch& batch, float* logits, std::span<const std::vector<std::int32_t>> candidates) {
-  const std::size_t H = c.hidden_size, V = c.vocab_size;
-  float* sel = ws.get(kDraftRows, std::max<std::size_t>(batch.n_logits(), 1) * H);
-  if (tp.active()) {
-    if (want_logits)
-      vocab_parallel_head(b, ws, tp, dims, c, head, draft_vocab > 0 && draft_vocab < V ? draft_vocab : V, nullptr,
-                          hidden, batch, sel, logits, candidates);
-    return;
-  }
-  const std::size_t rows = draft_vocab > 0 && draft_vocab < head.rows ? draft_vocab : head.rows;
-  lm_head(b, head, rows, nullptr, static_cast<float>(c.rms_norm_eps), hidden, H, batch, sel, logits, {}, candidates);
+  const std::size_t V = c.vocab_size;
+  head_logits(b, ws, tp, dims, c, head, draft_vocab > 0 && draft_vocab < V ? draft_vocab : V, nullptr, want_logits,
+              hidden, batch, logits, {}, candidates);
 }
 
 }  // namespace quarry::engine::layers

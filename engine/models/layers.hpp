@@ -147,7 +147,7 @@ class Workspace {
 enum Slot : std::size_t {
   kH, kQ, kK, kV, kAttn, kGate, kUp, kCos, kSin,
   kRouter, kRouting, kMoeScratch, kMoeOut,  // the MoE block's
-  kVocabLocal, kVocabGathered, kDraftRows,  // the vocabulary-parallel head's, the draft head's
+  kHeadRows, kVocabLocal, kVocabGathered,   // head_logits' (the vocabulary-parallel head's)
   kFirstFreeSlot
 };
 
@@ -219,17 +219,20 @@ void lm_head_parallel(Backend& b, Collective& tp, const Weight& head, std::size_
                       const ForwardBatch& batch, float* sel, float* local, float* gathered, float* logits,
                       std::span<const std::vector<std::int32_t>> candidates);
 
-/// lm_head_parallel() of a model split as `tp` says, chunk = dims.vocab_chunk, its buffers in `ws`
-/// (kVocabLocal, kVocabGathered); c: the whole model's config (vocab_size, hidden_size, rms_norm_eps).
-void vocab_parallel_head(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims,
-                         const ModelConfig& c, const Weight& head, std::size_t n_rows, const float* norm,
-                         const float* states, const ForwardBatch& batch, float* sel, float* logits,
-                         std::span<const std::vector<std::int32_t>> candidates);
+/// A model's logits over the first n_rows ids of `head` from `states` [T, hidden] (normed by `norm`
+/// unless null): lm_head() (lm_head_groups and candidates as it says), or, when `tp` is active,
+/// lm_head_parallel() with chunk = dims.vocab_chunk (every rank calls it; want_logits false skips the head
+/// on all of them; the groups restriction is not applied). Scratch from `ws` (kHeadRows, kVocabLocal,
+/// kVocabGathered); c: the whole model's config (vocab_size, hidden_size, rms_norm_eps). Returns true if
+/// the groups restriction was applied.
+bool head_logits(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims, const ModelConfig& c,
+                 const Weight& head, std::size_t n_rows, const float* norm, bool want_logits, const float* states,
+                 const ForwardBatch& batch, float* logits, std::span<const std::uint32_t> lm_head_groups,
+                 std::span<const std::vector<std::int32_t>> candidates);
 
-/// An MTP module's draft logits from its normed states `hidden` [T, hidden]: the first draft_vocab ids of
-/// `head` (0 or >= vocab_size: all of them) for the batch rows that want logits, by lm_head() (restricted
-/// to `candidates` as it says), or by vocab_parallel_head() when `tp` is active (every rank calls it;
-/// want_logits false skips the head on all of them). Logits [n_logits, ld] with ld the rows computed.
+/// An MTP module's draft logits from its normed states `hidden` [T, hidden]: head_logits() over the first
+/// draft_vocab ids of `head` (0 or >= vocab_size: all of them). Logits [n_logits, ld] with ld the rows
+/// computed.
 void draft_head(Backend& b, Workspace& ws, const TensorParallel& tp, const ShardDims& dims, const ModelConfig& c,
                 const Weight& head, std::size_t draft_vocab, bool want_logits, const float* hidden,
                 const ForwardBatch& batch, float* logits, std::span<const std::vector<std::int32_t>> candidates);

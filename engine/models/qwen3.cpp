@@ -43,7 +43,7 @@ struct MtpModule {
 constexpr std::size_t kMaxRecursiveMtpDepth = 8;
 
 /// Workspace slots of this model beyond the shared builders'.
-enum : std::size_t { kX = layers::kFirstFreeSlot, kSel, kCat };
+enum : std::size_t { kX = layers::kFirstFreeSlot, kCat };
 
 class Qwen3 final : public RankModel {
  public:
@@ -180,15 +180,8 @@ class Qwen3 final : public RankModel {
       else be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
     }
     // Final norm and LM head only for the rows whose logits are wanted.
-    float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
-    if (tp_.active()) {
-      if (want_logits)
-        layers::vocab_parallel_head(*backend_, ws_, tp_, dims_, cfg_, lm_head(), cfg_.vocab_size,
-                                    final_norm_.as<float>(), x, b, sel, out.logits, {});
-      return false;
-    }
-    return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
-                           lm_head_groups, {});
+    return layers::head_logits(be, ws_, tp_, dims_, cfg_, lm_head(), cfg_.vocab_size, final_norm_.as<float>(),
+                               want_logits, x, b, out.logits, lm_head_groups, {});
   }
 
   void mtp_forward_rank(std::size_t depth, const ForwardBatch& b, const float* hidden_in, KvStorage& kv,
@@ -221,7 +214,6 @@ class Qwen3 final : public RankModel {
 
  private:
   const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
-
 
   ModelConfig cfg_;
   ModelConfig local_;  ///< cfg_ as this rank's layers see it (tensor parallel: its heads and widths)

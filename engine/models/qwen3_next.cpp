@@ -16,9 +16,10 @@
 // head [q, k, v, z]; in_proj_ba: per key head [b, a]); they are regrouped at load into the Qwen3.5 layout
 // (in_proj_qkv = all q, all k, all v; in_proj_z; in_proj_b; in_proj_a), so one forward serves both.
 // The recurrent state lives in the KV storage per sequence (KvStorage::recurrent_state, slots handed out
-// by KvCache); such models run without prefix reuse. Under tensor parallelism (parallel.hpp) each rank
-// holds its linear-attention key heads with their value heads (and their recurrent state), its attention
-// heads, its slices of the FFN and the shared expert, and its slice of the vocabulary. MTP drafting works as for Qwen3 (the `mtp.*` module, recursive); a verify step
+// by KvCache); a cached prefix resumes from a snapshot of it (KvCache::save_state_snapshot). Under tensor
+// parallelism (parallel.hpp) each rank holds its linear-attention key heads with their value heads (and
+// their recurrent state), its attention heads, its slices of the FFN and the shared expert, and its slice
+// of the vocabulary. MTP drafting works as for Qwen3 (the `mtp.*` module, recursive); a verify step
 // that rejects drafts restores the state saved before it and feeds the accepted tokens again (engine.cpp).
 #include <algorithm>
 #include <cmath>
@@ -42,27 +43,32 @@ namespace {
 
 using layers::WeightLoader;
 
-/// A weight made from selected rows of a checkpoint tensor (regrouped projections). The rows are copied
-/// into `host` (a quantized module's packed values), which the weight may read in place and which
-/// therefore lives as long as it.
+/// A weight made from selected rows of a checkpoint tensor (regrouped projections). Rows that are not one
+/// contiguous range are copied into `host` (for a quantized module, its packed values), which the weight
+/// may read in place and which therefore lives as long as it; empty when the weight reads the file.
 struct RowsWeight {
   std::vector<unsigned char> host;
   std::unique_ptr<Weight> w;
 };
 
-/// Rows `rows` of the linear `name` ([total, cols]), in that order: packed, in the checkpoint's layout,
-/// where `quant` says the module is quantized (quant_loader.hpp gather_rows_quantized: whole scale blocks,
-/// every GPTQ column), else in its float dtype.
+/// Rows `rows` of the linear `name` ([total, cols]), in that order: one contiguous range through
+/// WeightLoader::row_slice (read in place, or the packed slice), others gathered: packed, in the
+/// checkpoint's layout, where `quant` says the module is quantized (quant_loader.hpp gather_rows_quantized:
+/// whole scale blocks, every GPTQ column), else copied in their float dtype.
 RowsWeight rows_of(const WeightLoader& w, const QuantizationConfig& quant, const std::string& name,
                    std::size_t total, std::size_t cols, const std::vector<std::size_t>& rows) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first row, count), contiguous
+  for (const std::size_t row : rows) {
+    if (!runs.empty() && runs.back().first + runs.back().second == row) ++runs.back().second;
+    else runs.emplace_back(row, 1);
+  }
   RowsWeight r;
+  if (runs.size() == 1) {
+    r.w = w.row_slice(name, total, cols, runs[0].first, runs[0].second);
+    return r;
+  }
   if (quant.present())
     if (auto full = read_quantized(w.store(), quant, name, total, cols)) {
-      std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first row, count), contiguous
-      for (const std::size_t row : rows) {
-        if (!runs.empty() && runs.back().first + runs.back().second == row) ++runs.back().second;
-        else runs.emplace_back(row, 1);
-      }
       LoadedQuantized g = gather_rows_quantized(*full, runs, w.store().origin().string() + ": " + name);
       r.w = w.backend().load_quantized(g.m, WeightUse::matmul, w.compute());
       r.host = std::move(g.data);  // the same buffer: moving a vector keeps its storage
@@ -142,7 +148,7 @@ struct Layer {
 };
 
 enum : std::size_t {
-  kX = layers::kFirstFreeSlot, kSel, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat
+  kX = layers::kFirstFreeSlot, kZ, kB, kA, kCore, kGateQ, kShared, kSharedGate, kScratch, kCat
 };
 
 /// The one MTP module is applied recursively; this caps the KV layers reserved for its depths.
@@ -311,15 +317,8 @@ class HybridQwen final : public RankModel {
       ffn(L, x, T);
     }
     if (out.hidden) be.rms_norm(x, out.hidden, T, H, H, final_norm_.as<float>(), eps);
-    float* sel = ws_.get(kSel, std::max<std::size_t>(b.n_logits(), 1) * H);
-    if (tp_.active()) {
-      if (want_logits)
-        layers::vocab_parallel_head(*backend_, ws_, tp_, dims_, cfg_, lm_head(), cfg_.vocab_size,
-                                    final_norm_.as<float>(), x, b, sel, out.logits, {});
-      return false;
-    }
-    return layers::lm_head(be, lm_head(), cfg_.vocab_size, final_norm_.as<float>(), eps, x, H, b, sel, out.logits,
-                           lm_head_groups, {});
+    return layers::head_logits(be, ws_, tp_, dims_, cfg_, lm_head(), cfg_.vocab_size, final_norm_.as<float>(),
+                               want_logits, x, b, out.logits, lm_head_groups, {});
   }
 
  private:
@@ -378,11 +377,9 @@ class HybridQwen final : public RankModel {
       }
       a.b = rows_of(w, cfg_.quantization, ba, 2 * NV, H, b_rows);
       a.a = rows_of(w, cfg_.quantization, ba, 2 * NV, H, a_rows);
-    } else {  // Qwen3.5: separate projections, already in order
+    } else {  // Qwen3.5: separate projections, already in order (this rank's: contiguous, but the channels)
       const auto range = [&](const std::string& name, std::size_t rows, std::size_t from, std::size_t n) {
-        std::vector<std::size_t> sel;
-        iota(from, n, sel);
-        return rows_of(w, cfg_.quantization, name, rows, H, sel);
+        return RowsWeight{{}, w.row_slice(name, rows, H, from, n)};
       };
       a.qkv = rows_of(w, cfg_.quantization, q + "in_proj_qkv.weight", C, H, channels);
       a.z = range(q + "in_proj_z.weight", NV * dv, v0 * dv, nv * dv);
@@ -498,7 +495,6 @@ class HybridQwen final : public RankModel {
 
   const Weight& lm_head() const { return own_lm_head_ ? *own_lm_head_ : *embed_; }
 
-
   ModelConfig cfg_;
   ModelConfig local_;  ///< cfg_ as this rank's layers see it (tensor parallel: its heads and widths)
   TensorParallel tp_;
@@ -529,17 +525,16 @@ void check_hybrid_config(const ModelConfig& config, const TensorStore& store) {
 
 }  // namespace
 
-std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
-                                        std::shared_ptr<Backend> backend, Compute compute) {
-  check_hybrid_config(config, *store);
-  return std::make_unique<HybridQwen>(config, std::move(store), std::move(backend), compute);
-}
-
 std::unique_ptr<RankModel> make_hybrid_qwen_rank(const ModelConfig& config, std::unique_ptr<TensorStore> store,
                                                  std::shared_ptr<Backend> backend, Compute compute,
                                                  const TensorParallel& tp) {
   check_hybrid_config(config, *store);
   return std::make_unique<HybridQwen>(config, std::move(store), std::move(backend), compute, tp);
+}
+
+std::unique_ptr<Model> make_hybrid_qwen(const ModelConfig& config, std::unique_ptr<TensorStore> store,
+                                        std::shared_ptr<Backend> backend, Compute compute) {
+  return make_hybrid_qwen_rank(config, std::move(store), std::move(backend), compute, {});
 }
 
 }  // namespace quarry::engine
