@@ -244,7 +244,8 @@ LoadedQuantized gather_rows_quantized(const LoadedQuantized& full,
     }
   } else {  // GPTQ: output rows are the columns of qweight [K / per, N] and of the [G, N] tables
     const std::size_t words = f.cols / (32 / f.bits()), G = f.n_groups;
-    std::vector<std::uint32_t> w(words * n);
+    g.data.resize(words * n * 4);
+    auto* w = reinterpret_cast<std::uint32_t*>(g.data.data());
     g.scales.resize(G * n);
     g.zeros.resize(G * n);
     std::size_t at = 0;
@@ -258,8 +259,6 @@ LoadedQuantized gather_rows_quantized(const LoadedQuantized& full,
       }
       at += c;
     }
-    g.data.resize(w.size() * 4);
-    std::memcpy(g.data.data(), w.data(), g.data.size());
     g.g_idx = full.g_idx;
   }
   g.m.data = g.data.data();

@@ -104,9 +104,6 @@ bool quant_uses_bf16(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
 
 namespace {
 
-/// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
-/// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
-/// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
 /// x rounded to the nearest integer, ties to even, for |x| <= 2^22 (the activations here: |x / s| <= 127):
 /// adding and subtracting 1.5 * 2^23 leaves the integer part in the mantissa (round to nearest even, the
 /// default mode), what std::nearbyint returns, without its library call on the baseline instruction set
@@ -118,6 +115,9 @@ inline float round_even(float x) {
   return t - kShift;
 }
 
+/// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
+/// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
+/// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
 void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::vector<std::int32_t>& x4,
                           std::vector<float>& xs, std::vector<std::int32_t>& xsum) {
   const std::size_t G = (k + gs - 1) / gs;
@@ -173,25 +173,20 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   if (quant_uses_bf16(kernel, w, m)) {
-    // FP8 rows: activations rounded to bf16 (nearest even), rows split over the threads.
-    scratch.xb.resize(m * K);
+    // FP8 rows: activations rounded to bf16 (nearest even), rows split over the threads; with VBMI 64
+    // values a step, the activations stored in that kernel's interleaved order (quant_kernels.hpp).
     static const bool vbmi = detect_cpu_features().avx512_vbmi;
-    if (vbmi && K % 64 == 0 && w.view.block_cols % 64 == 0) {  // 64 values a step, activations interleaved
-      for (std::size_t i = 0; i < m; ++i)
-        for (std::size_t p = 0; p < K; ++p) {
-          const std::size_t r = p % 64, lane = r / 16, col = r % 16;
-          const std::size_t at = p - r + (col < 8 ? 8 * lane + col : 32 + 8 * lane + col - 8);
-          scratch.xb[i * K + at] = f32_to_bf16(x[i * ldx + p]);
-        }
-      over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {
-        detail::fp8_bf16_vbmi_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
-      });
-      return;
-    }
+    const bool wide = vbmi && K % 64 == 0 && w.view.block_cols % 64 == 0;
+    const auto position = [wide](std::size_t p) {
+      const std::size_t r = p % 64, lane = r / 16, col = r % 16;
+      return wide ? p - r + (col < 8 ? 8 * lane + col : 32 + 8 * lane + col - 8) : p;
+    };
+    scratch.xb.resize(m * K);
     for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + p] = f32_to_bf16(x[i * ldx + p]);
+      for (std::size_t p = 0; p < K; ++p) scratch.xb[i * K + position(p)] = f32_to_bf16(x[i * ldx + p]);
     over_row_blocks(pool, n, 64, [&](std::size_t, std::size_t j0, std::size_t j1) {
-      detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
+      if (wide) detail::fp8_bf16_vbmi_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
+      else detail::fp8_bf16_avx512(w.view, scratch.xb.data(), m, j0, j1, y, ldy);
     });
     return;
   }

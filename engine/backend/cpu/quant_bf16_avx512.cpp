@@ -12,19 +12,6 @@ namespace quarry::engine::cpu::detail {
 
 namespace {
 
-/// bf16 bits of the FP8 E4M3 magnitude i (0..127): subnormals m * 2^-9, normals 2^(e-7) * (1 + m/8),
-/// 127 NaN.
-constexpr std::uint16_t fp8_mag_bf16(unsigned i) {
-  if (i == 127) return 0x7fc0;
-  if ((i >> 3) == 0) {
-    const unsigned m = i & 7;
-    if (m == 0) return 0;
-    const unsigned lg = m >= 4 ? 2 : m >= 2 ? 1 : 0;
-    return static_cast<std::uint16_t>(((118 + lg) << 7) | ((m << (7 - lg)) & 0x7f));
-  }
-  return static_cast<std::uint16_t>((i << 4) + (120u << 7));
-}
-
 struct Table {
   alignas(64) std::uint16_t v[128];
 };

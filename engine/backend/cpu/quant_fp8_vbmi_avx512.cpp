@@ -5,8 +5,9 @@
 // bf16 words in each 128-bit lane (VPUNPCKLBW / VPUNPCKHBW). That gives the weights of columns
 // 16L + 0..7 and 16L + 8..15 of every lane L, so the activations come in that order (quant_kernels.hpp).
 // Four accumulators per activation row and scale block (two 64-column steps, one per interleave half)
-// keep the VDPBF16PS latency chains from bounding the loop. Against the 32-value kernel of quant_bf16_avx512.cpp (a widening, two word lookups, a
-// blend, the sign and one VDPBF16PS per 32 values): 6 integer ops and 2 VDPBF16PS per 64 values.
+// keep the VDPBF16PS latency chains from bounding the loop. Against the 32-value kernel of
+// quant_bf16_avx512.cpp (a widening, two word lookups, a blend, the sign and one VDPBF16PS per 32
+// values): 6 integer ops and 2 VDPBF16PS per 64 values.
 // GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized (see quant_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -16,19 +17,6 @@
 namespace quarry::engine::cpu::detail {
 
 namespace {
-
-/// bf16 bits of the FP8 E4M3 magnitude i (0..127): subnormals m * 2^-9, normals 2^(e-7) * (1 + m/8),
-/// 127 NaN (OCP OFP8 rev. 1.0, table 1).
-constexpr unsigned fp8_mag_bf16(unsigned i) {
-  if (i == 127) return 0x7fc0;
-  if ((i >> 3) == 0) {
-    const unsigned m = i & 7;
-    if (m == 0) return 0;
-    const unsigned lg = m >= 4 ? 2 : m >= 2 ? 1 : 0;
-    return ((118 + lg) << 7) | ((m << (7 - lg)) & 0x7f);
-  }
-  return (i << 4) + (120u << 7);
-}
 
 struct ByteTables {
   alignas(64) unsigned char hi[128];

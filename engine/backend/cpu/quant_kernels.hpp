@@ -53,6 +53,19 @@ void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* x
 /// VPERMT2W), VDPBF16PS per scale block, then y += block sum * scale. Needs AVX512_BF16.
 void fp8_bf16_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
                      float* y, std::size_t ldy);
+/// bf16 bits of the FP8 E4M3 magnitude i (0..127), the tables of both FP8 kernels: subnormals m * 2^-9,
+/// normals 2^(e-7) * (1 + m/8), 127 NaN (OCP OFP8 rev. 1.0, table 1). Static: evaluated at compile time in
+/// each kernel file, never one definition shared between instruction sets.
+static constexpr std::uint16_t fp8_mag_bf16(unsigned i) {
+  if (i == 127) return 0x7fc0;
+  if ((i >> 3) == 0) {
+    const unsigned m = i & 7;
+    if (m == 0) return 0;
+    const unsigned lg = m >= 4 ? 2 : m >= 2 ? 1 : 0;
+    return static_cast<std::uint16_t>(((118 + lg) << 7) | ((m << (7 - lg)) & 0x7f));
+  }
+  return static_cast<std::uint16_t>((i << 4) + (120u << 7));
+}
 /// The same 64 FP8 values at a time on AVX512_BF16 + AVX512_VBMI (k and the scale blocks multiples of 64
 /// columns; quant_fp8_vbmi_avx512.cpp), with the activations xb [m, k] in its interleaved order: within
 /// each 64 columns c0 + r (r = 16 L + w, lane L < 4), column r sits at c0 + 8 L + w for w < 8 and at
