@@ -116,25 +116,23 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   ro.mtp_layers = mtp_depth_;
   // A model with recurrent state (hybrid) resumes a cached prefix only from a snapshot of its state:
   // taken every state_snapshot_tokens positions of a prompt, where prefill chunks end.
-  const bool stateful = model->kv_spec().state_floats > 0;
-  const std::size_t block = model->kv_spec().block_size;
+  const KvSpec spec = model->kv_spec();
+  const bool stateful = spec.state_floats > 0;
   if (stateful && options_.state_snapshot_tokens > 0)
-    snapshot_every_ = (options_.state_snapshot_tokens + block - 1) / block * block;
+    snapshot_every_ = (options_.state_snapshot_tokens + spec.block_size - 1) / spec.block_size * spec.block_size;
   ro.prefix.enabled = options_.enable_prefix_caching && (!stateful || snapshot_every_ > 0);
   ro.prefix.salt = model_salt(*model);
   ro.prefix.max_state_snapshots = options_.max_state_snapshots;
-  if (stateful && ro.prefix.max_state_snapshots == 0) {  // auto: what 2 GiB hold, 1 to 32
-    const std::size_t bytes = model->kv_spec().state_floats * sizeof(float);
-    ro.prefix.max_state_snapshots = std::clamp<std::size_t>((std::size_t{2} << 30) / bytes, 1, 32);
-  }
-  if (stateful)  // a state and its saved copy per running sequence, and the snapshots
-    ro.state_slots =
-        std::clamp<std::size_t>(options_.max_num_seqs, 1, options_.max_batch_tokens) * (mtp_depth_ > 0 ? 2 : 1) +
-        (ro.prefix.enabled ? ro.prefix.max_state_snapshots : 0);
-  runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
+  if (stateful && ro.prefix.max_state_snapshots == 0)  // auto: what 2 GiB hold, 1 to 32
+    ro.prefix.max_state_snapshots =
+        std::clamp<std::size_t>((std::size_t{2} << 30) / (spec.state_floats * sizeof(float)), 1, 32);
   SchedulerOptions so;
   so.max_batch_tokens = options_.max_batch_tokens;
   so.max_num_seqs = options_.max_num_seqs;
+  if (stateful)  // a state and its saved copy per running sequence, and the snapshots
+    ro.state_slots =
+        so.running_limit() * (mtp_depth_ > 0 ? 2 : 1) + (ro.prefix.enabled ? ro.prefix.max_state_snapshots : 0);
+  runner_ = std::make_unique<ModelRunner>(std::move(model), ro);
   if (runner_->kv().prefix_options().enabled) so.prefill_align = snapshot_every_;
   scheduler_ = std::make_unique<Scheduler>(runner_->kv(), so, stats_, clock_);
   structured_ = std::make_unique<StructuredOutput>(tokenizer_, eos_ids_, V);

@@ -14,8 +14,8 @@ constexpr std::size_t kMaxLpmQueue = 128;
 
 Scheduler::Scheduler(KvCache& kv, const SchedulerOptions& options, EngineStats& stats, const Stopwatch& clock)
     : kv_(kv), options_(options), stats_(stats), clock_(clock) {
+  options_.max_num_seqs = options_.running_limit();
   if (options_.max_batch_tokens == 0) options_.max_batch_tokens = 1;
-  options_.max_num_seqs = std::clamp<std::size_t>(options_.max_num_seqs, 1, options_.max_batch_tokens);
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> s) { waiting_.push_back(std::move(s)); }

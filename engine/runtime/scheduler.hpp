@@ -11,6 +11,7 @@
 // chunks after it up to max_batch_tokens (chunked prefill, Sarathi-Serve).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,10 +29,14 @@ namespace quarry::engine {
 
 struct SchedulerOptions {
   std::size_t max_batch_tokens = 256;  ///< tokens per forward call
-  std::size_t max_num_seqs = 64;       ///< running sequences at most
+  std::size_t max_num_seqs = 64;       ///< running sequences at most (see running_limit())
   /// Prefill chunks do not cross multiples of this many positions (0: no such limit): where a hybrid
   /// model's recurrent state is snapshotted for prefix reuse (a multiple of the KV block size).
   std::size_t prefill_align = 0;
+  /// The running sequences the scheduler admits: max_num_seqs clamped to [1, max(max_batch_tokens, 1)].
+  std::size_t running_limit() const {
+    return std::clamp<std::size_t>(max_num_seqs, 1, std::max<std::size_t>(max_batch_tokens, 1));
+  }
 };
 
 /// One sequence's rows in a step's batch.
