@@ -436,8 +436,7 @@ int main(int argc, char** argv) {
                    "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
                    "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
                    "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
-                   "presets: tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
-                   "qwen3-next-80b-a3b, qwen3.5-122b-a10b\n";
+                   "presets: " << preset_names() << "\n";
       return 0;
     }
     if (i + 1 >= argc) {

@@ -103,6 +103,11 @@ struct Spec {
 
 }  // namespace
 
+std::string preset_names() {
+  return "tiny, tiny-moe, tiny-next, tiny-qwen3.5-moe, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
+         "qwen3-next-80b-a3b, qwen3.5-122b-a10b";
+}
+
 std::string preset_config_json(const std::string& name) {
   nlohmann::json j = qwen3_base();
   auto set = [&](std::size_t h, std::size_t inter, std::size_t layers, std::size_t heads, std::size_t kv,
@@ -192,9 +197,7 @@ std::string preset_config_json(const std::string& name) {
     experts(256, 8, 1024, 1024);
     j["vocab_size"] = 248320;
   } else
-    throw std::invalid_argument("unknown checkpoint preset \"" + name +
-                                "\" (tiny, tiny-moe, tiny-next, qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-30b-a3b, "
-                                "qwen3-next-80b-a3b, qwen3.5-122b-a10b, tiny-qwen3.5-moe)");
+    throw std::invalid_argument("unknown checkpoint preset \"" + name + "\" (" + preset_names() + ")");
   return j.dump(2);
 }
 

@@ -19,8 +19,10 @@ namespace quarry::engine {
 /// 36 Gated DeltaNet and 12 gated attention layers, 256 experts of width 1024, top 8, a shared expert) and
 /// "tiny-next" (the Qwen3-Next layout at the "tiny" size, 4 layers) and "tiny-qwen3.5-moe" (the
 /// Qwen3.5-MoE layout, hidden 128, gated-attention heads of 128, vocabulary 512).
-/// Throws std::invalid_argument on an unknown name.
+/// Throws std::invalid_argument on an unknown name, listing preset_names().
 std::string preset_config_json(const std::string& name);
+/// The presets' names, comma-separated ("tiny, tiny-moe, ...").
+std::string preset_names();
 
 /// Writes `out_dir`/config.json (the given text, dtype set to `dtype`) and `out_dir`/model.safetensors
 /// with every Qwen3ForCausalLM tensor (Qwen3MoeForCausalLM: sparse layers with mlp.gate and the fused

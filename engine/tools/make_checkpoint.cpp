@@ -1,7 +1,7 @@
 // quarry-make-checkpoint: writes a random-weight Qwen3 checkpoint (config.json + model.safetensors,
 // and the tokenizer files if given) for benchmarks and tests.
 //
-// Usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config config.json) --out DIR
+// Usage: quarry-make-checkpoint (--preset NAME | --config config.json) --out DIR  (NAME: preset_names())
 //                               [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]
 //                               [--mtp next | --mtp deepseek:N]
 //   --mtp next: adds the Qwen3-Next MTP module (mtp.*, mtp_num_hidden_layers = 1);
@@ -24,9 +24,11 @@ int main(int argc, char** argv) {
   std::string preset, config_file, out, dtype = "bf16", tokenizer, mtp;
   std::uint64_t seed = 0;
   auto usage = [] {
-    std::cerr << "usage: quarry-make-checkpoint (--preset tiny|qwen3-0.6b|qwen3-4b | --config FILE) --out DIR\n"
+    std::cerr << "usage: quarry-make-checkpoint (--preset NAME | --config FILE) --out DIR\n"
                  "                              [--dtype bf16|f16|f32] [--seed N] [--tokenizer tokenizer.json]\n"
-                 "                              [--mtp next | --mtp deepseek:N]\n";
+                 "                              [--mtp next | --mtp deepseek:N]\n"
+                 "presets: "
+              << quarry::engine::preset_names() << "\n";
     return 1;
   };
   for (int i = 1; i < argc; ++i) {

@@ -5,10 +5,10 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <string>
-#include <cstdlib>
 #include <system_error>
 #include <vector>
 
