@@ -270,8 +270,15 @@ TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
   cs.push_back(testing::gptq_case("gptq4_asym_g24", 24, 72, 4, 24, false, true, seed++));
   cs.push_back(testing::rows_case("int8_g24", 9, 72, QuantElement::int8, 1, 24, seed++));
   cs.push_back(testing::rows_case("fp8_channel", 21, 48, QuantElement::fp8_e4m3, 1, 48, seed++));
+  // Tall weights: the GPU's quantized GEMV gives each warp 2 or 4 output rows once there are enough rows
+  // for every multiprocessor (4,301 rows: 4 per warp on 132 multiprocessors, the last warp short).
+  cs.push_back(testing::rows_case("int8_channel_tall", 4301, 512, QuantElement::int8, 1, 512, seed++));
+  cs.push_back(testing::rows_case("int4_g32_tall", 4301, 512, QuantElement::int4, 1, 32, seed++));
+  cs.push_back(testing::rows_case("fp8_block128_tall", 4301, 512, QuantElement::fp8_e4m3, 128, 128, seed++));
+  cs.push_back(testing::gptq_case("gptq4_g64_tall", 4301, 512, 4, 64, false, true, seed++));
+  cs.push_back(testing::gptq_case("gptq8_g32_tall", 4301, 512, 8, 32, false, true, seed++));
   for (const auto& c : cs)
-    for (const std::size_t m : {1u, 5u, 13u}) {
+    for (const std::size_t m : {1u, 5u, 8u, 13u}) {
       const std::size_t rows = c.q.rows, cols = c.q.cols;
       const auto w = under_test_->load_quantized(c.q, WeightUse::both, Compute::exact);
       EXPECT_EQ(w->bytes(), c.q.bytes());
@@ -292,6 +299,79 @@ TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
         const auto got = dev_.get(eb, ids.size() * cols);
         for (std::size_t i = 0; i < ids.size(); ++i)
           for (std::size_t k = 0; k < cols; ++k) ASSERT_EQ(got[i * cols + k], c.want[ids[i] * cols + k]) << what;
+      }
+    }
+}
+
+TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
+  // Quantized q / k / v in one product (matmul_many), with the input norm folded in (norm_matmul_many),
+  // and gate / up with the SwiGLU (norm_matmul_swiglu): the same bits as rms_norm, then each product on
+  // its own, then silu(gate) * up; and the values of the dequantized weights' double products. Decode
+  // (1 row) and verify (5, 8 rows) steps; widths where a warp of the GPU kernel takes 1 row and more.
+  // Each set: three weights for matmul_many, the last two also gate and up. (Cases are moved, never
+  // copied: their QuantizedMatrix points into their own buffers.)
+  struct Set {
+    std::vector<testing::Case> w;
+  };
+  std::uint32_t seed = 7000;
+  const std::size_t K = 1024;
+  std::vector<Set> sets(5);
+  const auto rows3 = [&](Set& set, const char* name, QuantElement e, std::size_t br, std::size_t bc,
+                         std::initializer_list<std::size_t> ns) {
+    for (const std::size_t n : ns) set.w.push_back(testing::rows_case(name, n, K, e, br, bc, seed++));
+  };
+  const auto gptq3 = [&](Set& set, const char* name, std::size_t bits, std::size_t gs,
+                         std::initializer_list<std::size_t> ns) {
+    for (const std::size_t n : ns) set.w.push_back(testing::gptq_case(name, n, K, bits, gs, false, true, seed++));
+  };
+  rows3(sets[0], "int8_channel", QuantElement::int8, 1, K, {640, 2300, 2300});
+  rows3(sets[1], "fp8_block128", QuantElement::fp8_e4m3, 128, 128, {256, 4400, 4400});
+  rows3(sets[2], "int4_g64", QuantElement::int4, 1, 64, {200, 96, 96});
+  gptq3(sets[3], "gptq4_g128", 4, 128, {128, 2200, 2200});
+  gptq3(sets[4], "gptq8_g32", 8, 32, {64, 64, 64});
+  for (const Compute compute : {Compute::exact, Compute::bf16})
+    for (const auto& set : sets) {
+      std::vector<std::unique_ptr<Weight>> w;
+      for (const auto& c : set.w) w.push_back(under_test_->load_quantized(c.q, WeightUse::matmul, compute));
+      for (const std::size_t m : {1u, 5u, 8u}) {
+        const std::string what = set.w[0].name + " " + std::string(compute_name(compute)) + " m=" + std::to_string(m);
+        const auto x = randn(m * K, seed++, 3.f), nw = randn(K, seed++);
+        auto xb = dev_.put(x), nb = dev_.put(nw), hb = dev_.zeros(m * K), h2 = dev_.zeros(m * K);
+        under_test_->rms_norm(xb.as<float>(), h2.as<float>(), m, K, K, nb.as<float>(), 1e-6f);
+        std::vector<DeviceBuffer> fused, plain, many;
+        std::vector<Backend::MatmulOut> fo, mo;
+        for (std::size_t i = 0; i < 3; ++i) {
+          const std::size_t n = set.w[i].q.rows;
+          fused.push_back(dev_.zeros(m * n));
+          plain.push_back(dev_.zeros(m * n));
+          many.push_back(dev_.zeros(m * n));
+          fo.push_back({w[i].get(), fused.back().as<float>(), n});
+          mo.push_back({w[i].get(), many.back().as<float>(), n});
+          under_test_->matmul(h2.as<float>(), m, K, *w[i], n, plain.back().as<float>(), n);
+        }
+        under_test_->norm_matmul_many(xb.as<float>(), m, K, K, nb.as<float>(), 1e-6f, hb.as<float>(), fo);
+        under_test_->matmul_many(h2.as<float>(), m, K, mo);
+        const auto h = dev_.get(h2, m * K);
+        for (std::size_t i = 0; i < 3; ++i) {
+          const std::size_t n = set.w[i].q.rows;
+          const auto got = dev_.get(plain[i], m * n);
+          EXPECT_EQ(dev_.get(fused[i], m * n), got) << "norm_matmul_many output " << i << " " << what;
+          EXPECT_EQ(dev_.get(many[i], m * n), got) << "matmul_many output " << i << " " << what;
+          if (compute != Compute::exact) continue;  // (bf16 compute: the CPU quantizes activations too)
+          std::vector<double> ref(m * n, 0.0);  // the dequantized values' product
+          for (std::size_t r = 0; r < m; ++r)
+            for (std::size_t j = 0; j < n; ++j)
+              for (std::size_t k = 0; k < K; ++k)
+                ref[r * n + j] += static_cast<double>(h[r * K + k]) * set.w[i].want[j * K + k];
+          EXPECT_LT(nmse(got, ref), 1e-10) << "output " << i << " " << what;
+        }
+        if (set.w[1].q.rows != set.w[2].q.rows) continue;
+        const std::size_t n = set.w[1].q.rows;
+        auto of = dev_.zeros(m * n), sf = dev_.zeros(m * n), sp = dev_.zeros(m * n);
+        under_test_->norm_matmul_swiglu(xb.as<float>(), m, K, K, nb.as<float>(), 1e-6f, hb.as<float>(), *w[1], *w[2],
+                                        of.as<float>(), n, sf.as<float>());
+        under_test_->silu_mul(plain[1].as<float>(), n, plain[2].as<float>(), n, sp.as<float>(), n, m, n);
+        EXPECT_EQ(dev_.get(of, m * n), dev_.get(sp, m * n)) << "swiglu " << what;
       }
     }
 }

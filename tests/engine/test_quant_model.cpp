@@ -121,9 +121,11 @@ void check_variant(const std::string& config, const std::string& tag, const Quan
     worst = std::max(worst, std::fabs(q.logits[i] - ref.logits[i]));
     from_orig = std::max(from_orig, std::fabs(q.logits[i] - orig.logits[i]));
   }
-  // The same f32 products on the same dequantized values: identical, not merely close (on CUDA the
-  // experts of the f32 model run on the device's gather kernels, the quantized ones per expert: close).
-  if (testing::on_gpu() && (tag.starts_with("moe") || tag.starts_with("hybrid"))) EXPECT_LE(worst, 1e-4f) << tag;
+  // The same f32 products on the same dequantized values: identical on the CPU, not merely close. On
+  // CUDA close: decode's quantized GEMV applies each scale once per 16-byte load and sums in its own
+  // order, and the experts of the f32 model run on the device's gather kernels, the quantized ones per
+  // expert.
+  if (testing::on_gpu()) EXPECT_LE(worst, 1e-4f) << tag;
   else EXPECT_EQ(worst, 0.f) << tag;
   // And the quantization did change the model (the packed weights were read, not float copies).
   EXPECT_GT(from_orig, 0.f) << tag;

@@ -75,6 +75,31 @@ __device__ __forceinline__ float fp8_e4m3_to_float(std::uint32_t b) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+/// Threads of a block that folds RMSNorm into a GEMV: rms_norm's launch width, so that block_inv_rms sums
+/// in rms_norm_kernel's order.
+constexpr int kNormThreads = 256;
+
+/// The inverse RMS of `rows` rows of x (width k) into inv[] (shared), by a block of kNormThreads threads
+/// in the order of rms_norm_kernel (so the normed values are the same bits). Every thread of the block
+/// must call it.
+__device__ inline void block_inv_rms(const float* x, std::size_t ldx, std::size_t k, int rows, float eps, float* inv) {
+  __shared__ double part[kNormThreads / 32];
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    double ss = 0.0;
+    for (std::size_t i = threadIdx.x; i < k; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double total = 0.0;
+      for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
+      inv[r] = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(k)) + eps);
+    }
+    __syncthreads();
+  }
+}
+
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace quarry::engine::cuda

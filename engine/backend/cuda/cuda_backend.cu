@@ -567,7 +567,7 @@ class CudaBackend final : public Backend {
   void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) override {
     GemvArgs a;
     if (!many_args(x, m, ldx, outs, a)) return Backend::matmul_many(x, m, ldx, outs);
-    launch_gemv(a, m, wtype(cuda_weight(*outs[0].w).device_dtype), 0, stream_);
+    launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
   }
   void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
                         float eps, float* h, std::span<const MatmulOut> outs) override {
@@ -576,14 +576,14 @@ class CudaBackend final : public Backend {
       return Backend::norm_matmul_many(x, m, hidden, ldx, norm_weight, eps, h, outs);
     a.norm = norm_weight;  // the input norm read with x (h stays unwritten)
     a.eps = eps;
-    launch_gemv(a, m, wtype(cuda_weight(*outs[0].w).device_dtype), 0, stream_);
+    launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
   }
 
   void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate,
                      const engine::Weight& up, float* out, std::size_t ldo, float* scratch) override {
     GemvArgs a;
     if (!swiglu_args(x, m, ldx, gate, up, out, ldo, a)) return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
-    launch_gemv(a, m, wtype(cuda_weight(gate).device_dtype), 2, stream_);
+    launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
   }
   void norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
                           float eps, float* h, const engine::Weight& gate, const engine::Weight& up, float* out,
@@ -593,7 +593,7 @@ class CudaBackend final : public Backend {
       return Backend::norm_matmul_swiglu(x, m, hidden, ldx, norm_weight, eps, h, gate, up, out, ldo, scratch);
     a.norm = norm_weight;
     a.eps = eps;
-    launch_gemv(a, m, wtype(cuda_weight(gate).device_dtype), 2, stream_);
+    launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
   }
 
   void qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv, std::size_t n_heads,
@@ -789,7 +789,7 @@ class CudaBackend final : public Backend {
     for (const auto& o : outs) {
       const CudaWeight& w = cuda_weight(*o.w);
       const CudaWeight& w0 = cuda_weight(*outs[0].w);
-      fused = fused && !w.qtype && w.cols == w0.cols && w.device_dtype == w0.device_dtype &&
+      fused = fused && fused_gemv(w) && kernel_type(w) == kernel_type(w0) && w.cols == w0.cols &&
               w.bf16_compute == w0.bf16_compute && gemv_supported(x, ldx, w.data, w.cols);
     }
     if (!fused) return false;
@@ -799,25 +799,33 @@ class CudaBackend final : public Backend {
     a.k = w0.cols;
     a.round_x = w0.bf16_compute;
     a.n_seg = static_cast<int>(outs.size());
-    for (std::size_t i = 0; i < outs.size(); ++i) a.seg[i] = {cuda_weight(*outs[i].w).data, outs[i].y, outs[i].w->rows, outs[i].ldy};
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      const CudaWeight& w = cuda_weight(*outs[i].w);
+      a.seg[i] = {w.data, outs[i].y, w.rows, outs[i].ldy, w.q};
+    }
     return true;
   }
+  /// The GEMV kernel type of a weight (WType, or its QType when quantized).
+  static int kernel_type(const CudaWeight& w) { return w.qtype ? w.qtype : wtype(w.device_dtype); }
+  /// Whether a weight can share a GEMV launch with others (several segments, SwiGLU, the folded norm):
+  /// float weights, and quantized ones the quantized GEMV takes.
+  static bool fused_gemv(const CudaWeight& w) { return !w.qtype || gemv_quant_supported(w.q, w.qtype, w.cols); }
   /// The GEMV arguments of SwiGLU's first half (gate and up in one launch); false where it does not apply.
   bool swiglu_args(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate, const engine::Weight& up,
                    float* out, std::size_t ldo, GemvArgs& a) const {
     const CudaWeight& g = cuda_weight(gate);
     const CudaWeight& u = cuda_weight(up);
-    if (m == 0 || m > 8 || g.qtype || u.qtype || g.rows != u.rows || g.cols != u.cols ||
-        g.device_dtype != u.device_dtype || !gemv_supported(x, ldx, g.data, g.cols) ||
-        !gemv_supported(x, ldx, u.data, u.cols))
+    if (m == 0 || m > 8 || !fused_gemv(g) || !fused_gemv(u) || kernel_type(g) != kernel_type(u) ||
+        g.rows != u.rows || g.cols != u.cols || g.bf16_compute != u.bf16_compute ||
+        !gemv_supported(x, ldx, g.data, g.cols) || !gemv_supported(x, ldx, u.data, u.cols))
       return false;
     a.x = x;
     a.ldx = ldx;
     a.k = g.cols;
     a.round_x = g.bf16_compute;
     a.n_seg = 2;
-    a.seg[0] = {g.data, out, g.rows, ldo};
-    a.seg[1] = {u.data, out, u.rows, ldo};
+    a.seg[0] = {g.data, out, g.rows, ldo, g.q};
+    a.seg[1] = {u.data, out, u.rows, ldo, u.q};
     return true;
   }
 
@@ -858,9 +866,8 @@ class CudaBackend final : public Backend {
       a.ldx = ldx;
       a.k = k;
       a.round_x = w.bf16_compute;
-      a.q = w.q;
-      a.seg[0] = {w.data, y, n, ldy};
-      launch_gemv(a, m, w.qtype ? w.qtype : wtype(w.device_dtype), accumulate ? 1 : 0, stream_);
+      a.seg[0] = {w.data, y, n, ldy, w.q};
+      launch_gemv(a, m, kernel_type(w), accumulate ? 1 : 0, stream_);
       return;
     }
     if (w.qtype) return dequantized_product(x, m, ldx, w, n, y, ldy, accumulate);

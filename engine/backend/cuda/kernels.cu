@@ -270,26 +270,6 @@ __device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::s
   }
 }
 
-/// The inverse RMS of `rows` rows of x (width k) into inv[], by a block of kThreads threads in the order
-/// of rms_norm_kernel (so the normed values are the same bits).
-__device__ void block_inv_rms(const float* x, std::size_t ldx, std::size_t k, int rows, float eps, float* inv) {
-  __shared__ double part[kThreads / 32];
-  for (int r = 0; r < rows; ++r) {
-    const float* xr = x + r * ldx;
-    double ss = 0.0;
-    for (std::size_t i = threadIdx.x; i < k; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      double total = 0.0;
-      for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
-      inv[r] = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(k)) + eps);
-    }
-    __syncthreads();
-  }
-}
-
 template <int M, int TYPE, int MODE, int UNROLL>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   __shared__ float inv[M];
@@ -340,7 +320,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
     float wv[UNROLL][NW][8];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      if constexpr (TYPE >= kQ8) load8q<TYPE>(a.q, j, k0 + u * kStep, k, wv[u][0]);
+      if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, k0 + u * kStep, k, wv[u][0]);
       else load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
       if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
     }
@@ -349,7 +329,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   }
   for (; k0 < k; k0 += kStep) {
     float wv[NW][8];
-    if constexpr (TYPE >= kQ8) load8q<TYPE>(a.q, j, k0, k, wv[0]);
+    if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, k0, k, wv[0]);
     else load8<TYPE>(w, row + k0, wv[0]);
     if constexpr (MODE == 2) load8<TYPE>(w2, row + k0, wv[NW - 1]);
     chunk(k0, wv);
@@ -370,111 +350,6 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   }
 }
 
-/// Values per 16-byte load of a quantized weight.
-template <int QT>
-constexpr int kQVals = (QT == kQ4 || QT == kG4) ? 32 : 16;
-
-/// The 16 bytes of row n holding values k0 .. k0 + kQVals - 1 (k0 a multiple of kQVals).
-template <int QT>
-__device__ __forceinline__ uint4 load16q(const QuantArgs& q, std::size_t n, std::size_t k0, std::size_t cols) {
-  const void* p;
-  if constexpr (QT == kQ4) p = static_cast<const std::uint8_t*>(q.data) + (n * cols + k0) / 2;
-  else if constexpr (QT == kQ8 || QT == kFP8) p = static_cast<const std::uint8_t*>(q.data) + n * cols + k0;
-  else if constexpr (QT == kG4) p = static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 8;
-  else p = static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 4;
-  return __ldg(static_cast<const uint4*>(p));
-}
-
-/// acc[r] += x[r, k0 ..] . the kQVals values in `raw` (row n), dequantized as load8q does, 8 at a time.
-template <int M, int QT>
-__device__ __forceinline__ void consume16q(const GemvArgs& a, const uint4& raw, std::size_t n, std::size_t k0,
-                                           float (&acc)[M]) {
-  const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  const QuantArgs& q = a.q;
-#pragma unroll
-  for (int g8 = 0; g8 < kQVals<QT> / 8; ++g8) {
-    const std::size_t kk = k0 + 8 * g8;
-    float f[8];
-    if constexpr (QT == kQ8 || QT == kFP8 || QT == kQ4) {
-      const float* srow = q.scales + (n / q.block_rows) * q.sc_cols;
-      const bool one = q.block_cols % 8 == 0;
-      const float s0 = __ldg(srow + kk / q.block_cols);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float v;
-        if constexpr (QT == kQ4) v = static_cast<float>(static_cast<int>((w[g8] >> (4 * i)) & 15u) - 8);
-        else if constexpr (QT == kQ8)
-          v = static_cast<float>(static_cast<std::int8_t>((w[2 * g8 + i / 4] >> (8 * (i % 4))) & 255u));
-        else v = fp8_e4m3_to_float((w[2 * g8 + i / 4] >> (8 * (i % 4))) & 255u);
-        f[i] = v * (one ? s0 : __ldg(srow + (kk + i) / q.block_cols));
-      }
-    } else {
-      const float* srow = q.scales + n * q.n_groups;
-      const std::int16_t* zrow = q.zeros + n * q.n_groups;
-      const bool one = !q.g_idx && q.group_size % 8 == 0;
-      const int g0 = q.g_idx ? 0 : static_cast<int>(kk / q.group_size);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int g = one ? g0 : q.g_idx ? __ldg(q.g_idx + kk + i) : static_cast<int>((kk + i) / q.group_size);
-        const int v = QT == kG4 ? static_cast<int>((w[g8] >> (4 * i)) & 15u)
-                                : static_cast<int>((w[2 * g8 + i / 4] >> (8 * (i % 4))) & 255u);
-        f[i] = static_cast<float>(v - __ldg(zrow + g)) * __ldg(srow + g);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const float4* xp = reinterpret_cast<const float4*>(a.x + r * a.ldx + kk);
-      const float4 p = __ldg(xp), p2 = __ldg(xp + 1);
-      float xv[8] = {p.x, p.y, p.z, p.w, p2.x, p2.y, p2.z, p2.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[r] = fmaf(a.round_x ? round_bf16(xv[i]) : xv[i], f[i], acc[r]);
-    }
-  }
-}
-
-/// The GEMV of a quantized weight (modes 0 and 1): one warp per output row, each lane 16-byte loads of
-/// packed values (32 int4 or 16 int8 / fp8 values), UNROLL of them in flight, dequantized in registers.
-/// k must be a multiple of 32 * kQVals (gemv_q_supported); other shapes take gemv_kernel's 8-value loads.
-template <int M, int QT, int MODE, int UNROLL>
-__global__ void __launch_bounds__(256) gemv_q_kernel(GemvArgs a) {
-  const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (j >= a.seg[0].n) return;
-  const std::size_t k = a.k;
-  constexpr std::size_t V = kQVals<QT>, kStep = 32 * V;
-  float acc[M];
-#pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  std::size_t k0 = static_cast<std::size_t>(lane) * V;
-  for (; k0 + (UNROLL - 1) * kStep + V <= k; k0 += UNROLL * kStep) {
-    uint4 raw[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) raw[u] = load16q<QT>(a.q, j, k0 + u * kStep, k);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) consume16q<M, QT>(a, raw[u], j, k0 + u * kStep, acc);
-  }
-  for (; k0 + V <= k; k0 += kStep) consume16q<M, QT>(a, load16q<QT>(a.q, j, k0, k), j, k0, acc);
-  float* y = a.seg[0].y;
-  const std::size_t ldy = a.seg[0].ldy;
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0) {
-      if constexpr (MODE == 1) y[r * ldy + j] += v;
-      else y[r * ldy + j] = v;
-    }
-  }
-}
-
-/// Whether gemv_q_kernel takes this product: whole 16-byte loads (k a multiple of 32 values per lane
-/// step, rows 16-byte aligned).
-template <int QT>
-bool gemv_q_supported(const GemvArgs& a) {
-  const std::size_t step = 32 * kQVals<QT>;
-  return a.k % step == 0 && reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0 &&
-         (QT != kG4 && QT != kG8 ? true : a.q.words_per_row % 4 == 0);
-}
-
 #ifndef QUARRY_GEMV_UNROLL
 #define QUARRY_GEMV_UNROLL 4
 #endif
@@ -488,13 +363,6 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   else
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
   const unsigned grid = ceil_div(rows, 8);
-  if constexpr (TYPE >= kQ8) {
-    if (mode != 2 && gemv_q_supported<TYPE>(a)) {
-      if (mode == 0) gemv_q_kernel<M, TYPE, 0, 4><<<grid, 256, 0, s>>>(a);
-      else gemv_q_kernel<M, TYPE, 1, 4><<<grid, 256, 0, s>>>(a);
-      return;
-    }
-  }
   switch (mode) {
     case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
     case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
@@ -635,7 +503,7 @@ __global__ void copy_pairs_kernel(const float* src, std::size_t lds, const std::
 
 void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* rows, std::size_t n, std::size_t cols,
                             float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s) {
-  if (n == 0) return;
+  if (n == 0 || launch_dequantize_quant(q, type, rows, n, cols, out, out_bf16, ldo, s)) return;
   const dim3 grid(static_cast<unsigned>(n), ceil_div(cols / 8, 128));
   switch (type) {
     case kQ8: dequantize_rows_kernel<kQ8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
@@ -744,6 +612,13 @@ bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t 
 
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
   if (m == 0) return;
+  if (quantized_type(type)) {
+    bool fast = true;
+    for (int i = 0; i < a.n_seg; ++i) fast = fast && gemv_quant_supported(a.seg[i].q, type, a.k);
+    if (fast) return launch_gemv_quant(a, m, type, mode, s);
+    if (mode == 2 || a.n_seg != 1 || a.norm)
+      throw std::invalid_argument("gemv: this quantized layout takes one plain product per launch");
+  }
   switch (m) {
     case 1: gemv_typed<1>(a, type, mode, s); break;
     case 2: gemv_typed<2>(a, type, mode, s); break;

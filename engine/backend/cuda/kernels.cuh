@@ -69,14 +69,6 @@ void launch_weights_to_bf16(const void* in, int type, std::size_t count, __nv_bf
 
 /// Whether launch_gemv can run this shape (k a multiple of 8, ldx a multiple of 4, 16-byte aligned x and w).
 bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t k);
-/// One output of a GEMV: W [n, k] (weight type of the launch) into y at stride ldy.
-struct GemvSeg {
-  const void* w = nullptr;
-  float* y = nullptr;
-  std::size_t n = 0, ldy = 0;
-};
-/// A GEMV launch over m <= 8 rows of x [m, k] at stride ldx; with round_x the activations are rounded
-/// to bf16 first (bf16 compute, as the tensor-core path rounds them).
 /// A quantized weight as the kernels read it (Backend::load_quantized; device memory), repacked at load so
 /// that each output row's values are contiguous:
 ///   kQ8 / kFP8 (rows layout): bytes [rows, cols]; kQ4: int32 [rows, cols / 8], nibble i of a word is
@@ -104,6 +96,16 @@ void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* ro
 void launch_copy_pairs(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
                        std::size_t n_pairs, float* y, std::size_t ldy, cudaStream_t s);
 
+/// One output of a GEMV: W [n, k] (weight type of the launch) into y at stride ldy; q: W's tables when
+/// the launch's type is a QType (w == q.data).
+struct GemvSeg {
+  const void* w = nullptr;
+  float* y = nullptr;
+  std::size_t n = 0, ldy = 0;
+  QuantArgs q;
+};
+/// A GEMV launch over m <= 8 rows of x [m, k] at stride ldx; with round_x the activations are rounded
+/// to bf16 first (bf16 compute, as the tensor-core path rounds them).
 struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
@@ -112,15 +114,27 @@ struct GemvArgs {
   /// inverse RMS summed exactly as the rms_norm kernel sums it (so the values equal rms_norm's output).
   const float* norm = nullptr;
   float eps = 0.f;
-  QuantArgs q;  ///< the weight of seg[0] when the type is a QType (one segment, modes 0 and 1)
   GemvSeg seg[3];
   int n_seg = 1;
 };
 /// mode 0: seg[i].y = x . W_i^T for each segment (one launch for q, k and v); mode 1: seg[0].y += x . W^T;
 /// mode 2: seg[0].y = silu(x . Wg^T) * (x . Wu^T) with seg[0].w = gate, seg[1].w = up. One warp per output
 /// column, the weights streamed once with 16-byte loads, several in flight per lane (decode is bound by
-/// reading the weights).
+/// reading the weights). Quantized types: see gemv_quant_supported; the others take any segment count
+/// with modes 0 and 1 only.
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
+/// Whether the quantized GEMV (quantized.cu) takes a weight of QType `type` and width k: a whole 16-byte
+/// load of each row's values lies inside one scale block / group (no g_idx), rows 16-byte aligned. It
+/// takes every mode, up to three segments and the folded norm; other quantized weights take the general
+/// GEMV (one segment, modes 0 and 1, no norm).
+bool gemv_quant_supported(const QuantArgs& q, int type, std::size_t k);
+/// launch_gemv for a quantized type that gemv_quant_supported accepts (every segment).
+void launch_gemv_quant(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
+/// launch_dequantize_rows for the weights gemv_quant_supported accepts (and 16-byte aligned output rows:
+/// out and ldo, or out_bf16 and ldo, multiples of 16 bytes): 16-byte loads and stores. False (nothing
+/// launched) for the others.
+bool launch_dequantize_quant(const QuantArgs& q, int type, const std::int32_t* rows, std::size_t n, std::size_t cols,
+                             float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s);
 /// The same product for any m in f32 (weights widened exactly): 64x64 tiles in shared memory, 4x4 per
 /// thread. The exact-compute path of prefill.
 void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,

@@ -1,0 +1,403 @@
+// Kernels that read quantized weights at the memory's speed on the CUDA backend: the GEMV of decode and
+// verify steps (m <= 8 rows of x) and the dequantization of rows (prefill's products, embedding rows).
+//
+// Decode reads every weight once per step, so its speed is the rate at which the weights stream in. A
+// quantized weight moves 2x (8-bit) or 4x (4-bit) fewer bytes than bf16, but only if turning the bytes
+// into products costs less than waiting for them: at an H100's 3 TB/s an int4 GEMV must finish 6e12
+// values a second, about 3 instructions per value on the whole chip. So:
+//  - each warp computes R output rows; a lane loads 16 bytes of each row per step (16 values of 8 bits
+//    or 32 of 4 bits) and the activations of those columns once, rounded (bf16 compute) or normed once,
+//    for all R rows;
+//  - values become floats by bit placement, not conversion instructions: an 8-bit integer as the f32
+//    2^23 + byte (one byte permute, one subtraction); a nibble n as the f32 1 + n / 16 (a shift and one
+//    three-input logic op; the sums of x that undo the offset are per load, shared by the R rows); an
+//    FP8 E4M3 byte as the f32 whose sign, exponent and mantissa bits are the byte's, which is the value
+//    times 2^-120, subnormals included (f32 subnormals, which the FMA takes at full rate unless the build
+//    flushes them: do not build this file with --use_fast_math / -ftz=true);
+//  - a 16-byte load lies inside one scale block or group (gemv_quant_supported), so the scale (and GPTQ's
+//    zero point) is applied once per load, not per value.
+// FP8's NaN codes (S.1111.111) read as +-480 here, where the CPU's kernels give NaN: a checkpoint holds
+// no NaN weights.
+// The summation order of an output row (the lane's loads in column order, the values of a load in order,
+// then the warp's shuffle tree) does not depend on R, m or the mode, so a row's value has the same bits
+// in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
+// without the norm folded in. The technique follows the fast dequantizing GEMV kernels of the field
+// (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/kernels.cuh"
+
+namespace quarry::engine::cuda {
+
+namespace {
+
+constexpr int kWarps = kNormThreads / 32;
+
+/// Values per 16-byte load.
+template <int QT>
+constexpr int kVals = (QT == kQ4 || QT == kG4) ? 32 : 16;
+
+/// Bytes of weight data per value, times 2 (4-bit: 1, 8-bit: 2).
+template <int QT>
+constexpr int kHalfBytes = (QT == kQ4 || QT == kG4) ? 1 : 2;
+
+template <int QT>
+constexpr bool kGptq = QT == kG4 || QT == kG8;
+
+/// The factor by which x is scaled before the products with FP8 values taken as value * 2^-120, and the
+/// one restoring the sum (2^64 * 2^56 = 2^120): the products stay clear of f32's subnormal range.
+constexpr float kFp8XScale = 0x1p64f, kFp8SumScale = 0x1p56f;
+
+/// The kVals<QT> values of one 16-byte load in the type's own units u (exact; see value()):
+///   kQ8: the signed value; kG8: the unsigned one; kFP8: value * 2^-120; kQ4 / kG4: 1 + n / 16 for the
+///   stored nibble n.
+template <int QT>
+__device__ __forceinline__ void decode(const uint4& raw, float (&u)[kVals<QT>]) {
+  const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (QT == kQ8 || QT == kG8) {
+      // byte b -> bits 0x4B0000bb = 2^23 + b (for signed values b ^ 0x80 = v + 128)
+      const std::uint32_t x = QT == kQ8 ? w[j] ^ 0x80808080u : w[j];
+      constexpr float bias = QT == kQ8 ? 8388736.f : 8388608.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) u[4 * j + i] = __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u | i)) - bias;
+    } else if constexpr (QT == kFP8) {
+      // byte b at bits 24..31, arithmetic shift by 4: sign at 31 (and 27..30), exponent at 23..26,
+      // mantissa at 20..22; the mask keeps sign, exponent and mantissa.
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const std::uint32_t p = i == 3 ? w[j] : __byte_perm(w[j], 0u, 0x0444u | (i << 12));
+        u[4 * j + i] = __uint_as_float(static_cast<std::uint32_t>(static_cast<std::int32_t>(p) >> 4) & 0x87F00000u);
+      }
+    } else {  // nibble i (bits 4i .. 4i + 3) to mantissa bits 19 .. 22 under the exponent of 1.0
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const std::uint32_t t = i <= 4 ? w[j] << (19 - 4 * i) : w[j] >> (4 * i - 19);
+        u[8 * j + i] = __uint_as_float((t & 0x00780000u) | 0x3F800000u);
+      }
+    }
+  }
+}
+
+/// The weight value of u (decode's units) with its scale and zero point, as the CPU dequantizes it: the
+/// integer (or FP8 value) exactly, times the scale rounded once.
+template <int QT>
+__device__ __forceinline__ float value(float u, float scale, float zero) {
+  if constexpr (QT == kQ8) return u * scale;
+  else if constexpr (QT == kFP8) return (u * 0x1p120f) * scale;
+  else if constexpr (QT == kQ4) return fmaf(u, 16.f, -24.f) * scale;
+  else if constexpr (QT == kG4) return (fmaf(u, 16.f, -16.f) - zero) * scale;
+  else return (u - zero) * scale;
+}
+
+/// The sum over one load's values of x[i] * u_i (decode's units).
+template <int QT>
+__device__ __forceinline__ float qdot(const uint4& raw, const float (&xv)[kVals<QT>]) {
+  float u[kVals<QT>];
+  decode<QT>(raw, u);
+  float d = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVals<QT>; ++i) d = fmaf(xv[i], u[i], d);
+  return d;
+}
+
+/// The load's contribution before its scale: sum x * (value / scale) from qdot's d, the sum of x over the
+/// load's columns (xs) and the zero point (GPTQ).
+template <int QT>
+__device__ __forceinline__ float finish(float d, float xs, float zero) {
+  if constexpr (QT == kQ8 || QT == kFP8) return d;
+  else if constexpr (QT == kQ4) return fmaf(16.f, d, -24.f * xs);  // n - 8 = 16 (1 + n/16) - 24
+  else if constexpr (QT == kG4) return fmaf(16.f, d, -(16.f + zero) * xs);  // q - z = 16 (1 + q/16) - 16 - z
+  else return fmaf(-zero, xs, d);
+}
+
+/// y = x . W^T (or += with a.accumulate-style mode 1; or SwiGLU in mode 2) for M rows of x, R output rows
+/// per warp, U loads per row in flight per lane. MODE 0: modes 0 and 1 (accumulate set: mode 1); MODE 2:
+/// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0.
+template <int M, int QT, int MODE, int R, int U>
+__global__ void __launch_bounds__(kNormThreads) gemv_quant_kernel(GemvArgs a, bool accumulate) {
+  constexpr int V = kVals<QT>;
+  constexpr int NW = MODE == 2 ? 2 : 1;
+  constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
+  __shared__ float inv[M];
+  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // every thread, before any warp leaves
+  const int lane = threadIdx.x & 31;
+  std::size_t wi = static_cast<std::size_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  int s = 0;
+  if constexpr (MODE == 0) {
+    while (s + 1 < a.n_seg && wi >= (a.seg[s].n + R - 1) / R) wi -= (a.seg[s++].n + R - 1) / R;
+  }
+  const std::size_t n = a.seg[s].n, row0 = wi * R, k = a.k;
+  if (row0 >= n) return;
+
+  const std::uint8_t* rowp[NW][R];
+  const float* srow[NW][R];
+  const std::int16_t* zrow[NW][R];
+  unsigned block[NW];
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    const QuantArgs& q = a.seg[s + w].q;
+    const std::size_t row_bytes = kGptq<QT> ? q.words_per_row * 4 : k * kHalfBytes<QT> / 2;
+    block[w] = static_cast<unsigned>(kGptq<QT> ? q.group_size : q.block_cols);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::size_t row = row0 + r < n ? row0 + r : n - 1;  // the last rows of a short warp: read, not written
+      rowp[w][r] = static_cast<const std::uint8_t*>(q.data) + row * row_bytes;
+      if constexpr (kGptq<QT>) {
+        srow[w][r] = q.scales + row * q.n_groups;
+        zrow[w][r] = q.zeros + row * q.n_groups;
+      } else {
+        srow[w][r] = q.scales + (row / q.block_rows) * q.sc_cols;
+        zrow[w][r] = nullptr;
+      }
+    }
+  }
+
+  float acc[NW][R][M];
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < M; ++i) acc[w][r][i] = 0.f;
+
+  // One load of each row at column kk: scales, then per x row the activations and the R (x NW) dots.
+  auto consume = [&](std::size_t kk, const uint4 (&raw)[NW][R]) {
+    float sc[NW][R], zp[NW][R];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const unsigned b = static_cast<unsigned>(kk) / block[w];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        sc[w][r] = __ldg(srow[w][r] + b);
+        if constexpr (QT == kFP8) sc[w][r] *= kFp8SumScale;
+        if constexpr (kGptq<QT>) zp[w][r] = static_cast<float>(__ldg(zrow[w][r] + b));
+        else zp[w][r] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      float xv[V];
+      const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kk);
+#pragma unroll
+      for (int c = 0; c < V / 4; ++c) {
+        const float4 p = __ldg(xp + c);
+        xv[4 * c] = p.x;
+        xv[4 * c + 1] = p.y;
+        xv[4 * c + 2] = p.z;
+        xv[4 * c + 3] = p.w;
+      }
+      if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
+        const float4* np = reinterpret_cast<const float4*>(a.norm + kk);
+#pragma unroll
+        for (int c = 0; c < V / 4; ++c) {
+          const float4 p = __ldg(np + c);
+          xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
+          xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
+          xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
+          xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
+        }
+      }
+      if (a.round_x)
+#pragma unroll
+        for (int c = 0; c < V; ++c) xv[c] = round_bf16(xv[c]);
+      float xs = 0.f;
+      if constexpr (kNeedXs)
+#pragma unroll
+        for (int c = 0; c < V; ++c) xs += xv[c];
+      if constexpr (QT == kFP8)
+#pragma unroll
+        for (int c = 0; c < V; ++c) xv[c] *= kFp8XScale;
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          acc[w][r][i] = fmaf(finish<QT>(qdot<QT>(raw[w][r], xv), xs, zp[w][r]), sc[w][r], acc[w][r][i]);
+    }
+  };
+
+  constexpr std::size_t kStep = 32 * V;
+  for (std::size_t k0 = static_cast<std::size_t>(lane) * V; k0 < k; k0 += U * kStep) {
+    uint4 raw[U][NW][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (k0 + u * kStep < k)
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            raw[u][w][r] = __ldg(reinterpret_cast<const uint4*>(rowp[w][r] + (k0 + u * kStep) * kHalfBytes<QT> / 2));
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (k0 + u * kStep < k) consume(k0 + u * kStep, raw[u]);
+  }
+
+  float* y = a.seg[s].y;
+  const std::size_t ldy = a.seg[s].ldy;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const float v = warp_sum(acc[0][r][i]);
+      float out = v;
+      if constexpr (MODE == 2) out = v / (1.f + expf(-v)) * warp_sum(acc[NW - 1][r][i]);
+      if (lane == 0 && row0 + r < n) {
+        float& dst = y[i * ldy + row0 + r];
+        dst = MODE == 0 && accumulate ? dst + out : out;
+      }
+    }
+}
+
+/// Dequantized rows (prefill's products, embedding rows): one 16-byte load per thread, its values through
+/// decode() and value(), written with 16-byte stores (f32 or bf16 rounded to nearest even).
+template <int QT>
+__global__ void __launch_bounds__(256) dequantize_kernel(QuantArgs q, const std::int32_t* rows, std::size_t n,
+                                                         std::size_t cols, float* out, __nv_bfloat16* out_bf16,
+                                                         std::size_t ldo) {
+  constexpr int V = kVals<QT>;
+  const std::size_t per_row = cols / V;
+  const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n * per_row) return;
+  const std::size_t i = t / per_row, c = (t % per_row) * V;
+  const std::size_t row = rows ? static_cast<std::size_t>(rows[i]) : i;
+  const std::size_t row_bytes = kGptq<QT> ? q.words_per_row * 4 : cols * kHalfBytes<QT> / 2;
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(q.data) + row * row_bytes +
+                                                         c * kHalfBytes<QT> / 2));
+  float scale, zero = 0.f;
+  if constexpr (kGptq<QT>) {
+    const std::size_t g = row * q.n_groups + c / q.group_size;
+    scale = __ldg(q.scales + g);
+    zero = static_cast<float>(__ldg(q.zeros + g));
+  } else {
+    scale = __ldg(q.scales + (row / q.block_rows) * q.sc_cols + c / q.block_cols);
+  }
+  float u[V];
+  decode<QT>(raw, u);
+#pragma unroll
+  for (int e = 0; e < V; ++e) u[e] = value<QT>(u[e], scale, zero);
+  if (out) {
+    float4* dst = reinterpret_cast<float4*>(out + i * ldo + c);
+#pragma unroll
+    for (int e = 0; e < V / 4; ++e) dst[e] = make_float4(u[4 * e], u[4 * e + 1], u[4 * e + 2], u[4 * e + 3]);
+  } else {
+    uint4* dst = reinterpret_cast<uint4*>(out_bf16 + i * ldo + c);
+#pragma unroll
+    for (int e = 0; e < V / 8; ++e) {
+      std::uint32_t h[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const __nv_bfloat162 b = __floats2bfloat162_rn(u[8 * e + 2 * p], u[8 * e + 2 * p + 1]);
+        h[p] = *reinterpret_cast<const std::uint32_t*>(&b);
+      }
+      dst[e] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+  }
+}
+
+/// Streaming multiprocessors of the current device (read once).
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+template <int M, int QT, int MODE, int R>
+void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  // About 8 loads in flight per lane (4 with 5 or more x rows, whose accumulators take the registers).
+  constexpr int loads = (MODE == 2 ? 4 : 8) / (M >= 5 ? 2 : 1);
+  constexpr int U = loads / R < 1 ? 1 : loads / R;
+  std::size_t warps = 0;
+  if (MODE == 2) warps = (a.seg[0].n + R - 1) / R;
+  else
+    for (int i = 0; i < a.n_seg; ++i) warps += (a.seg[i].n + R - 1) / R;
+  gemv_quant_kernel<M, QT, MODE, R, U><<<ceil_div(warps, kWarps), kNormThreads, 0, s>>>(a, accumulate);
+}
+
+template <int M, int QT>
+void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
+  // The most rows per warp that still give every multiprocessor a block of warps (fewer rows per warp:
+  // more warps streaming, more activation loads per weight byte).
+  std::size_t rows = 0;
+  if (mode == 2) rows = a.seg[0].n;
+  else
+    for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
+  // Verify steps (several x rows) keep one row per warp for 4-bit weights and at most two for 8-bit:
+  // more would spill the accumulators.
+  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
+  constexpr bool k4bit = kVals<QT> == 32;
+  if (mode == 2) {
+    if constexpr (M == 1)
+      if (rows >= 2 * per_pass) return launch_rows<M, QT, 2, 2>(a, false, s);
+    return launch_rows<M, QT, 2, 1>(a, false, s);
+  }
+  const bool acc = mode == 1;
+  if constexpr (M == 1)
+    if (rows >= 4 * per_pass) return launch_rows<M, QT, 0, 4>(a, acc, s);
+  if constexpr (M == 1 || !k4bit)
+    if (rows >= 2 * per_pass) return launch_rows<M, QT, 0, 2>(a, acc, s);
+  launch_rows<M, QT, 0, 1>(a, acc, s);
+}
+
+template <int M>
+void launch_m(const GemvArgs& a, int type, int mode, cudaStream_t s) {
+  switch (type) {
+    case kQ8: return launch_typed<M, kQ8>(a, mode, s);
+    case kFP8: return launch_typed<M, kFP8>(a, mode, s);
+    case kQ4: return launch_typed<M, kQ4>(a, mode, s);
+    case kG8: return launch_typed<M, kG8>(a, mode, s);
+    case kG4: return launch_typed<M, kG4>(a, mode, s);
+    default: throw std::invalid_argument("gemv_quant: not a quantized type");
+  }
+}
+
+}  // namespace
+
+bool gemv_quant_supported(const QuantArgs& q, int type, std::size_t k) {
+  if (!quantized_type(type) || reinterpret_cast<std::uintptr_t>(q.data) % 16 != 0) return false;
+  const std::size_t v = type == kQ4 || type == kG4 ? 32 : 16;
+  if (k % v != 0 || k > 0xFFFFFFFFu) return false;
+  if (type == kG4 || type == kG8) return !q.g_idx && q.group_size > 0 && q.group_size % v == 0 && q.words_per_row % 4 == 0;
+  return q.block_cols > 0 && q.block_cols % v == 0 && q.block_rows > 0;
+}
+
+bool launch_dequantize_quant(const QuantArgs& q, int type, const std::int32_t* rows, std::size_t n, std::size_t cols,
+                             float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s) {
+  const std::uintptr_t dst = out ? reinterpret_cast<std::uintptr_t>(out) : reinterpret_cast<std::uintptr_t>(out_bf16);
+  if (!gemv_quant_supported(q, type, cols) || dst % 16 != 0 || ldo % (out ? 4 : 8) != 0) return false;
+  if (n == 0) return true;
+  const std::size_t v = type == kQ4 || type == kG4 ? 32 : 16;
+  const unsigned grid = ceil_div(n * (cols / v), 256);
+  switch (type) {
+    case kQ8: dequantize_kernel<kQ8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
+    case kFP8: dequantize_kernel<kFP8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
+    case kQ4: dequantize_kernel<kQ4><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
+    case kG8: dequantize_kernel<kG8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
+    case kG4: dequantize_kernel<kG4><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
+    default: return false;
+  }
+  check_launch("dequantize");
+  return true;
+}
+
+void launch_gemv_quant(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
+  if (mode == 2 && a.n_seg != 2) throw std::invalid_argument("gemv_quant: SwiGLU takes gate and up");
+  if (mode == 2 && a.seg[0].n != a.seg[1].n) throw std::invalid_argument("gemv_quant: gate and up differ in rows");
+  switch (m) {
+    case 1: launch_m<1>(a, type, mode, s); break;
+    case 2: launch_m<2>(a, type, mode, s); break;
+    case 3: launch_m<3>(a, type, mode, s); break;
+    case 4: launch_m<4>(a, type, mode, s); break;
+    case 5: launch_m<5>(a, type, mode, s); break;
+    case 6: launch_m<6>(a, type, mode, s); break;
+    case 7: launch_m<7>(a, type, mode, s); break;
+    case 8: launch_m<8>(a, type, mode, s); break;
+    default: throw std::invalid_argument("gemv_quant: more than 8 rows");
+  }
+  check_launch("gemv_quant");
+}
+
+}  // namespace quarry::engine::cuda
