@@ -125,7 +125,7 @@ void check_variant(const std::string& config, const std::string& tag, const Quan
   // CUDA close: decode's quantized GEMV applies each scale once per 16-byte load and sums in its own
   // order, and the experts of the f32 model run on the device's gather kernels, the quantized ones per
   // expert.
-  if (testing::on_gpu()) EXPECT_LE(worst, 1e-4f) << tag;
+  if (testing::on_gpu()) EXPECT_LE(worst, 1e-3f) << tag;  // the parity bar of f32 logits
   else EXPECT_EQ(worst, 0.f) << tag;
   // And the quantization did change the model (the packed weights were read, not float copies).
   EXPECT_GT(from_orig, 0.f) << tag;

@@ -47,21 +47,24 @@ constexpr bool kGptq = QT == kG4 || QT == kG8;
 /// one restoring the sum (2^64 * 2^56 = 2^120): the products stay clear of f32's subnormal range.
 constexpr float kFp8XScale = 0x1p64f, kFp8SumScale = 0x1p56f;
 
-/// The kVals<QT> values of one 16-byte load in the type's own units u (exact; see value()):
-///   kQ8: the signed value; kG8: the unsigned one; kFP8: value * 2^-120; kQ4 / kG4: 1 + n / 16 for the
-///   stored nibble n.
+/// Values h * 16 .. h * 16 + 15 of one 16-byte load (h < kVals<QT> / 16) in the type's own units u (exact;
+/// see value()): kQ8: the signed value; kG8: the unsigned one; kFP8: value * 2^-120; kQ4 / kG4: 1 + n / 16
+/// for the stored nibble n.
 template <int QT>
-__device__ __forceinline__ void decode(const uint4& raw, float (&u)[kVals<QT>]) {
+__device__ __forceinline__ void decode(const uint4& raw, int h, float (&u)[16]) {
   const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (QT == kQ8 || QT == kG8) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (QT == kQ8 || QT == kG8) {
+    for (int j = 0; j < 4; ++j) {
       // byte b -> bits 0x4B0000bb = 2^23 + b (for signed values b ^ 0x80 = v + 128)
       const std::uint32_t x = QT == kQ8 ? w[j] ^ 0x80808080u : w[j];
       constexpr float bias = QT == kQ8 ? 8388736.f : 8388608.f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) u[4 * j + i] = __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u | i)) - bias;
-    } else if constexpr (QT == kFP8) {
+    }
+  } else if constexpr (QT == kFP8) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
       // byte b at bits 24..31, arithmetic shift by 4: sign at 31 (and 27..30), exponent at 23..26,
       // mantissa at 20..22; the mask keeps sign, exponent and mantissa.
 #pragma unroll
@@ -69,10 +72,13 @@ __device__ __forceinline__ void decode(const uint4& raw, float (&u)[kVals<QT>]) 
         const std::uint32_t p = i == 3 ? w[j] : __byte_perm(w[j], 0u, 0x0444u | (i << 12));
         u[4 * j + i] = __uint_as_float(static_cast<std::uint32_t>(static_cast<std::int32_t>(p) >> 4) & 0x87F00000u);
       }
-    } else {  // nibble i (bits 4i .. 4i + 3) to mantissa bits 19 .. 22 under the exponent of 1.0
+  } else {  // nibble i (bits 4i .. 4i + 3) to mantissa bits 19 .. 22 under the exponent of 1.0
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const std::uint32_t word = w[2 * h + j];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const std::uint32_t t = i <= 4 ? w[j] << (19 - 4 * i) : w[j] >> (4 * i - 19);
+        const std::uint32_t t = i <= 4 ? word << (19 - 4 * i) : word >> (4 * i - 19);
         u[8 * j + i] = __uint_as_float((t & 0x00780000u) | 0x3F800000u);
       }
     }
@@ -90,19 +96,8 @@ __device__ __forceinline__ float value(float u, float scale, float zero) {
   else return (u - zero) * scale;
 }
 
-/// The sum over one load's values of x[i] * u_i (decode's units).
-template <int QT>
-__device__ __forceinline__ float qdot(const uint4& raw, const float (&xv)[kVals<QT>]) {
-  float u[kVals<QT>];
-  decode<QT>(raw, u);
-  float d = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVals<QT>; ++i) d = fmaf(xv[i], u[i], d);
-  return d;
-}
-
-/// The load's contribution before its scale: sum x * (value / scale) from qdot's d, the sum of x over the
-/// load's columns (xs) and the zero point (GPTQ).
+/// The load's contribution before its scale, sum x * (value / scale), from d (the sum of x * u over the
+/// load, u in decode's units), the sum of x over the load's columns (xs) and the zero point (GPTQ).
 template <int QT>
 __device__ __forceinline__ float finish(float d, float xs, float zero) {
   if constexpr (QT == kQ8 || QT == kFP8) return d;
@@ -115,7 +110,7 @@ __device__ __forceinline__ float finish(float d, float xs, float zero) {
 /// per warp, U loads per row in flight per lane. MODE 0: modes 0 and 1 (accumulate set: mode 1); MODE 2:
 /// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0.
 template <int M, int QT, int MODE, int R, int U>
-__global__ void __launch_bounds__(kNormThreads) gemv_quant_kernel(GemvArgs a, bool accumulate) {
+__global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kernel(GemvArgs a, bool accumulate) {
   constexpr int V = kVals<QT>;
   constexpr int NW = MODE == 2 ? 2 : 1;
   constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
@@ -177,42 +172,58 @@ __global__ void __launch_bounds__(kNormThreads) gemv_quant_kernel(GemvArgs a, bo
     }
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      float xv[V];
-      const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kk);
+      // 16 columns at a time (4-bit loads: two halves), each row's sum one chain in column order
+      float d[NW][R], xs = 0.f;
 #pragma unroll
-      for (int c = 0; c < V / 4; ++c) {
-        const float4 p = __ldg(xp + c);
-        xv[4 * c] = p.x;
-        xv[4 * c + 1] = p.y;
-        xv[4 * c + 2] = p.z;
-        xv[4 * c + 3] = p.w;
-      }
-      if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
-        const float4* np = reinterpret_cast<const float4*>(a.norm + kk);
+      for (int h = 0; h < V / 16; ++h) {
+        const std::size_t kh = kk + 16 * h;
+        float xv[16];
+        const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kh);
 #pragma unroll
-        for (int c = 0; c < V / 4; ++c) {
-          const float4 p = __ldg(np + c);
-          xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
-          xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
-          xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
-          xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
+        for (int c = 0; c < 4; ++c) {
+          const float4 p = __ldg(xp + c);
+          xv[4 * c] = p.x;
+          xv[4 * c + 1] = p.y;
+          xv[4 * c + 2] = p.z;
+          xv[4 * c + 3] = p.w;
         }
+        if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
+          const float4* np = reinterpret_cast<const float4*>(a.norm + kh);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float4 p = __ldg(np + c);
+            xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
+            xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
+            xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
+            xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
+          }
+        }
+        if (a.round_x)
+#pragma unroll
+          for (int c = 0; c < 16; ++c) xv[c] = round_bf16(xv[c]);
+        if constexpr (kNeedXs)
+#pragma unroll
+          for (int c = 0; c < 16; ++c) xs += xv[c];
+        if constexpr (QT == kFP8)
+#pragma unroll
+          for (int c = 0; c < 16; ++c) xv[c] *= kFp8XScale;
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float u[16];
+            decode<QT>(raw[w][r], h, u);
+            float dd = h == 0 ? 0.f : d[w][r];
+#pragma unroll
+            for (int c = 0; c < 16; ++c) dd = fmaf(xv[c], u[c], dd);
+            d[w][r] = dd;
+          }
       }
-      if (a.round_x)
-#pragma unroll
-        for (int c = 0; c < V; ++c) xv[c] = round_bf16(xv[c]);
-      float xs = 0.f;
-      if constexpr (kNeedXs)
-#pragma unroll
-        for (int c = 0; c < V; ++c) xs += xv[c];
-      if constexpr (QT == kFP8)
-#pragma unroll
-        for (int c = 0; c < V; ++c) xv[c] *= kFp8XScale;
 #pragma unroll
       for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          acc[w][r][i] = fmaf(finish<QT>(qdot<QT>(raw[w][r], xv), xs, zp[w][r]), sc[w][r], acc[w][r][i]);
+          acc[w][r][i] = fmaf(finish<QT>(d[w][r], xs, zp[w][r]), sc[w][r], acc[w][r][i]);
     }
   };
 
@@ -272,9 +283,13 @@ __global__ void __launch_bounds__(256) dequantize_kernel(QuantArgs q, const std:
     scale = __ldg(q.scales + (row / q.block_rows) * q.sc_cols + c / q.block_cols);
   }
   float u[V];
-  decode<QT>(raw, u);
 #pragma unroll
-  for (int e = 0; e < V; ++e) u[e] = value<QT>(u[e], scale, zero);
+  for (int h = 0; h < V / 16; ++h) {
+    float part[16];
+    decode<QT>(raw, h, part);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) u[16 * h + e] = value<QT>(part[e], scale, zero);
+  }
   if (out) {
     float4* dst = reinterpret_cast<float4*>(out + i * ldo + c);
 #pragma unroll
