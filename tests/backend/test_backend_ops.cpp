@@ -271,12 +271,12 @@ TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
   cs.push_back(testing::rows_case("int8_g24", 9, 72, QuantElement::int8, 1, 24, seed++));
   cs.push_back(testing::rows_case("fp8_channel", 21, 48, QuantElement::fp8_e4m3, 1, 48, seed++));
   // Tall weights: the GPU's quantized GEMV gives each warp 2 or 4 output rows once there are enough rows
-  // for every multiprocessor (4,301 rows: 4 per warp on 132 multiprocessors, the last warp short).
-  cs.push_back(testing::rows_case("int8_channel_tall", 4301, 512, QuantElement::int8, 1, 512, seed++));
-  cs.push_back(testing::rows_case("int4_g32_tall", 4301, 512, QuantElement::int4, 1, 32, seed++));
-  cs.push_back(testing::rows_case("fp8_block128_tall", 4301, 512, QuantElement::fp8_e4m3, 128, 128, seed++));
-  cs.push_back(testing::gptq_case("gptq4_g64_tall", 4301, 512, 4, 64, false, true, seed++));
-  cs.push_back(testing::gptq_case("gptq8_g32_tall", 4301, 512, 8, 32, false, true, seed++));
+  // for every multiprocessor (8,501 rows: 4 per warp on 132 multiprocessors, the last warp short).
+  cs.push_back(testing::rows_case("int8_channel_tall", 8501, 512, QuantElement::int8, 1, 512, seed++));
+  cs.push_back(testing::rows_case("int4_g32_tall", 8501, 512, QuantElement::int4, 1, 32, seed++));
+  cs.push_back(testing::rows_case("fp8_block128_tall", 8501, 512, QuantElement::fp8_e4m3, 128, 128, seed++));
+  cs.push_back(testing::gptq_case("gptq4_g64_tall", 8501, 512, 4, 64, false, true, seed++));
+  cs.push_back(testing::gptq_case("gptq8_g32_tall", 8501, 512, 8, 32, false, true, seed++));
   for (const auto& c : cs)
     for (const std::size_t m : {1u, 5u, 8u, 13u}) {
       const std::size_t rows = c.q.rows, cols = c.q.cols;
@@ -357,13 +357,14 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
           const auto got = dev_.get(plain[i], m * n);
           EXPECT_EQ(dev_.get(fused[i], m * n), got) << "norm_matmul_many output " << i << " " << what;
           EXPECT_EQ(dev_.get(many[i], m * n), got) << "matmul_many output " << i << " " << what;
-          if (compute != Compute::exact) continue;  // (bf16 compute: the CPU quantizes activations too)
           std::vector<double> ref(m * n, 0.0);  // the dequantized values' product
           for (std::size_t r = 0; r < m; ++r)
             for (std::size_t j = 0; j < n; ++j)
               for (std::size_t k = 0; k < K; ++k)
                 ref[r * n + j] += static_cast<double>(h[r * K + k]) * set.w[i].want[j * K + k];
-          EXPECT_LT(nmse(got, ref), 1e-10) << "output " << i << " " << what;
+          // bf16 compute: activations rounded to bf16, and for integer weights quantized to int8 (per 16
+          // columns on the GPU, per group or 128 columns on the CPU): close, not exact.
+          EXPECT_LT(nmse(got, ref), compute == Compute::exact ? 1e-10 : 1e-3) << "output " << i << " " << what;
         }
         if (set.w[1].q.rows != set.w[2].q.rows) continue;
         const std::size_t n = set.w[1].q.rows;

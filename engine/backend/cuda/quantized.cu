@@ -106,10 +106,78 @@ __device__ __forceinline__ float finish(float d, float xs, float zero) {
   else return fmaf(-zero, xs, d);
 }
 
+/// Sum of the products of 4 unsigned bytes (a) and 4 signed bytes (b), plus c (PTX dp4a.u32.s32).
+__device__ __forceinline__ int dp4a_us(std::uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+/// The low bytes of four floats, packed in order: the int8 values fmaf(x, inv, 1.5 * 2^23) holds.
+__device__ __forceinline__ int pack4(float a, float b, float c, float d) {
+  const std::uint32_t lo = __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x0040u);
+  const std::uint32_t hi = __byte_perm(__float_as_uint(c), __float_as_uint(d), 0x0040u);
+  return static_cast<int>(__byte_perm(lo, hi, 0x5410u));
+}
+
+/// 16 activations quantized to int8 (bf16 compute, integer weights): q = round(x * 127 / max|x|), packed
+/// four to a word in column order (8-bit weights) or, for 4-bit weights, as each weight word's low and high
+/// nibbles take them (word j: columns 8j, 8j+2, 8j+4, 8j+6, then 8j+1, 8j+3, 8j+5, 8j+7); scale = max|x| /
+/// 127 and qsum = the sum of q.
+template <int QT>
+__device__ __forceinline__ void quantize16(const float (&xv)[16], int (&xq)[4], float& scale, int& qsum) {
+  float amax = 0.f;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) amax = fmaxf(amax, fabsf(xv[c]));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  scale = amax / 127.f;
+  float q[16];
+#pragma unroll
+  for (int c = 0; c < 16; ++c) q[c] = fmaf(xv[c], inv, 12582912.f);  // 1.5 * 2^23: the integer in the low bits
+  if constexpr (kVals<QT> == 32) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      xq[2 * j] = pack4(q[8 * j], q[8 * j + 2], q[8 * j + 4], q[8 * j + 6]);
+      xq[2 * j + 1] = pack4(q[8 * j + 1], q[8 * j + 3], q[8 * j + 5], q[8 * j + 7]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) xq[j] = pack4(q[4 * j], q[4 * j + 1], q[4 * j + 2], q[4 * j + 3]);
+  }
+  qsum = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) qsum = __dp4a(xq[j], 0x01010101, qsum);
+}
+
+/// sum_c w_c * q_c over 16 columns of one load (h: which 16 of a 4-bit load), the weights' stored integers
+/// (kQ8 signed, kG8 unsigned, nibbles unsigned) against quantize16's packing.
+template <int QT>
+__device__ __forceinline__ int idot16(const uint4& raw, int h, const int (&xq)[4]) {
+  const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  int d = 0;
+  if constexpr (kVals<QT> == 32) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const std::uint32_t word = w[2 * h + j];
+      d = __dp4a(static_cast<int>(word & 0x0F0F0F0Fu), xq[2 * j], d);
+      d = __dp4a(static_cast<int>((word >> 4) & 0x0F0F0F0Fu), xq[2 * j + 1], d);
+    }
+  } else if constexpr (QT == kQ8) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) d = __dp4a(static_cast<int>(w[j]), xq[j], d);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) d = dp4a_us(w[j], xq[j], d);
+  }
+  return d;
+}
+
 /// y = x . W^T (or += with a.accumulate-style mode 1; or SwiGLU in mode 2) for M rows of x, R output rows
 /// per warp, U loads per row in flight per lane. MODE 0: modes 0 and 1 (accumulate set: mode 1); MODE 2:
-/// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0.
-template <int M, int QT, int MODE, int R, int U>
+/// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0. IQ (bf16 compute with
+/// integer weights): the activations, rounded to bf16, are quantized to int8 per 16 columns (quantize16)
+/// and the products are integer dot products (dp4a), as the CPU's bf16 compute quantizes them per group.
+template <int M, int QT, int MODE, int R, int U, bool IQ>
 __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kernel(GemvArgs a, bool accumulate) {
   constexpr int V = kVals<QT>;
   constexpr int NW = MODE == 2 ? 2 : 1;
@@ -201,6 +269,20 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
         if (a.round_x)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xv[c] = round_bf16(xv[c]);
+        if constexpr (IQ) {
+          int xq[4], qsum;
+          float xscale;
+          quantize16<QT>(xv, xq, xscale, qsum);
+#pragma unroll
+          for (int w = 0; w < NW; ++w)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              const int off = QT == kQ4 ? 8 : static_cast<int>(zp[w][r]);  // kQ8: zp is 0
+              const float t = static_cast<float>(idot16<QT>(raw[w][r], h, xq) - off * qsum) * xscale;
+              d[w][r] = h == 0 ? t : d[w][r] + t;
+            }
+          continue;
+        }
         if constexpr (kNeedXs)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xs += xv[c];
@@ -223,7 +305,7 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
       for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          acc[w][r][i] = fmaf(finish<QT>(d[w][r], xs, zp[w][r]), sc[w][r], acc[w][r][i]);
+          acc[w][r][i] = fmaf(IQ ? d[w][r] : finish<QT>(d[w][r], xs, zp[w][r]), sc[w][r], acc[w][r][i]);
     }
   };
 
@@ -320,8 +402,8 @@ int sm_count() {
   return n;
 }
 
-template <int M, int QT, int MODE, int R>
-void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+template <int M, int QT, int MODE, int R, bool IQ>
+void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   // About 8 loads in flight per lane (4 with 5 or more x rows, whose accumulators take the registers).
   constexpr int loads = (MODE == 2 ? 4 : 8) / (M >= 5 ? 2 : 1);
   constexpr int U = loads / R < 1 ? 1 : loads / R;
@@ -329,20 +411,28 @@ void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   if (MODE == 2) warps = (a.seg[0].n + R - 1) / R;
   else
     for (int i = 0; i < a.n_seg; ++i) warps += (a.seg[i].n + R - 1) / R;
-  gemv_quant_kernel<M, QT, MODE, R, U><<<ceil_div(warps, kWarps), kNormThreads, 0, s>>>(a, accumulate);
+  gemv_quant_kernel<M, QT, MODE, R, U, IQ><<<ceil_div(warps, kWarps), kNormThreads, 0, s>>>(a, accumulate);
+}
+
+/// Integer products under bf16 compute for the integer types; FP8 and exact compute in f32.
+template <int M, int QT, int MODE, int R>
+void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  if constexpr (QT != kFP8)
+    if (a.round_x) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
+  launch_iq<M, QT, MODE, R, false>(a, accumulate, s);
 }
 
 template <int M, int QT>
 void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
-  // The most rows per warp that still give every multiprocessor a block of warps (fewer rows per warp:
-  // more warps streaming, more activation loads per weight byte).
+  // The most rows per warp that still fill every multiprocessor with warps (two blocks each at one x row;
+  // fewer rows per warp: more warps streaming, more activation work per weight byte).
   std::size_t rows = 0;
   if (mode == 2) rows = a.seg[0].n;
   else
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
   // Verify steps (several x rows) keep one row per warp for 4-bit weights and at most two for 8-bit:
   // more would spill the accumulators.
-  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
+  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps * (M == 1 ? 2 : 1);
   constexpr bool k4bit = kVals<QT> == 32;
   if (mode == 2) {
     if constexpr (M == 1)
