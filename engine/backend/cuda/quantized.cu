@@ -23,6 +23,8 @@
 // in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
 // without the norm folded in. The technique follows the fast dequantizing GEMV kernels of the field
 // (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
+#include <cstdlib>
+
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
 
@@ -172,6 +174,41 @@ __device__ __forceinline__ int idot16(const uint4& raw, int h, const int (&xq)[4
   return d;
 }
 
+/// x[i, kh .. kh + 15] as the product reads it: normed (rms_norm_kernel's w[c] * (x[c] * inv)) when the
+/// norm is folded in, then rounded to bf16 under bf16 compute.
+__device__ __forceinline__ void load_x16(const GemvArgs& a, int i, std::size_t kh, const float* inv, float (&xv)[16]) {
+  const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kh);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const float4 p = __ldg(xp + c);
+    xv[4 * c] = p.x;
+    xv[4 * c + 1] = p.y;
+    xv[4 * c + 2] = p.z;
+    xv[4 * c + 3] = p.w;
+  }
+  if (a.norm) {
+    const float4* np = reinterpret_cast<const float4*>(a.norm + kh);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float4 p = __ldg(np + c);
+      xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
+      xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
+      xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
+      xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
+    }
+  }
+  if (a.round_x)
+#pragma unroll
+    for (int c = 0; c < 16; ++c) xv[c] = round_bf16(xv[c]);
+}
+
+/// Dynamic shared memory of the integer-activation GEMV: for each x row the int8 activations [k], then the
+/// scales and sums of each 16 columns [k / 16] each.
+constexpr std::size_t iq_smem_bytes(std::size_t m, std::size_t k) { return m * (k + k / 16 * 8); }
+/// The widest input the integer-activation GEMV takes at every m <= 8 (its shared memory within an H100's
+/// or H200's 227 KB); wider inputs take the f32 path at every m, so decode and verify steps agree.
+constexpr std::size_t kIqMaxK = 16384;
+
 /// y = x . W^T (or += with a.accumulate-style mode 1; or SwiGLU in mode 2) for M rows of x, R output rows
 /// per warp, U loads per row in flight per lane. MODE 0: modes 0 and 1 (accumulate set: mode 1); MODE 2:
 /// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0. IQ (bf16 compute with
@@ -184,6 +221,26 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
   constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
   __shared__ float inv[M];
   if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // every thread, before any warp leaves
+  extern __shared__ __align__(16) unsigned char iq_smem[];
+  int* xq_all = reinterpret_cast<int*>(iq_smem);                          // [M][k / 4]
+  float* xscale_all = reinterpret_cast<float*>(xq_all + M * (a.k / 4));  // [M][k / 16]
+  int* qsum_all = reinterpret_cast<int*>(xscale_all + M * (a.k / 16));   // [M][k / 16]
+  if constexpr (IQ) {  // the block quantizes the activations once, for all its warps
+    const std::size_t c16 = a.k / 16;
+    for (std::size_t t = threadIdx.x; t < M * c16; t += blockDim.x) {
+      const int i = static_cast<int>(t / c16);
+      const std::size_t c = t % c16;
+      float xv[16];
+      load_x16(a, i, c * 16, inv, xv);
+      int xq[4], qs;
+      float sc;
+      quantize16<QT>(xv, xq, sc, qs);
+      reinterpret_cast<int4*>(xq_all + i * (a.k / 4))[c] = make_int4(xq[0], xq[1], xq[2], xq[3]);
+      xscale_all[i * c16 + c] = sc;
+      qsum_all[i * c16 + c] = qs;
+    }
+    __syncthreads();
+  }
   const int lane = threadIdx.x & 31;
   std::size_t wi = static_cast<std::size_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   int s = 0;
@@ -245,34 +302,12 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
 #pragma unroll
       for (int h = 0; h < V / 16; ++h) {
         const std::size_t kh = kk + 16 * h;
-        float xv[16];
-        const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kh);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float4 p = __ldg(xp + c);
-          xv[4 * c] = p.x;
-          xv[4 * c + 1] = p.y;
-          xv[4 * c + 2] = p.z;
-          xv[4 * c + 3] = p.w;
-        }
-        if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
-          const float4* np = reinterpret_cast<const float4*>(a.norm + kh);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float4 p = __ldg(np + c);
-            xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
-            xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
-            xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
-            xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
-          }
-        }
-        if (a.round_x)
-#pragma unroll
-          for (int c = 0; c < 16; ++c) xv[c] = round_bf16(xv[c]);
         if constexpr (IQ) {
-          int xq[4], qsum;
-          float xscale;
-          quantize16<QT>(xv, xq, xscale, qsum);
+          const std::size_t c = kh / 16, c16 = k / 16;
+          const int4 q4 = reinterpret_cast<const int4*>(xq_all + i * (k / 4))[c];
+          const int xq[4] = {q4.x, q4.y, q4.z, q4.w};
+          const float xscale = xscale_all[i * c16 + c];
+          const int qsum = qsum_all[i * c16 + c];
 #pragma unroll
           for (int w = 0; w < NW; ++w)
 #pragma unroll
@@ -283,6 +318,8 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
             }
           continue;
         }
+        float xv[16];
+        load_x16(a, i, kh, inv, xv);
         if constexpr (kNeedXs)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xs += xv[c];
@@ -411,14 +448,25 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   if (MODE == 2) warps = (a.seg[0].n + R - 1) / R;
   else
     for (int i = 0; i < a.n_seg; ++i) warps += (a.seg[i].n + R - 1) / R;
-  gemv_quant_kernel<M, QT, MODE, R, U, IQ><<<ceil_div(warps, kWarps), kNormThreads, 0, s>>>(a, accumulate);
+  const std::size_t smem = IQ ? iq_smem_bytes(M, a.k) : 0;
+  if (smem > 48 * 1024) {  // above the default: opt in once per kernel (kIqMaxK keeps it within the device's)
+    static const cudaError_t opted = cudaFuncSetAttribute(gemv_quant_kernel<M, QT, MODE, R, U, IQ>,
+                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          static_cast<int>(iq_smem_bytes(M, kIqMaxK)));
+    check(opted, "gemv_quant (shared memory)");
+  }
+  gemv_quant_kernel<M, QT, MODE, R, U, IQ><<<ceil_div(warps, kWarps), kNormThreads, smem, s>>>(a, accumulate);
 }
 
 /// Integer products under bf16 compute for the integer types; FP8 and exact compute in f32.
 template <int M, int QT, int MODE, int R>
 void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  static const bool iq_on = [] {  // TEMPORARY A/B knob
+    const char* e = std::getenv("QUARRY_CUDA_GEMVQ_IQ");
+    return !(e && e[0] == '0');
+  }();
   if constexpr (QT != kFP8)
-    if (a.round_x) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
+    if (a.round_x && a.k <= kIqMaxK && iq_on) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
   launch_iq<M, QT, MODE, R, false>(a, accumulate, s);
 }
 
@@ -432,7 +480,11 @@ void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
   // Verify steps (several x rows) keep one row per warp for 4-bit weights and at most two for 8-bit:
   // more would spill the accumulators.
-  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps * (M == 1 ? 2 : 1);
+  static const std::size_t blocks = [] {  // TEMPORARY A/B knob
+    const char* e = std::getenv("QUARRY_CUDA_GEMVQ_BLOCKS");
+    return static_cast<std::size_t>(e ? std::atoi(e) : 1);
+  }();
+  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps * (M == 1 ? blocks : 1);
   constexpr bool k4bit = kVals<QT> == 32;
   if (mode == 2) {
     if constexpr (M == 1)
