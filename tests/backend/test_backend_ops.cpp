@@ -303,6 +303,20 @@ TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
     }
 }
 
+/// "" when a and b hold the same bits, else where and how many values differ (a short failure message).
+std::string bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
+  std::size_t first = a.size(), count = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      if (first == a.size()) first = i;
+      ++count;
+    }
+  if (count == 0) return "";
+  return std::to_string(count) + " of " + std::to_string(a.size()) + " differ, first at " + std::to_string(first) +
+         ": " + std::to_string(a[first]) + " vs " + std::to_string(b[first]);
+}
+
 TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
   // Quantized q / k / v in one product (matmul_many), with the input norm folded in (norm_matmul_many),
   // and gate / up with the SwiGLU (norm_matmul_swiglu): the same bits as rms_norm, then each product on
@@ -355,8 +369,8 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
         for (std::size_t i = 0; i < 3; ++i) {
           const std::size_t n = set.w[i].q.rows;
           const auto got = dev_.get(plain[i], m * n);
-          EXPECT_EQ(dev_.get(fused[i], m * n), got) << "norm_matmul_many output " << i << " " << what;
-          EXPECT_EQ(dev_.get(many[i], m * n), got) << "matmul_many output " << i << " " << what;
+          EXPECT_EQ(bit_difference(dev_.get(fused[i], m * n), got), "") << "norm_matmul_many output " << i << " " << what;
+          EXPECT_EQ(bit_difference(dev_.get(many[i], m * n), got), "") << "matmul_many output " << i << " " << what;
           std::vector<double> ref(m * n, 0.0);  // the dequantized values' product
           for (std::size_t r = 0; r < m; ++r)
             for (std::size_t j = 0; j < n; ++j)
@@ -372,7 +386,7 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
         under_test_->norm_matmul_swiglu(xb.as<float>(), m, K, K, nb.as<float>(), 1e-6f, hb.as<float>(), *w[1], *w[2],
                                         of.as<float>(), n, sf.as<float>());
         under_test_->silu_mul(plain[1].as<float>(), n, plain[2].as<float>(), n, sp.as<float>(), n, m, n);
-        EXPECT_EQ(dev_.get(of, m * n), dev_.get(sp, m * n)) << "swiglu " << what;
+        EXPECT_EQ(bit_difference(dev_.get(of, m * n), dev_.get(sp, m * n)), "") << "swiglu " << what;
       }
     }
 }

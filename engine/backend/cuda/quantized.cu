@@ -23,8 +23,6 @@
 // in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
 // without the norm folded in. The technique follows the fast dequantizing GEMV kernels of the field
 // (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
-#include <cstdlib>
-
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
 
@@ -313,8 +311,9 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               const int off = QT == kQ4 ? 8 : static_cast<int>(zp[w][r]);  // kQ8: zp is 0
-              const float t = static_cast<float>(idot16<QT>(raw[w][r], h, xq) - off * qsum) * xscale;
-              d[w][r] = h == 0 ? t : d[w][r] + t;
+              // rounded as written (no contraction), so that every instantiation sums alike
+              const float t = __fmul_rn(static_cast<float>(idot16<QT>(raw[w][r], h, xq) - off * qsum), xscale);
+              d[w][r] = h == 0 ? t : __fadd_rn(d[w][r], t);
             }
           continue;
         }
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
         load_x16(a, i, kh, inv, xv);
         if constexpr (kNeedXs)
 #pragma unroll
-          for (int c = 0; c < 16; ++c) xs += xv[c];
+          for (int c = 0; c < 16; ++c) xs = __fadd_rn(xs, xv[c]);  // never contracted with the norm's product
         if constexpr (QT == kFP8)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xv[c] *= kFp8XScale;
@@ -461,30 +460,22 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
 /// Integer products under bf16 compute for the integer types; FP8 and exact compute in f32.
 template <int M, int QT, int MODE, int R>
 void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
-  static const bool iq_on = [] {  // TEMPORARY A/B knob
-    const char* e = std::getenv("QUARRY_CUDA_GEMVQ_IQ");
-    return !(e && e[0] == '0');
-  }();
   if constexpr (QT != kFP8)
-    if (a.round_x && a.k <= kIqMaxK && iq_on) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
+    if (a.round_x && a.k <= kIqMaxK) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
   launch_iq<M, QT, MODE, R, false>(a, accumulate, s);
 }
 
 template <int M, int QT>
 void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
-  // The most rows per warp that still fill every multiprocessor with warps (two blocks each at one x row;
-  // fewer rows per warp: more warps streaming, more activation work per weight byte).
+  // The most rows per warp that still give every multiprocessor a block of warps (fewer rows per warp:
+  // more warps streaming, more activation work per weight byte; two blocks each measured slower).
   std::size_t rows = 0;
   if (mode == 2) rows = a.seg[0].n;
   else
     for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
   // Verify steps (several x rows) keep one row per warp for 4-bit weights and at most two for 8-bit:
   // more would spill the accumulators.
-  static const std::size_t blocks = [] {  // TEMPORARY A/B knob
-    const char* e = std::getenv("QUARRY_CUDA_GEMVQ_BLOCKS");
-    return static_cast<std::size_t>(e ? std::atoi(e) : 1);
-  }();
-  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps * (M == 1 ? blocks : 1);
+  const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
   constexpr bool k4bit = kVals<QT> == 32;
   if (mode == 2) {
     if constexpr (M == 1)
