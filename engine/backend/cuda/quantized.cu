@@ -10,14 +10,15 @@
 //    for all R rows;
 //  - values become floats by bit placement, not conversion instructions: an 8-bit integer as the f32
 //    2^23 + byte (one byte permute, one subtraction); a nibble n as the f32 1 + n / 16 (a shift and one
-//    three-input logic op; the sums of x that undo the offset are per load, shared by the R rows); an
-//    FP8 E4M3 byte as the f32 whose sign, exponent and mantissa bits are the byte's, which is the value
-//    times 2^-120, subnormals included (f32 subnormals, which the FMA takes at full rate unless the build
-//    flushes them: do not build this file with --use_fast_math / -ftz=true);
+//    three-input logic op; the sums of x that undo the offset are per load, shared by the R rows); FP8
+//    E4M3 pairs by the f16x2 conversion instruction (Ada, Hopper and later), before those as the f32
+//    whose sign, exponent and mantissa bits are the byte's, which is the value times 2^-120, subnormals
+//    included (f32 subnormals, which the FMA takes at full rate unless the build flushes them: do not
+//    build this file with --use_fast_math / -ftz=true);
 //  - a 16-byte load lies inside one scale block or group (gemv_quant_supported), so the scale (and GPTQ's
 //    zero point) is applied once per load, not per value.
-// FP8's NaN codes (S.1111.111) read as +-480 here, where the CPU's kernels give NaN: a checkpoint holds
-// no NaN weights.
+// On devices before Ada (no FP8 conversion instruction) FP8's NaN codes (S.1111.111) read as +-480, where
+// the CPU's kernels give NaN: a checkpoint holds no NaN weights.
 // The summation order of an output row (the lane's loads in column order, the values of a load in order,
 // then the warp's shuffle tree) does not depend on R, m or the mode, so a row's value has the same bits
 // in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
@@ -43,12 +44,22 @@ constexpr int kHalfBytes = (QT == kQ4 || QT == kG4) ? 1 : 2;
 template <int QT>
 constexpr bool kGptq = QT == kG4 || QT == kG8;
 
-/// The factor by which x is scaled before the products with FP8 values taken as value * 2^-120, and the
-/// one restoring the sum (2^64 * 2^56 = 2^120): the products stay clear of f32's subnormal range.
-constexpr float kFp8XScale = 0x1p64f, kFp8SumScale = 0x1p56f;
+// FP8 E4M3 to f16 pairs in one instruction where the device has it (Ada, Hopper and later); elsewhere the
+// bit placement below (the value times 2^-120).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define QUARRY_FP8_CVT 1
+#else
+#define QUARRY_FP8_CVT 0
+#endif
+/// The factor by which x is scaled before the products with FP8 values taken as value * 2^-120 (bit
+/// placement), and the one restoring the sum (2^64 * 2^56 = 2^120): the products stay clear of f32's
+/// subnormal range. 1 where the conversion instruction gives the values themselves.
+constexpr float kFp8XScale = QUARRY_FP8_CVT ? 1.f : 0x1p64f, kFp8SumScale = QUARRY_FP8_CVT ? 1.f : 0x1p56f;
+/// decode()'s FP8 unit: value * kFp8Unit.
+constexpr float kFp8Unit = QUARRY_FP8_CVT ? 1.f : 0x1p-120f;
 
 /// Values h * 16 .. h * 16 + 15 of one 16-byte load (h < kVals<QT> / 16) in the type's own units u (exact;
-/// see value()): kQ8: the signed value; kG8: the unsigned one; kFP8: value * 2^-120; kQ4 / kG4: 1 + n / 16
+/// see value()): kQ8: the signed value; kG8: the unsigned one; kFP8: value * kFp8Unit; kQ4 / kG4: 1 + n / 16
 /// for the stored nibble n.
 template <int QT>
 __device__ __forceinline__ void decode(const uint4& raw, int h, float (&u)[16]) {
@@ -63,6 +74,19 @@ __device__ __forceinline__ void decode(const uint4& raw, int h, float (&u)[16]) 
       for (int i = 0; i < 4; ++i) u[4 * j + i] = __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u | i)) - bias;
     }
   } else if constexpr (QT == kFP8) {
+#if QUARRY_FP8_CVT
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // bytes 2p, 2p + 1 -> an f16 pair (exact: E4M3 is inside f16), then f32
+        std::uint32_t h2;
+        const unsigned short pair = static_cast<unsigned short>(w[j] >> (16 * p));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        u[4 * j + 2 * p] = f.x;
+        u[4 * j + 2 * p + 1] = f.y;
+      }
+#else
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       // byte b at bits 24..31, arithmetic shift by 4: sign at 31 (and 27..30), exponent at 23..26,
@@ -72,6 +96,7 @@ __device__ __forceinline__ void decode(const uint4& raw, int h, float (&u)[16]) 
         const std::uint32_t p = i == 3 ? w[j] : __byte_perm(w[j], 0u, 0x0444u | (i << 12));
         u[4 * j + i] = __uint_as_float(static_cast<std::uint32_t>(static_cast<std::int32_t>(p) >> 4) & 0x87F00000u);
       }
+#endif
   } else {  // nibble i (bits 4i .. 4i + 3) to mantissa bits 19 .. 22 under the exponent of 1.0
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -90,7 +115,7 @@ __device__ __forceinline__ void decode(const uint4& raw, int h, float (&u)[16]) 
 template <int QT>
 __device__ __forceinline__ float value(float u, float scale, float zero) {
   if constexpr (QT == kQ8) return u * scale;
-  else if constexpr (QT == kFP8) return (u * 0x1p120f) * scale;
+  else if constexpr (QT == kFP8) return (u * (1.f / kFp8Unit)) * scale;
   else if constexpr (QT == kQ4) return fmaf(u, 16.f, -24.f) * scale;
   else if constexpr (QT == kG4) return (fmaf(u, 16.f, -16.f) - zero) * scale;
   else return (u - zero) * scale;
