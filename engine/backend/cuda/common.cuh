@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace quarry::engine::cuda {
 
@@ -17,6 +18,23 @@ inline void check(cudaError_t e, const char* what) {
 }
 /// The launch error of the last kernel, if any.
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+/// f(std::integral_constant<int, M>{}) for the activation-row count m of a GEMV launch (1 .. 8, a template
+/// parameter of the kernels); std::invalid_argument naming `what` for any other.
+template <class F>
+void with_gemv_rows(std::size_t m, const char* what, F&& f) {
+  switch (m) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: throw std::invalid_argument(std::string(what) + ": more than 8 rows");
+  }
+}
 
 /// Element type codes of weights (the engine's DType order: f32, f16, bf16).
 enum WType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };

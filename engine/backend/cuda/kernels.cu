@@ -619,17 +619,7 @@ void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStrea
     if (mode == 2 || a.n_seg != 1 || a.norm)
       throw std::invalid_argument("gemv: this quantized layout takes one plain product per launch");
   }
-  switch (m) {
-    case 1: gemv_typed<1>(a, type, mode, s); break;
-    case 2: gemv_typed<2>(a, type, mode, s); break;
-    case 3: gemv_typed<3>(a, type, mode, s); break;
-    case 4: gemv_typed<4>(a, type, mode, s); break;
-    case 5: gemv_typed<5>(a, type, mode, s); break;
-    case 6: gemv_typed<6>(a, type, mode, s); break;
-    case 7: gemv_typed<7>(a, type, mode, s); break;
-    case 8: gemv_typed<8>(a, type, mode, s); break;
-    default: throw std::invalid_argument("gemv: more than 8 rows");
-  }
+  with_gemv_rows(m, "gemv", [&](auto rows) { gemv_typed<decltype(rows)::value>(a, type, mode, s); });
   check_launch("gemv");
 }
 

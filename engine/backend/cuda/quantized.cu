@@ -559,17 +559,7 @@ bool launch_dequantize_quant(const QuantArgs& q, int type, const std::int32_t* r
 void launch_gemv_quant(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
   if (mode == 2 && a.n_seg != 2) throw std::invalid_argument("gemv_quant: SwiGLU takes gate and up");
   if (mode == 2 && a.seg[0].n != a.seg[1].n) throw std::invalid_argument("gemv_quant: gate and up differ in rows");
-  switch (m) {
-    case 1: launch_m<1>(a, type, mode, s); break;
-    case 2: launch_m<2>(a, type, mode, s); break;
-    case 3: launch_m<3>(a, type, mode, s); break;
-    case 4: launch_m<4>(a, type, mode, s); break;
-    case 5: launch_m<5>(a, type, mode, s); break;
-    case 6: launch_m<6>(a, type, mode, s); break;
-    case 7: launch_m<7>(a, type, mode, s); break;
-    case 8: launch_m<8>(a, type, mode, s); break;
-    default: throw std::invalid_argument("gemv_quant: more than 8 rows");
-  }
+  with_gemv_rows(m, "gemv_quant", [&](auto rows) { launch_m<decltype(rows)::value>(a, type, mode, s); });
   check_launch("gemv_quant");
 }
 
