@@ -358,11 +358,7 @@ constexpr int kGemvUnroll = QUARRY_GEMV_UNROLL;
 
 template <int M, int TYPE>
 void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
-  std::size_t rows = 0;
-  if (mode == 2) rows = a.seg[0].n;
-  else
-    for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
-  const unsigned grid = ceil_div(rows, 8);
+  const unsigned grid = ceil_div(gemv_output_rows(a, mode), 8);
   switch (mode) {
     case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
     case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
@@ -505,14 +501,9 @@ void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* ro
                             float* out, __nv_bfloat16* out_bf16, std::size_t ldo, cudaStream_t s) {
   if (n == 0 || launch_dequantize_quant(q, type, rows, n, cols, out, out_bf16, ldo, s)) return;
   const dim3 grid(static_cast<unsigned>(n), ceil_div(cols / 8, 128));
-  switch (type) {
-    case kQ8: dequantize_rows_kernel<kQ8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
-    case kFP8: dequantize_rows_kernel<kFP8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
-    case kQ4: dequantize_rows_kernel<kQ4><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
-    case kG8: dequantize_rows_kernel<kG8><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
-    case kG4: dequantize_rows_kernel<kG4><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo); break;
-    default: throw std::invalid_argument("dequantize: not a quantized type");
-  }
+  with_quant_type(type, "dequantize", [&](auto qt) {
+    dequantize_rows_kernel<decltype(qt)::value><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo);
+  });
   check_launch("dequantize");
 }
 

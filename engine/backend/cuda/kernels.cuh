@@ -7,6 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 namespace quarry::engine::cuda {
 
@@ -87,6 +90,18 @@ struct QuantArgs {
 /// Weight types of the kernels beyond the float ones (WType).
 enum QType : int { kQ8 = 10, kFP8 = 11, kQ4 = 12, kG8 = 13, kG4 = 14 };
 inline bool quantized_type(int t) { return t >= kQ8; }
+/// f(std::integral_constant<int, QT>{}) for a QType; std::invalid_argument naming `what` for any other.
+template <class F>
+void with_quant_type(int type, const char* what, F&& f) {
+  switch (type) {
+    case kQ8: return f(std::integral_constant<int, kQ8>{});
+    case kFP8: return f(std::integral_constant<int, kFP8>{});
+    case kQ4: return f(std::integral_constant<int, kQ4>{});
+    case kG8: return f(std::integral_constant<int, kG8>{});
+    case kG4: return f(std::integral_constant<int, kG4>{});
+    default: throw std::invalid_argument(std::string(what) + ": not a quantized type");
+  }
+}
 
 /// out[i, 0:cols] = the dequantized row rows[i] (rows null: row i) of a quantized weight, i < n, f32 at
 /// stride ldo, or rounded to bf16 (out_bf16, stride ldo) when out is null. cols a multiple of 8.
@@ -117,6 +132,13 @@ struct GemvArgs {
   GemvSeg seg[3];
   int n_seg = 1;
 };
+/// The output rows of a GEMV launch: every segment's in modes 0 and 1, the gate's (= the up's) in mode 2.
+inline std::size_t gemv_output_rows(const GemvArgs& a, int mode) {
+  if (mode == 2) return a.seg[0].n;
+  std::size_t rows = 0;
+  for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
+  return rows;
+}
 /// mode 0: seg[i].y = x . W_i^T for each segment (one launch for q, k and v); mode 1: seg[0].y += x . W^T;
 /// mode 2: seg[0].y = silu(x . Wg^T) * (x . Wu^T) with seg[0].w = gate, seg[1].w = up. One warp per output
 /// column, the weights streamed once with 16-byte loads, several in flight per lane (decode is bound by

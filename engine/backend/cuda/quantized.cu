@@ -494,10 +494,7 @@ template <int M, int QT>
 void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
   // The most rows per warp that still give every multiprocessor a block of warps (fewer rows per warp:
   // more warps streaming, more activation work per weight byte; two blocks each measured slower).
-  std::size_t rows = 0;
-  if (mode == 2) rows = a.seg[0].n;
-  else
-    for (int i = 0; i < a.n_seg; ++i) rows += a.seg[i].n;
+  const std::size_t rows = gemv_output_rows(a, mode);
   // Verify steps (several x rows) keep one row per warp for 4-bit weights and at most two for 8-bit:
   // more would spill the accumulators.
   const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
@@ -517,14 +514,7 @@ void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
 
 template <int M>
 void launch_m(const GemvArgs& a, int type, int mode, cudaStream_t s) {
-  switch (type) {
-    case kQ8: return launch_typed<M, kQ8>(a, mode, s);
-    case kFP8: return launch_typed<M, kFP8>(a, mode, s);
-    case kQ4: return launch_typed<M, kQ4>(a, mode, s);
-    case kG8: return launch_typed<M, kG8>(a, mode, s);
-    case kG4: return launch_typed<M, kG4>(a, mode, s);
-    default: throw std::invalid_argument("gemv_quant: not a quantized type");
-  }
+  with_quant_type(type, "gemv_quant", [&](auto qt) { launch_typed<M, decltype(qt)::value>(a, mode, s); });
 }
 
 }  // namespace
@@ -544,14 +534,9 @@ bool launch_dequantize_quant(const QuantArgs& q, int type, const std::int32_t* r
   if (n == 0) return true;
   const std::size_t v = type == kQ4 || type == kG4 ? 32 : 16;
   const unsigned grid = ceil_div(n * (cols / v), 256);
-  switch (type) {
-    case kQ8: dequantize_kernel<kQ8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
-    case kFP8: dequantize_kernel<kFP8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
-    case kQ4: dequantize_kernel<kQ4><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
-    case kG8: dequantize_kernel<kG8><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
-    case kG4: dequantize_kernel<kG4><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo); break;
-    default: return false;
-  }
+  with_quant_type(type, "dequantize", [&](auto qt) {
+    dequantize_kernel<decltype(qt)::value><<<grid, 256, 0, s>>>(q, rows, n, cols, out, out_bf16, ldo);
+  });
   check_launch("dequantize");
   return true;
 }
