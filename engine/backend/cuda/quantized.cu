@@ -16,7 +16,11 @@
 //    included (f32 subnormals, which the FMA takes at full rate unless the build flushes them: do not
 //    build this file with --use_fast_math / -ftz=true);
 //  - a 16-byte load lies inside one scale block or group (gemv_quant_supported), so the scale (and GPTQ's
-//    zero point) is applied once per load, not per value.
+//    zero point) is applied once per load, not per value;
+//  - under bf16 compute, integer weights (int8, int4, GPTQ) meet int8 activations: each thread block
+//    quantizes the activations once into shared memory (per 16 columns, absmax / 127, as llama.cpp's
+//    q8_1 blocks and the CPU's VNNI kernels do per group) and the warps sum with dp4a, about one
+//    instruction per weight value; exact compute and FP8 keep f32 products.
 // On devices before Ada (no FP8 conversion instruction) FP8's NaN codes (S.1111.111) read as +-480, where
 // the CPU's kernels give NaN: a checkpoint holds no NaN weights.
 // The summation order of an output row (the lane's loads in column order, the values of a load in order,
