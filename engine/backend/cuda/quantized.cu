@@ -28,6 +28,8 @@
 // in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
 // without the norm folded in. The technique follows the fast dequantizing GEMV kernels of the field
 // (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
+#include <algorithm>
+
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
 
@@ -232,8 +234,8 @@ __device__ __forceinline__ void load_x16(const GemvArgs& a, int i, std::size_t k
 /// Dynamic shared memory of the integer-activation GEMV: for each x row the int8 activations [k], then the
 /// scales and sums of each 16 columns [k / 16] each.
 constexpr std::size_t iq_smem_bytes(std::size_t m, std::size_t k) { return m * (k + k / 16 * 8); }
-/// The widest input the integer-activation GEMV takes at every m <= 8 (its shared memory within an H100's
-/// or H200's 227 KB); wider inputs take the f32 path at every m, so decode and verify steps agree.
+/// The widest input the integer-activation GEMV takes on any device: 16,384 columns (its shared memory at
+/// m = 8, 192 KB, within an H100's or H200's 227 KB per block).
 constexpr std::size_t kIqMaxK = 16384;
 
 /// y = x . W^T (or += with a.accumulate-style mode 1; or SwiGLU in mode 2) for M rows of x, R output rows
@@ -467,6 +469,23 @@ int sm_count() {
   return n;
 }
 
+/// The widest input the integer-activation GEMV takes on this device: its shared memory at m = 8 must fit
+/// the device's opt-in limit per block (less than Hopper's on consumer and older cards), so that a weight
+/// takes the same path at every m (decode and verify steps agree). Read once.
+std::size_t iq_max_k() {
+  static const std::size_t v = [] {
+    int dev = 0, optin = 48 * 1024;
+    if (cudaGetDevice(&dev) == cudaSuccess)
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    const std::size_t spare = 1024;  // the kernel's static shared memory (norm partial sums, inverse RMS)
+    const std::size_t per16 = iq_smem_bytes(8, 16);  // 16 columns of 8 activation rows
+    std::size_t k = optin > static_cast<int>(spare) ? (static_cast<std::size_t>(optin) - spare) / per16 * 16 : 0;
+    k = k / 32 * 32;
+    return std::min(k, kIqMaxK);
+  }();
+  return v;
+}
+
 template <int M, int QT, int MODE, int R, bool IQ>
 void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   // About 8 loads in flight per lane (4 with 5 or more x rows, whose accumulators take the registers;
@@ -478,10 +497,10 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   else
     for (int i = 0; i < a.n_seg; ++i) warps += (a.seg[i].n + R - 1) / R;
   const std::size_t smem = IQ ? iq_smem_bytes(M, a.k) : 0;
-  if (smem > 48 * 1024) {  // above the default: opt in once per kernel (kIqMaxK keeps it within the device's)
+  if (smem > 48 * 1024) {  // above the default: opt in once per kernel, to what the widest input takes
     static const cudaError_t opted = cudaFuncSetAttribute(gemv_quant_kernel<M, QT, MODE, R, U, IQ>,
                                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                          static_cast<int>(iq_smem_bytes(M, kIqMaxK)));
+                                                          static_cast<int>(iq_smem_bytes(M, iq_max_k())));
     check(opted, "gemv_quant (shared memory)");
   }
   gemv_quant_kernel<M, QT, MODE, R, U, IQ><<<ceil_div(warps, kWarps), kNormThreads, smem, s>>>(a, accumulate);
@@ -491,7 +510,7 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
 template <int M, int QT, int MODE, int R>
 void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   if constexpr (QT != kFP8)
-    if (a.round_x && a.k <= kIqMaxK) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
+    if (a.round_x && a.k <= iq_max_k()) return launch_iq<M, QT, MODE, R, true>(a, accumulate, s);
   launch_iq<M, QT, MODE, R, false>(a, accumulate, s);
 }
 
