@@ -317,6 +317,39 @@ std::string bit_difference(const std::vector<float>& a, const std::vector<float>
          ": " + std::to_string(a[first]) + " vs " + std::to_string(b[first]);
 }
 
+TEST_F(BackendOps, QuantizedProductOfARowHasTheSameBitsAloneAndInABatch) {
+  // Lossless speculative decoding needs a verify step (several rows) to give each row the bits a decode
+  // step (that row alone) gives it: every quantized layout, both computes, batches of 2 .. 8 rows, a
+  // weight tall enough for several rows per GPU warp. (On the CPU under bf16 compute the verify rows
+  // take the decode kernels in pieces: quant_gemm.)
+  std::uint32_t seed = 9100;
+  const std::size_t K = 1024;
+  std::vector<testing::Case> cs;
+  cs.push_back(testing::rows_case("int8_channel", 4500, K, QuantElement::int8, 1, K, seed++));
+  cs.push_back(testing::rows_case("int4_g64", 4500, K, QuantElement::int4, 1, 64, seed++));
+  cs.push_back(testing::rows_case("fp8_block128", 4500, K, QuantElement::fp8_e4m3, 128, 128, seed++));
+  cs.push_back(testing::gptq_case("gptq4_g128", 4500, K, 4, 128, false, true, seed++));
+  cs.push_back(testing::gptq_case("gptq8_g32", 4500, K, 8, 32, false, true, seed++));
+  for (const Compute compute : {Compute::exact, Compute::bf16})
+    for (const auto& c : cs) {
+      const auto w = under_test_->load_quantized(c.q, WeightUse::matmul, compute);
+      const std::size_t n = c.q.rows;
+      for (const std::size_t m : {2u, 3u, 5u, 8u}) {
+        const std::string what = c.name + " " + std::string(compute_name(compute)) + " m=" + std::to_string(m);
+        const auto x = randn(m * K, seed++);
+        auto xb = dev_.put(x), yb = dev_.zeros(m * n);
+        under_test_->matmul(xb.as<float>(), m, K, *w, n, yb.as<float>(), n);
+        const auto batch = dev_.get(yb, m * n);
+        for (std::size_t r = 0; r < m; r += m - 1) {  // the first and the last row alone
+          auto x1 = dev_.put(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K)), y1 = dev_.zeros(n);
+          under_test_->matmul(x1.as<float>(), 1, K, *w, n, y1.as<float>(), n);
+          EXPECT_EQ(bit_difference(dev_.get(y1, n), std::vector<float>(batch.begin() + r * n, batch.begin() + (r + 1) * n)), "")
+              << "row " << r << " " << what;
+        }
+      }
+    }
+}
+
 TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
   // Quantized q / k / v in one product (matmul_many), with the input norm folded in (norm_matmul_many),
   // and gate / up with the SwiGLU (norm_matmul_swiglu): the same bits as rms_norm, then each product on
