@@ -458,14 +458,16 @@ __global__ void __launch_bounds__(256) dequantize_kernel(QuantArgs q, const std:
   }
 }
 
+/// An attribute of the current device, or `fallback` where it cannot be read.
+int device_attribute(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) return fallback;
+  return v;
+}
+
 /// Streaming multiprocessors of the current device (read once).
 int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return v;
-  }();
+  static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 132);
   return n;
 }
 
@@ -474,9 +476,7 @@ int sm_count() {
 /// takes the same path at every m (decode and verify steps agree). Read once.
 std::size_t iq_max_k() {
   static const std::size_t v = [] {
-    int dev = 0, optin = 48 * 1024;
-    if (cudaGetDevice(&dev) == cudaSuccess)
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    const int optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
     const std::size_t spare = 1024;  // the kernel's static shared memory (norm partial sums, inverse RMS)
     const std::size_t per16 = iq_smem_bytes(8, 16);  // 16 columns of 8 activation rows
     std::size_t k = optin > static_cast<int>(spare) ? (static_cast<std::size_t>(optin) - spare) / per16 * 16 : 0;
