@@ -350,6 +350,61 @@ TEST_F(BackendOps, QuantizedProductOfARowHasTheSameBitsAloneAndInABatch) {
     }
 }
 
+TEST_F(BackendOps, FloatProductOfARowHasTheSameBitsAloneAndInABatch) {
+  // The same for float weights, through the products a decode step makes (the input norm folded into
+  // q / k / v and into gate / up with the SwiGLU, the residual product): on the GPU one row of x takes
+  // a GEMV with 4, 2 or 1 output rows per warp (by the weight's height) and several rows take one row per
+  // warp, which must sum each row alike.
+  const std::size_t K = 1024;
+  std::uint64_t seed = 9600;
+  for (const DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (const Compute compute : {Compute::exact, Compute::bf16}) {
+      const Compute resolved = under_test_->resolve_compute(compute, dt);
+      std::vector<HostWeight> hw;
+      for (const std::size_t n : {4500u, 2500u, 2500u, 600u}) hw.push_back(make_weight(n, K, dt, seed++));
+      std::vector<std::unique_ptr<Weight>> w;
+      for (const auto& h : hw)
+        w.push_back(under_test_->load_matrix(h.bytes.data(), h.dtype, h.rows, h.cols, WeightUse::matmul, resolved));
+      const auto nw = randn(K, seed++);
+      auto nb = dev_.put(nw);
+      // Every output of one step over m rows of x: q / k / v (weights 0, 1, 3), the SwiGLU (1, 2), the
+      // residual product (0).
+      const auto step = [&](const std::vector<float>& x, std::size_t m) {
+        auto xb = dev_.put(x), hb = dev_.zeros(m * K), sb = dev_.zeros(m * 2500);
+        std::vector<DeviceBuffer> ys;
+        std::vector<Backend::MatmulOut> outs;
+        for (const std::size_t i : {0u, 1u, 3u}) {
+          ys.push_back(dev_.zeros(m * hw[i].rows));
+          outs.push_back({w[i].get(), ys.back().as<float>(), hw[i].rows});
+        }
+        under_test_->norm_matmul_many(xb.as<float>(), m, K, K, nb.as<float>(), 1e-6f, hb.as<float>(), outs);
+        ys.push_back(dev_.zeros(m * 2500));
+        under_test_->norm_matmul_swiglu(xb.as<float>(), m, K, K, nb.as<float>(), 1e-6f, hb.as<float>(), *w[1], *w[2],
+                                        ys.back().as<float>(), 2500, sb.as<float>());
+        ys.push_back(dev_.put(std::vector<float>(m * hw[0].rows, 0.25f)));
+        auto scratch = dev_.zeros(m * hw[0].rows);
+        under_test_->matmul_add(xb.as<float>(), m, K, *w[0], ys.back().as<float>(), hw[0].rows, scratch.as<float>());
+        std::vector<std::vector<float>> got;
+        for (auto& y : ys) got.push_back(dev_.get(y, y.bytes() / sizeof(float)));
+        return got;
+      };
+      for (const std::size_t m : {2u, 3u, 5u, 8u}) {
+        const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) + " m=" + std::to_string(m);
+        const auto x = randn(m * K, seed++, 3.f);
+        const auto batch = step(x, m);
+        for (std::size_t r = 0; r < m; r += m - 1) {  // the first and the last row alone
+          const auto alone = step(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K), 1);
+          for (std::size_t o = 0; o < alone.size(); ++o) {
+            const std::size_t n = alone[o].size();
+            EXPECT_EQ(bit_difference(alone[o], std::vector<float>(batch[o].begin() + r * n, batch[o].begin() + (r + 1) * n)),
+                      "")
+                << "output " << o << " row " << r << " " << what;
+          }
+        }
+      }
+    }
+}
+
 TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
   // Quantized q / k / v in one product (matmul_many), with the input norm folded in (norm_matmul_many),
   // and gate / up with the SwiGLU (norm_matmul_swiglu): the same bits as rms_norm, then each product on

@@ -23,8 +23,7 @@ __global__ void embedding_kernel(const std::int32_t* tokens, const void* table, 
 __global__ void rms_norm_kernel(const float* x, float* y, std::size_t dim, std::size_t ld, const float* w, float eps) {
   const float* xr = x + blockIdx.x * ld;
   float* yr = y + blockIdx.x * ld;
-  double ss = 0.0;
-  for (std::size_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  double ss = thread_sum_squares(xr, dim);
   __shared__ double part[kThreads / 32];
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
@@ -37,7 +36,18 @@ __global__ void rms_norm_kernel(const float* x, float* y, std::size_t dim, std::
   }
   __syncthreads();
   const float s = inv;
-  for (std::size_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
+  std::size_t i = threadIdx.x;
+  for (; i + 7 * blockDim.x < dim; i += 8 * blockDim.x) {  // 8 loads in flight (x may be y: same elements)
+    float v[8], g[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = xr[i + j * blockDim.x];
+      g[j] = w[i + j * blockDim.x];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) yr[i + j * blockDim.x] = g[j] * (v[j] * s);
+  }
+  for (; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
 }
 
 __global__ void rope_angles_kernel(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
@@ -273,7 +283,6 @@ __device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::s
 template <int M, int TYPE, int MODE, int UNROLL>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   __shared__ float inv[M];
-  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // before any warp leaves
   const std::size_t j_all = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   std::size_t j = j_all;
@@ -281,8 +290,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   if constexpr (MODE != 2) {
     while (s + 1 < a.n_seg && j >= a.seg[s].n) j -= a.seg[s++].n;
   }
-  if (j >= a.seg[s].n) return;
-  const std::size_t k = a.k, ldx = a.ldx;
+  const bool active = j < a.seg[s].n;  // warps past the last row take part in the block's norm only
+  const std::size_t k = a.k;
   const void* w = a.seg[s].w;
   const void* w2 = MODE == 2 ? a.seg[1].w : nullptr;
   const std::size_t row = j * k;
@@ -296,34 +305,39 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   auto chunk = [&](std::size_t at, const float (&wv)[NW][8]) {
 #pragma unroll
     for (int r = 0; r < M; ++r) {
-      const float4* xp = reinterpret_cast<const float4*>(a.x + r * ldx + at);
-      const float4 p = __ldg(xp), q4 = __ldg(xp + 1);
-      float xv[8] = {p.x, p.y, p.z, p.w, q4.x, q4.y, q4.z, q4.w};
-      if (a.norm) {  // rms_norm_kernel's w[i] * (x[i] * inv)
-        const float4* np = reinterpret_cast<const float4*>(a.norm + at);
-        const float4 n0 = __ldg(np), n1 = __ldg(np + 1);
-        const float nv[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xv[i] = nv[i] * (xv[i] * inv[r]);
-      }
-      if (a.round_x)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xv[i] = round_bf16(xv[i]);
+      float xv[8];
+      load_x<8>(a, r, at, inv, xv);
 #pragma unroll
       for (int q = 0; q < NW; ++q)
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[q][r] = fmaf(xv[i], wv[q][i], acc[q][r]);
     }
   };
-  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
-  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
-    float wv[UNROLL][NW][8];
+  auto load = [&](std::size_t k0, float (&wv)[UNROLL][NW][8]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, k0 + u * kStep, k, wv[u][0]);
       else load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
       if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
     }
+  };
+  // The first weights are in flight while the block computes the norm; the loop after keeps the plain
+  // load-then-sum shape (the compiler overlaps its iterations: issuing each next load after the sums
+  // measured 1.5x slower on the residual products).
+  std::size_t k0 = static_cast<std::size_t>(lane) * 8;
+  const bool first = k0 + (UNROLL - 1) * kStep < k;
+  float wv0[UNROLL][NW][8];
+  if (active && first) load(k0, wv0);
+  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // before any warp leaves
+  if (!active) return;
+  if (first) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) chunk(k0 + u * kStep, wv0[u]);
+    k0 += UNROLL * kStep;
+  }
+  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
+    float wv[UNROLL][NW][8];
+    load(k0, wv);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) chunk(k0 + u * kStep, wv[u]);
   }

@@ -132,6 +132,38 @@ struct GemvArgs {
   GemvSeg seg[3];
   int n_seg = 1;
 };
+#ifdef __CUDACC__
+/// x[i, at .. at + N - 1] as both GEMVs read it (N = 8 or 16; at a multiple of 4, x 16-byte aligned): normed
+/// when the norm is folded in (rms_norm_kernel's w[c] * (x[c] * inv[i])), then rounded to bf16 under bf16
+/// compute (round_x).
+template <int N>
+__device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at, const float* inv, float (&xv)[N]) {
+  const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + at);
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const float4 p = __ldg(xp + c);
+    xv[4 * c] = p.x;
+    xv[4 * c + 1] = p.y;
+    xv[4 * c + 2] = p.z;
+    xv[4 * c + 3] = p.w;
+  }
+  if (a.norm) {
+    const float4* np = reinterpret_cast<const float4*>(a.norm + at);
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c) {
+      const float4 p = __ldg(np + c);
+      xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
+      xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
+      xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
+      xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
+    }
+  }
+  if (a.round_x)
+#pragma unroll
+    for (int c = 0; c < N; ++c) xv[c] = __bfloat162float(__float2bfloat16_rn(xv[c]));
+}
+#endif
+
 /// The output rows of a GEMV launch: every segment's in modes 0 and 1, the gate's (= the up's) in mode 2.
 inline std::size_t gemv_output_rows(const GemvArgs& a, int mode) {
   if (mode == 2) return a.seg[0].n;

@@ -203,34 +203,6 @@ __device__ __forceinline__ int idot16(const uint4& raw, int h, const int (&xq)[4
   return d;
 }
 
-/// x[i, kh .. kh + 15] as the product reads it: normed (rms_norm_kernel's w[c] * (x[c] * inv)) when the
-/// norm is folded in, then rounded to bf16 under bf16 compute.
-__device__ __forceinline__ void load_x16(const GemvArgs& a, int i, std::size_t kh, const float* inv, float (&xv)[16]) {
-  const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + kh);
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const float4 p = __ldg(xp + c);
-    xv[4 * c] = p.x;
-    xv[4 * c + 1] = p.y;
-    xv[4 * c + 2] = p.z;
-    xv[4 * c + 3] = p.w;
-  }
-  if (a.norm) {
-    const float4* np = reinterpret_cast<const float4*>(a.norm + kh);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float4 p = __ldg(np + c);
-      xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
-      xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
-      xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
-      xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
-    }
-  }
-  if (a.round_x)
-#pragma unroll
-    for (int c = 0; c < 16; ++c) xv[c] = round_bf16(xv[c]);
-}
-
 /// Dynamic shared memory of the integer-activation GEMV: for each x row the int8 activations [k], then the
 /// scales and sums of each 16 columns [k / 16] each.
 constexpr std::size_t iq_smem_bytes(std::size_t m, std::size_t k) { return m * (k + k / 16 * 8); }
@@ -249,27 +221,10 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
   constexpr int NW = MODE == 2 ? 2 : 1;
   constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
   __shared__ float inv[M];
-  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // every thread, before any warp leaves
   extern __shared__ __align__(16) unsigned char iq_smem[];
   int* xq_all = reinterpret_cast<int*>(iq_smem);                          // [M][k / 4]
   float* xscale_all = reinterpret_cast<float*>(xq_all + M * (a.k / 4));  // [M][k / 16]
   int* qsum_all = reinterpret_cast<int*>(xscale_all + M * (a.k / 16));   // [M][k / 16]
-  if constexpr (IQ) {  // the block quantizes the activations once, for all its warps
-    const std::size_t c16 = a.k / 16;
-    for (std::size_t t = threadIdx.x; t < M * c16; t += blockDim.x) {
-      const int i = static_cast<int>(t / c16);
-      const std::size_t c = t % c16;
-      float xv[16];
-      load_x16(a, i, c * 16, inv, xv);
-      int xq[4], qs;
-      float sc;
-      quantize16<QT>(xv, xq, sc, qs);
-      reinterpret_cast<int4*>(xq_all + i * (a.k / 4))[c] = make_int4(xq[0], xq[1], xq[2], xq[3]);
-      xscale_all[i * c16 + c] = sc;
-      qsum_all[i * c16 + c] = qs;
-    }
-    __syncthreads();
-  }
   const int lane = threadIdx.x & 31;
   std::size_t wi = static_cast<std::size_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   int s = 0;
@@ -277,7 +232,7 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
     while (s + 1 < a.n_seg && wi >= (a.seg[s].n + R - 1) / R) wi -= (a.seg[s++].n + R - 1) / R;
   }
   const std::size_t n = a.seg[s].n, row0 = wi * R, k = a.k;
-  if (row0 >= n) return;
+  const bool active = row0 < n;  // warps past the last row take part in the block's norm and staging only
 
   const std::uint8_t* rowp[NW][R];
   const float* srow[NW][R];
@@ -349,7 +304,7 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
           continue;
         }
         float xv[16];
-        load_x16(a, i, kh, inv, xv);
+        load_x<16>(a, i, kh, inv, xv);
         if constexpr (kNeedXs)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xs = __fadd_rn(xs, xv[c]);  // never contracted with the norm's product
@@ -377,8 +332,8 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
   };
 
   constexpr std::size_t kStep = 32 * V;
-  for (std::size_t k0 = static_cast<std::size_t>(lane) * V; k0 < k; k0 += U * kStep) {
-    uint4 raw[U][NW][R];
+  uint4 loaded[U][NW][R];
+  auto load = [&](std::size_t k0) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (k0 + u * kStep < k)
@@ -386,10 +341,34 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
         for (int w = 0; w < NW; ++w)
 #pragma unroll
           for (int r = 0; r < R; ++r)
-            raw[u][w][r] = __ldg(reinterpret_cast<const uint4*>(rowp[w][r] + (k0 + u * kStep) * kHalfBytes<QT> / 2));
+            loaded[u][w][r] = __ldg(reinterpret_cast<const uint4*>(rowp[w][r] + (k0 + u * kStep) * kHalfBytes<QT> / 2));
+  };
+  // The first weights are in flight while the block norms and stages the activations.
+  std::size_t k0 = static_cast<std::size_t>(lane) * V;
+  if (active) load(k0);
+  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // every thread, before any warp leaves
+  if constexpr (IQ) {  // the block quantizes the activations once, for all its warps
+    const std::size_t c16 = a.k / 16;
+    for (std::size_t t = threadIdx.x; t < M * c16; t += blockDim.x) {
+      const int i = static_cast<int>(t / c16);
+      const std::size_t c = t % c16;
+      float xv[16];
+      load_x<16>(a, i, c * 16, inv, xv);
+      int xq[4], qs;
+      float sc;
+      quantize16<QT>(xv, xq, sc, qs);
+      reinterpret_cast<int4*>(xq_all + i * (a.k / 4))[c] = make_int4(xq[0], xq[1], xq[2], xq[3]);
+      xscale_all[i * c16 + c] = sc;
+      qsum_all[i * c16 + c] = qs;
+    }
+    __syncthreads();
+  }
+  if (!active) return;
+  for (; k0 < k; k0 += U * kStep) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (k0 + u * kStep < k) consume(k0 + u * kStep, raw[u]);
+      if (k0 + u * kStep < k) consume(k0 + u * kStep, loaded[u]);
+    if (k0 + U * kStep < k) load(k0 + U * kStep);
   }
 
   float* y = a.seg[s].y;
