@@ -29,9 +29,14 @@
 //                     (the checkpoint split over 1, 2, ... devices, all open at once, runs alternating: batch-1
 //                     decode tok/s and prefill tok/s with their ratio to TP 1, and the all-reduce of one
 //                     decode row timed alone, times two per layer; bench_tp.{json,md})
+//        bench_engine --perplexity MODEL_DIR --texts DIR [--ctx 512] [--quant int8,int4,fp8] [--device cpu]
+//                     (the model and its quantized copies over DIR's examples, *.jsonl {"prompt", "target"}
+//                     with the targets scored, or *.txt scored whole: perplexity, its ratio to the float
+//                     model's, and how often their most likely tokens agree; bench_perplexity.{json,md})
 // Writes OUT/bench_engine.json and OUT/bench_engine.md.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +52,7 @@
 #include "bench/common/machine_info.hpp"
 #include "engine/backend/backend.hpp"
 #include "engine/backend/collective.hpp"
+#include "engine/models/model.hpp"
 #include "engine/models/quantize.hpp"
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
@@ -107,6 +113,8 @@ struct Options {
   fs::path work = fs::path(QUARRY_BINARY_DIR) / "bench_work", out = ".";
   std::vector<std::string> quant;  ///< --quant int8,int4,fp8: quantized copies against the float model
   std::vector<std::size_t> tp;      ///< --tp 1,2,4: tensor-parallel degrees against each other
+  fs::path perplexity, texts;       ///< --perplexity MODEL_DIR --texts DIR
+  std::size_t ctx = 512;            ///< --ctx: tokens a perplexity window holds
 };
 
 /// One batch-1 decode of o.tg tokens after an o.depth-token prompt, then one prefill of `pp` tokens.
@@ -250,11 +258,15 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
 /// open at once, runs alternating between them: batch-1 decode tok/s and GB/s (weights per step / time),
 /// and prefill tok/s of the first --pp length; speed-up over the float model against the ratio of bytes
 /// read per step.
-int run_quant(const Options& o, const fs::path& model_dir, const std::string& name) {
-  std::vector<std::pair<std::string, fs::path>> models = {{o.dtype, model_dir}};
+/// (label, folder) of the float model `model_dir` (labelled `base`) and of its copies quantized by
+/// quantize_checkpoint into o.work (every linear layer including the LM head; int8: per channel, int4:
+/// GPTQ sym, groups of 128, fp8: 128x128 blocks), written once and reused.
+std::vector<std::pair<std::string, fs::path>> with_quantized_copies(const Options& o, const fs::path& model_dir,
+                                                                    const std::string& name, const std::string& base) {
+  std::vector<std::pair<std::string, fs::path>> models = {{base, model_dir}};
   for (const auto& q : o.quant) {
     const fs::path dir = o.work / (name + "-" + q);
-    if (!fs::exists(dir / "model.safetensors")) {
+    if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json")) {
       QuantizeOptions qo;
       qo.method = q == "int4" ? "int4-gptq" : q;
       qo.group_size = q == "int4" ? 128 : 0;
@@ -266,6 +278,11 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
     }
     models.emplace_back(q, dir);
   }
+  return models;
+}
+
+int run_quant(const Options& o, const fs::path& model_dir, const std::string& name) {
+  const auto models = with_quantized_copies(o, model_dir, name, o.dtype);
   EngineOptions eo;
   eo.device = parse_device(o.device);
   eo.n_threads = o.threads;
@@ -317,6 +334,120 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
   std::ofstream(o.out / "bench_quant.json") << rep.dump(2) << "\n";
   std::ofstream(o.out / "bench_quant.md") << md.str();
   std::cout << md.str();
+  return 0;
+}
+
+/// --perplexity: the model and its quantized copies (--quant) over the texts of --texts: each line of a
+/// *.jsonl file is one example {"prompt", "target"} (tokenized apart and joined, as training does) of which
+/// the target's tokens are scored, each given everything before it (an example longer than --ctx
+/// tokens is skipped and counted); a *.txt file is scored whole, in windows of --ctx tokens (all but a
+/// window's first token). Files in name order. Perplexity = exp(mean -log p) in double from f32 logits;
+/// and how often each copy's most likely token is the float model's.
+int run_perplexity(const Options& o) {
+  auto tok = Tokenizer::from_dir(o.perplexity);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(o.texts))
+    if (e.path().extension() == ".txt" || e.path().extension() == ".jsonl") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw std::runtime_error(o.texts.string() + ": no .txt or .jsonl files");
+  struct Window {
+    std::vector<TokenId> ids;
+    std::size_t first_scored = 1;  ///< ids[first_scored ..] are scored
+  };
+  std::vector<Window> windows;
+  std::size_t skipped = 0;
+  for (const auto& f : files) {
+    if (f.extension() == ".jsonl") {
+      std::istringstream in(read_text(f));
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const auto ex = nlohmann::json::parse(line);
+        Window w;
+        w.ids = tok->encode(ex.at("prompt").get<std::string>());
+        w.first_scored = std::max<std::size_t>(w.ids.size(), 1);
+        const auto t = tok->encode(ex.at("target").get<std::string>());
+        w.ids.insert(w.ids.end(), t.begin(), t.end());
+        if (w.ids.size() > o.ctx || w.first_scored >= w.ids.size()) ++skipped;
+        else windows.push_back(std::move(w));
+      }
+      continue;
+    }
+    const auto ids = tok->encode(read_text(f));
+    for (std::size_t at = 0; at + 1 < ids.size(); at += o.ctx)
+      windows.push_back({std::vector<TokenId>(ids.begin() + at, ids.begin() + std::min(ids.size(), at + o.ctx)), 1});
+  }
+  if (windows.empty()) throw std::runtime_error(o.texts.string() + ": nothing to score within --ctx tokens");
+  const std::string name = o.perplexity.filename().string();
+  const auto models = with_quantized_copies(o, o.perplexity, name, "float");
+  const DeviceSpec device = parse_device(o.device);
+  std::vector<std::size_t> base_argmax;
+  std::ostringstream md;
+  json rows = json::array();
+  double base_ppl = 0;
+  std::string description;
+  for (std::size_t mi = 0; mi < models.size(); ++mi) {
+    auto model = load_model(models[mi].second, make_backend({device, o.threads}), parse_compute(o.compute));
+    if (mi == 0) description = model->backend().description();
+    const std::size_t V = model->config().vocab_size;
+    auto kv = model->make_kv_cache(o.ctx, 0);
+    double nll = 0;
+    std::size_t n = 0, agree = 0, k = 0;
+    std::vector<float> logits;
+    for (const auto& win : windows) {
+      const auto& w = win.ids;
+      const SeqId seq = kv->create_sequence();
+      if (!kv->reserve(seq, w.size())) throw std::runtime_error("perplexity: the KV cache cannot hold a window");
+      Batch b;  // logits at the positions that predict a scored token
+      for (std::size_t i = 0; i < w.size(); ++i)
+        b.add(w[i], static_cast<std::int32_t>(i), seq, i + 1 >= win.first_scored && i + 1 < w.size());
+      logits.resize((w.size() - win.first_scored) * V);
+      model->forward(b, *kv, logits.data());
+      for (std::size_t j = win.first_scored; j < w.size(); ++j, ++k) {
+        const float* row = logits.data() + (j - win.first_scored) * V;
+        const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + V) - row);
+        double sum = 0;
+        for (std::size_t t = 0; t < V; ++t) sum += std::exp(static_cast<double>(row[t]) - row[top]);
+        nll += std::log(sum) - (static_cast<double>(row[w[j]]) - row[top]);
+        ++n;
+        if (mi == 0) base_argmax.push_back(top);
+        else agree += base_argmax[k] == top ? 1 : 0;
+      }
+      kv->free_sequence(seq);
+    }
+    const double ppl = std::exp(nll / static_cast<double>(n));
+    if (mi == 0) base_ppl = ppl;
+    const double agreement = mi == 0 ? 1.0 : static_cast<double>(agree) / static_cast<double>(n);
+    std::cerr << models[mi].first << ": perplexity " << ppl << " over " << n << " tokens\n";
+    rows.push_back({{"weights", models[mi].first}, {"compute", compute_name(model->compute())},
+                    {"weight_bytes_per_step", model->weight_bytes_per_step()}, {"tokens", n}, {"perplexity", ppl},
+                    {"perplexity_x_float", ppl / base_ppl}, {"top1_agreement_with_float", agreement}});
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %s | %zu | %.4f | %.4f | %.4f |\n", models[mi].first.c_str(),
+                  compute_name(model->compute()), n, ppl, ppl / base_ppl, agreement);
+    md << line;
+  }
+  json rep;
+  rep["bench"] = "bench_engine --perplexity";
+  rep["commit"] = quarry::bench::git_commit();
+  rep["device"] = description;
+  rep["cpu"] = quarry::bench::cpu_model();
+  rep["model"] = o.perplexity.string();
+  rep["texts"] = o.texts.string();
+  rep["files"] = files.size();
+  rep["windows"] = windows.size();
+  rep["skipped_longer_than_ctx"] = skipped;
+  rep["ctx"] = o.ctx;
+  rep["rows"] = rows;
+  const std::string head = "# Perplexity, " + name + ", " + description + "\n\n" + std::to_string(files.size()) +
+                           " files of " + o.texts.string() + ", " + std::to_string(windows.size()) +
+                           " windows of at most " + std::to_string(o.ctx) + " tokens (" + std::to_string(skipped) +
+                           " examples longer skipped)\n\n| weights | compute | tokens scored | perplexity | x float | top-1 agreement with "
+                           "float |\n| --- | --- | --- | --- | --- | --- |\n";
+  fs::create_directories(o.out);
+  std::ofstream(o.out / "bench_perplexity.json") << rep.dump(2) << "\n";
+  std::ofstream(o.out / "bench_perplexity.md") << head << md.str();
+  std::cout << head << md.str();
   return 0;
 }
 
@@ -436,6 +567,8 @@ int main(int argc, char** argv) {
                    "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
                    "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
                    "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
+                   "       bench_engine --perplexity MODEL_DIR --texts DIR [--ctx 512] [--quant int8,int4,fp8]\n"
+                   "                                                    (perplexity of the model and its quantized copies)\n"
                    "presets: " << preset_names() << "\n";
       return 0;
     }
@@ -462,6 +595,9 @@ int main(int argc, char** argv) {
     else if (a == "--kie") o.kie = v;
     else if (a == "--mtp") o.mtp = std::stoul(v);
     else if (a == "--tp") o.tp = parse_list(v);
+    else if (a == "--perplexity") o.perplexity = v;
+    else if (a == "--texts") o.texts = v;
+    else if (a == "--ctx") o.ctx = std::max<std::size_t>(2, std::stoul(v));
     else if (a == "--quant") {
       std::stringstream ss(v);
       std::string item;
@@ -479,6 +615,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (!o.kie.empty()) return run_kie(o);
+    if (!o.perplexity.empty()) {
+      if (o.texts.empty()) throw std::runtime_error("--perplexity needs --texts DIR");
+      return run_perplexity(o);
+    }
     const DType dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "f16" ? DType::f16 : DType::bf16;
     nlohmann::json cfg = nlohmann::json::parse(preset_config_json(o.preset));
     if (o.layers) cfg["num_hidden_layers"] = cfg["max_window_layers"] = o.layers;
