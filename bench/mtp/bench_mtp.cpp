@@ -86,8 +86,19 @@ int main(int argc, char** argv) {
   std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3, draft_vocab = 0;
   Compute compute = Compute::automatic;
   bool grammar_lm_head = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << "usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2]\n"
+                   "         [--workloads json-kie,qa,long-rag] [--max-docs N] [--max-questions N]\n"
+                   "         [--draft-vocab N] [--compute auto|exact|bf16] [--grammar-lm-head on|off] [--out DIR]\n";
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "bench_mtp: " << a << " needs a value\n";
+      return 1;
+    }
+    const std::string v = argv[i + 1];
     if (a == "--model") model = v;
     else if (a == "--depths") {
       depths.clear();
