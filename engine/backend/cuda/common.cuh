@@ -93,8 +93,8 @@ __device__ __forceinline__ float fp8_e4m3_to_float(std::uint32_t b) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-/// Threads of a block that folds RMSNorm into a GEMV: rms_norm's launch width, so that block_inv_rms sums
-/// in rms_norm_kernel's order.
+/// Threads of a block that computes an RMSNorm (rms_norm_kernel, and the GEMVs that fold the norm in):
+/// block_inv_rms's partial sums, so that every one of them sums in the same order.
 constexpr int kNormThreads = 256;
 
 /// This thread's part of the sum of squares of x[0 .. n) in double: the values threadIdx.x + j * blockDim.x
@@ -115,9 +115,9 @@ __device__ __forceinline__ double thread_sum_squares(const float* x, std::size_t
   return ss;
 }
 
-/// The inverse RMS of `rows` rows of x (width k) into inv[] (shared), by a block of kNormThreads threads
-/// in the order of rms_norm_kernel (so the normed values are the same bits). Every thread of the block
-/// must call it.
+/// The inverse RMS of `rows` rows of x (width k) into inv[] (shared), by a block of kNormThreads threads;
+/// rms_norm_kernel and the GEMVs' folded norm both take it, so the normed values are the same bits.
+/// Every thread of the block must call it.
 __device__ inline void block_inv_rms(const float* x, std::size_t ldx, std::size_t k, int rows, float eps, float* inv) {
   __shared__ double part[kNormThreads / 32];
   for (int r = 0; r < rows; ++r) {

@@ -23,18 +23,8 @@ __global__ void embedding_kernel(const std::int32_t* tokens, const void* table, 
 __global__ void rms_norm_kernel(const float* x, float* y, std::size_t dim, std::size_t ld, const float* w, float eps) {
   const float* xr = x + blockIdx.x * ld;
   float* yr = y + blockIdx.x * ld;
-  double ss = thread_sum_squares(xr, dim);
-  __shared__ double part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
   __shared__ float inv;
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
-    inv = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(dim)) + eps);
-  }
-  __syncthreads();
+  block_inv_rms(xr, ld, dim, 1, eps, &inv);  // the folded norm of the GEMVs sums the same way
   const float s = inv;
   std::size_t i = threadIdx.x;
   for (; i + 7 * blockDim.x < dim; i += 8 * blockDim.x) {  // 8 loads in flight (x may be y: same elements)
@@ -538,7 +528,7 @@ void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* tab
 void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
                      float eps, cudaStream_t s) {
   if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, dim, ld, w, eps);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(x, y, dim, ld, w, eps);
   check_launch("rms_norm");
 }
 
