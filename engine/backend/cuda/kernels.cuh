@@ -11,6 +11,8 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/backend/cuda/common.cuh"
+
 namespace quarry::engine::cuda {
 
 /// out[t, :cols] = widen(table[tokens[t], :cols]) for t < n (table: [*, cols] of weight type `type`).
@@ -160,7 +162,7 @@ __device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at,
   }
   if (a.round_x)
 #pragma unroll
-    for (int c = 0; c < N; ++c) xv[c] = __bfloat162float(__float2bfloat16_rn(xv[c]));
+    for (int c = 0; c < N; ++c) xv[c] = round_bf16(xv[c]);
 }
 #endif
 
