@@ -5,7 +5,7 @@ each example's answer given its prompt.
 
 Each line of OUT_DIR/heldout-kie.jsonl is {"prompt": the engine's generation prompt (system and user
 messages of MODEL_DIR's prompts.json "kie" entry around the document text, thinking off, as
-tools/train/train.py renders it), "target": the invoice JSON as training writes it (schema key order,
+tools/train/chat.py renders it for training), "target": the invoice JSON as training writes it (schema key order,
 compact) followed by <|im_end|>}. The documents are text invoices from the training data's generator
 (tools/samples/invoicegen) under a seed namespace of their own ("quarry-eval/perplexity/..."), so none is
 a training document; the languages are drawn at random from the generator's.
@@ -21,13 +21,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def render_prompt(system, user):
-    """tools/train/train.py's render_prompt (the engine's generation prompt, thinking off); that module
-    needs torch, so the two lines are here again."""
-    return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-            f"<|im_start|>assistant\n<think>\n\n</think>\n\n")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -36,6 +29,7 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
     import build_corpus  # the training data's ordering and compact JSON (imports invoicegen)
+    from chat import render_prompt  # the engine's generation prompt, as training renders it
     import invoicegen
     prompts = json.load(open(os.path.join(a.model, "prompts.json"), encoding="utf-8"))["kie"]
     schema = json.load(open(os.path.join(ROOT, "schemas", "invoice.schema.json"), encoding="utf-8"))

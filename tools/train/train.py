@@ -42,6 +42,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat import render_prompt  # noqa: E402  (tools/train/chat.py: also used without torch)
+
 # The Qwen2 / Qwen3 pre-tokenizer pattern (Split, behaviour "isolated").
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -60,12 +63,6 @@ CHAT_TEMPLATE = (
     "{{- '<think>\\n\\n</think>\\n\\n' }}"
     "{%- endif %}"
     "{%- endif %}")
-
-
-def render_prompt(system: str, user: str) -> str:
-    """The generation prompt quarry's engine renders (enable_thinking=false)."""
-    return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-            f"<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
 def load_corpus(path: str):
