@@ -1026,6 +1026,9 @@ struct AttentionCase {
   std::size_t n_heads, n_kv, head_dim;
   std::vector<std::size_t> contexts;  ///< per sequence: positions 0..ctx-1 stored
   DType kv_dtype;
+  /// Per sequence (empty: all 0): queries for positions first_query..ctx-1 only, in a second batch after
+  /// the whole context's K/V was stored (a prefill chunk after a cached prefix).
+  std::vector<std::size_t> first_query = {};
 };
 
 std::vector<float> run_attention(Dev& d, const AttentionCase& c, std::vector<double>* dense_ref) {
@@ -1053,59 +1056,69 @@ std::vector<float> run_attention(Dev& d, const AttentionCase& c, std::vector<dou
       EXPECT_TRUE(kv.reserve(filler, kv.capacity(filler) + 1));
     }
   }
-  // The batch: every position of every sequence (K/V stored), with logits-free rows; queries for all.
-  std::vector<TokenId> tokens;
-  std::vector<std::int32_t> positions, seq_index;
+  // The first batch: every position of every sequence, whose K/V are stored; the second (the same batch
+  // unless first_query is set): the positions that query, with logits-free rows.
+  std::vector<std::int32_t> positions, seq_index, q_positions, q_seq_index;
+  std::vector<std::size_t> offset;  // of each sequence's position 0 in the first batch
   std::size_t max_blocks = 0;
   for (auto s : seqs) max_blocks = std::max(max_blocks, kv.block_table(s).size());
   std::vector<std::int32_t> tables(seqs.size() * max_blocks, -1);
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const auto& t = kv.block_table(seqs[s]);
     std::copy(t.begin(), t.end(), tables.begin() + static_cast<std::ptrdiff_t>(s * max_blocks));
+    offset.push_back(positions.size());
+    const std::size_t first = c.first_query.empty() ? 0 : c.first_query[s];
     for (std::size_t p = 0; p < c.contexts[s]; ++p) {
-      tokens.push_back(0);
       positions.push_back(static_cast<std::int32_t>(p));
       seq_index.push_back(static_cast<std::int32_t>(s));
+      if (p >= first) {
+        q_positions.push_back(static_cast<std::int32_t>(p));
+        q_seq_index.push_back(static_cast<std::int32_t>(s));
+      }
     }
   }
-  const std::size_t T = tokens.size(), QD = c.n_heads * c.head_dim, KD = c.n_kv * c.head_dim;
+  const std::size_t T = positions.size(), TQ = q_positions.size(), QD = c.n_heads * c.head_dim,
+                    KD = c.n_kv * c.head_dim;
   const std::uint64_t seed = 1000 + T + c.head_dim;
-  const auto q = randn(T * QD, seed), k = randn(T * KD, seed + 1), v = randn(T * KD, seed + 2);
-  BatchInputs in;
-  in.tokens = tokens;
-  in.positions = positions;
-  in.seq_index = seq_index;
-  in.block_tables = tables;
-  in.max_blocks = max_blocks;
-  const StagedBatch& b = d.be->stage(in);
-  auto qb = d.put(q), kb = d.put(k), vb = d.put(v), ob = d.zeros(T * QD);
+  const auto q = randn(TQ * QD, seed), k = randn(T * KD, seed + 1), v = randn(T * KD, seed + 2);
+  auto stage = [&](const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& seq) -> const StagedBatch& {
+    BatchInputs in;
+    const std::vector<TokenId> tokens(pos.size(), 0);
+    in.tokens = tokens;
+    in.positions = pos;
+    in.seq_index = seq;
+    in.block_tables = tables;
+    in.max_blocks = max_blocks;
+    return d.be->stage(in);
+  };
+  auto kb = d.put(k), vb = d.put(v);
+  d.be->kv_store(kb.as<float>(), vb.as<float>(), KD, stage(positions, seq_index), kv.storage(), 1);
+  const StagedBatch& b = stage(q_positions, q_seq_index);
+  auto qb = d.put(q), ob = d.zeros(TQ * QD);
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  d.be->kv_store(kb.as<float>(), vb.as<float>(), KD, b, kv.storage(), 1);
   d.be->attention(qb.as<float>(), QD, ob.as<float>(), QD, c.n_heads, b, kv.storage(), 1, scale);
-  const auto out = d.get(ob, T * QD);
+  const auto out = d.get(ob, TQ * QD);
   if (dense_ref) {  // dense causal softmax attention per sequence, in double, over the stored K/V
     auto stored = [&](float x) { return c.kv_dtype == DType::bf16 ? static_cast<double>(from_bf16(to_bf16(x))) : x; };
-    dense_ref->assign(T * QD, 0.0);
+    dense_ref->assign(TQ * QD, 0.0);
     const std::size_t group = c.n_heads / c.n_kv;
-    for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t t = 0; t < TQ; ++t)
       for (std::size_t h = 0; h < c.n_heads; ++h) {
-        const std::size_t g = h / group;
+        const std::size_t g = h / group, base = offset[static_cast<std::size_t>(q_seq_index[t])];
+        const std::size_t n_ctx = static_cast<std::size_t>(q_positions[t]) + 1;
         std::vector<double> sc;
-        std::vector<std::size_t> rows;
-        for (std::size_t u = 0; u < T; ++u)
-          if (seq_index[u] == seq_index[t] && positions[u] <= positions[t]) {
-            double s = 0;
-            for (std::size_t i = 0; i < c.head_dim; ++i)
-              s += static_cast<double>(q[t * QD + h * c.head_dim + i]) * stored(k[u * KD + g * c.head_dim + i]);
-            sc.push_back(s * scale);
-            rows.push_back(u);
-          }
+        for (std::size_t u = base; u < base + n_ctx; ++u) {
+          double s = 0;
+          for (std::size_t i = 0; i < c.head_dim; ++i)
+            s += static_cast<double>(q[t * QD + h * c.head_dim + i]) * stored(k[u * KD + g * c.head_dim + i]);
+          sc.push_back(s * scale);
+        }
         const double mx = *std::max_element(sc.begin(), sc.end());
         double sum = 0;
         for (auto& s : sc) sum += (s = std::exp(s - mx));
-        for (std::size_t j = 0; j < rows.size(); ++j)
+        for (std::size_t j = 0; j < n_ctx; ++j)
           for (std::size_t i = 0; i < c.head_dim; ++i)
-            (*dense_ref)[t * QD + h * c.head_dim + i] += sc[j] / sum * stored(v[rows[j] * KD + g * c.head_dim + i]);
+            (*dense_ref)[t * QD + h * c.head_dim + i] += sc[j] / sum * stored(v[(base + j) * KD + g * c.head_dim + i]);
       }
   }
   return out;
@@ -1121,6 +1134,11 @@ TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
       {8, 2, 64, {700, 20, 5}, DType::bf16},   // bf16, head_dim 64, past the split, runs of 64 + a partial tile
       {4, 2, 16, {30, 3}, DType::f32},         // head_dim 16 (the tiny test models)
       {4, 4, 48, {20}, DType::f32},            // head_dim not a multiple of 32
+      // Prefill chunks after a cached prefix: query runs that start inside a K/V tile, several tiles of
+      // keys (the flash kernel's loads one tile ahead), GQA 4:1 as Qwen3-8B, and runs shorter than a tile.
+      {16, 4, 128, {700, 100}, DType::bf16, {333, 0}},
+      {8, 2, 64, {530, 90}, DType::bf16, {130, 67}},
+      {16, 8, 128, {200}, DType::f32, {150}},
   };
   for (const auto& c : cases) {
     const DType kv_dtype = c.kv_dtype == DType::bf16 && under_test_->kv_dtype(Compute::bf16, c.n_heads, c.n_kv,
@@ -1135,7 +1153,8 @@ TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
     const std::string what = std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) + " heads, head_dim " +
                              std::to_string(c.head_dim) + ", " + dtype_name(kv_dtype) + " KV, " +
                              std::to_string(c.contexts.size()) + " sequences, longest " +
-                             std::to_string(*std::max_element(c.contexts.begin(), c.contexts.end()));
+                             std::to_string(*std::max_element(c.contexts.begin(), c.contexts.end())) +
+                             (c.first_query.empty() ? "" : ", queries after a prefix");
     EXPECT_LT(nmse(got, ref), kv_dtype == DType::f32 ? 1e-11 : 2e-4) << what;
     if (has_reference() && kv_dtype == DType::f32) {
       const auto cpu = run_attention(reference_, run, nullptr);

@@ -4,12 +4,10 @@
 //    share of the split's positions with an online softmax (Milakov & Gimelshein 2018), lanes over head
 //    dims; the warps' states are merged in shared memory and the splits by a second kernel
 //    (flash-decoding: Dao et al., "Flash-Decoding for long-context inference");
-//  * prefill-shaped runs (>= kFlashMinRun consecutive tokens of one sequence) over a bf16 cache: a
-//    flash-attention tile (Dao et al. 2022, FlashAttention-2's loop order) of up to 64 queries x one
-//    head per block, Q.K^T and P.V on the tensor cores (WMMA bf16, f32 accumulation), K/V tiles of 64
-//    positions gathered through the block table into shared memory, the online softmax in f32.
-#include <mma.h>
-
+//  * prefill-shaped runs (>= kFlashMinRun consecutive tokens of one sequence) over a bf16 cache:
+//    FlashAttention-2 (Dao 2023) tiles of up to 64 queries x one head per block, Q.K^T and P.V on the
+//    tensor cores (mma.sync bf16, f32 accumulators in registers), K/V tiles of 64 positions gathered
+//    through the block table by cp.async one tile ahead, the online softmax in f32.
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -194,155 +192,264 @@ void simt_dispatch(int dpl, const float* q, std::size_t ldq, float* out, std::si
   }
 }
 
-// ---------------------------------------------------------------------------------------------- flash (WMMA)
+// ---------------------------------------------------------------------------------------------- flash (mma.sync)
 
-namespace wmma = nvcuda::wmma;
-constexpr int kTileQ = 64, kTileK = 64, kFlashWarps = 4;
+constexpr int kTileQ = 64, kTileK = 64, kFlashWarps = 4;  // a warp owns 16 query rows of the tile
 
-/// Shared memory of the flash kernel for head dim D: Q, K, V tiles (bf16), S (f32), P (bf16), O (f32),
-/// the rows' running max / sum / correction.
+/// Shared memory of the flash kernel for head dim D: the Q tile and two stages each of K and V (bf16).
 constexpr std::size_t flash_smem_bytes(int D) {
-  return static_cast<std::size_t>(kTileQ) * D * 2 + 2 * static_cast<std::size_t>(kTileK) * D * 2 +
-         static_cast<std::size_t>(kTileQ) * kTileK * 4 + static_cast<std::size_t>(kTileQ) * kTileK * 2 +
-         static_cast<std::size_t>(kTileQ) * D * 4 + 3 * kTileQ * 4;
+  return static_cast<std::size_t>(kTileQ + 4 * kTileK) * D * sizeof(__nv_bfloat16);
 }
 
-/// grid (n_fa_tiles, n_heads), 128 threads; tile i = tokens fa_tiles[i].x .. +fa_tiles[i].y - 1, consecutive
-/// positions of one sequence. Warp w owns query rows 16 w .. 16 w + 15 of the tile.
-template <int D>
-__global__ void __launch_bounds__(kFlashWarps * 32) flash_attention_kernel(const float* __restrict__ q, std::size_t ldq,
-                                                                           float* __restrict__ out, std::size_t ldo,
-                                                                           int n_heads, AttnBatch b, KvLayer kv,
-                                                                           float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);               // [64][D]
-  __nv_bfloat16* ks = qs + kTileQ * D;                                       // [64][D]
-  __nv_bfloat16* vs = ks + kTileK * D;                                       // [64][D]
-  float* ss = reinterpret_cast<float*>(vs + kTileK * D);                     // [64][64]
-  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(ss + kTileQ * kTileK);  // [64][64]
-  float* os = reinterpret_cast<float*>(ps + kTileQ * kTileK);                // [64][D]
-  float* row_m = os + kTileQ * D;
-  float* row_l = row_m + kTileQ;
-  float* row_c = row_l + kTileQ;
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
 
-  const int tile = blockIdx.x, h = blockIdx.y;
+/// Tiles in shared memory are rows of D bf16 (D / 8 chunks of 16 bytes); chunk c of row r is stored at
+/// chunk c ^ (r & 7), so that the 8 rows an ldmatrix reads at one column fall in 8 different bank groups.
+template <int D>
+__device__ __forceinline__ std::uint32_t tile_offset(int row, int chunk) {
+  return static_cast<std::uint32_t>((row * (D / 8) + (chunk ^ (row & 7))) * 16);
+}
+
+/// 16 bytes global -> shared, asynchronously (cp.async, sm_80+); src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Four 8x8 bf16 matrices from shared memory (lane l gives the address of row l % 8 of matrix l / 8);
+/// .trans transposes each.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/// d += a (16x16, row) . b (16x8, col), bf16 inputs, f32 accumulation (mma.sync m16n8k16).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (the lower address)
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+/// grid (n_heads, n_fa_tiles), 128 threads: FlashAttention-2 (Dao 2023) over the paged cache. Tile i =
+/// tokens fa_tiles[i].x .. + fa_tiles[i].y - 1 (consecutive positions p0 .. of one sequence), taken in
+/// reverse order so that the longest contexts start first. Warp w owns query rows 16 w .. 16 w + 15; Q
+/// (scaled by `scale` and log2(e), rounded to bf16) stays in registers; K/V tiles of 64 positions at
+/// multiples of 64 are gathered through the block table by cp.async, the next tile while this one is
+/// used; S = Q K^T and O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online
+/// softmax in f32 on S's accumulator registers, P rounded to bf16 in place as the A operand of P V. A
+/// query row's result depends on its own position only (the K/V tiles do not move with the query tile).
+template <int D>
+__global__ void __launch_bounds__(kFlashWarps * 32, 2)
+    flash_attention_kernel(const float* __restrict__ q, std::size_t ldq, float* __restrict__ out, std::size_t ldo,
+                           int n_heads, AttnBatch b, KvLayer kv, float scale) {
+  static_assert(D % 64 == 0, "head dim: a multiple of 64 (8 chunks of 16 bytes for the swizzle)");
+  constexpr int kChunks = D / 8;       // 16-byte chunks of a row
+  constexpr int kKSteps = D / 16;      // k-steps of S = Q K^T
+  constexpr int kDTiles = D / 8;       // n-tiles of O
+  constexpr int kSTiles = kTileK / 8;  // n-tiles of S
+  extern __shared__ __align__(128) unsigned char smem[];
+  const std::uint32_t q_s = smem_addr(smem);
+  const std::uint32_t k_s = q_s + kTileQ * D * 2;  // 2 stages
+  const std::uint32_t v_s = k_s + 2 * kTileK * D * 2;
+  constexpr std::uint32_t kStage = kTileK * D * 2;
+
+  const int h = blockIdx.x, tile = b.n_fa_tiles - 1 - static_cast<int>(blockIdx.y);
   const int t0 = b.fa_tiles[2 * tile], n_q = b.fa_tiles[2 * tile + 1];
   const int g = h / (n_heads / kv.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int p0 = b.positions[t0];           // positions p0 .. p0 + n_q - 1
+  const int p0 = b.positions[t0];  // the tile's positions p0 .. p0 + n_q - 1
   const int last = p0 + n_q - 1;
   const std::int32_t* table = b.block_tables + static_cast<std::size_t>(b.seq_index[t0]) * b.max_blocks;
   const auto* kc = static_cast<const __nv_bfloat16*>(kv.k);
   const auto* vc = static_cast<const __nv_bfloat16*>(kv.v);
 
-  // Q (scaled) -> bf16; O, max, sum cleared.
-  for (int e = threadIdx.x; e < kTileQ * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    const float v = r < n_q ? q[static_cast<std::size_t>(t0 + r) * ldq + static_cast<std::size_t>(h) * D + d] * scale : 0.f;
-    qs[e] = __float2bfloat16_rn(v);
-    os[e] = 0.f;
-  }
-  for (int r = threadIdx.x; r < kTileQ; r += blockDim.x) {
-    row_m[r] = -INFINITY;
-    row_l[r] = 0.f;
-  }
-  __syncthreads();
-
-  for (int k0 = 0; k0 <= last; k0 += kTileK) {
-    // K, V tile: positions k0 .. k0 + 63 through the block table (zeros past the last position).
-    for (int e = threadIdx.x; e < kTileK * D / 8; e += blockDim.x) {
-      const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+  // K/V tile `k0` into stage `st`: kTileK rows x kChunks chunks, zeros past `last`.
+  auto load_kv = [&](int k0, int st) {
+#pragma unroll
+    for (int i = 0; i < kTileK * kChunks / (kFlashWarps * 32); ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kFlashWarps * 32;
+      const int r = e / kChunks, c = e % kChunks;
       const int p = k0 + r;
-      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+      const __nv_bfloat16* ksrc = kc;
+      const __nv_bfloat16* vsrc = vc;
+      int bytes = 0;
       if (p <= last) {
         const int block = table[p / kv.block_size], slot = p % kv.block_size;
-        const std::size_t off = ((static_cast<std::size_t>(block) * kv.n_kv_heads + g) * kv.block_size + slot) * D + c;
-        kv4 = *reinterpret_cast<const uint4*>(kc + off);
-        vv4 = *reinterpret_cast<const uint4*>(vc + off);
+        const std::size_t off =
+            ((static_cast<std::size_t>(block) * kv.n_kv_heads + g) * kv.block_size + slot) * D + c * 8;
+        ksrc += off;
+        vsrc += off;
+        bytes = 16;
       }
-      *reinterpret_cast<uint4*>(ks + r * D + c) = kv4;
-      *reinterpret_cast<uint4*>(vs + r * D + c) = vv4;
+      const std::uint32_t o = st * kStage + tile_offset<D>(r, c);
+      cp_async16(k_s + o, ksrc, bytes);
+      cp_async16(v_s + o, vsrc, bytes);
+    }
+  };
+  load_kv(0, 0);
+  cp_async_commit();
+
+  // Q * scale * log2(e) -> bf16 (zeros for the padding rows).
+  const float qscale = scale * 1.4426950408889634f;
+  for (int e = threadIdx.x; e < kTileQ * kChunks; e += kFlashWarps * 32) {
+    const int r = e / kChunks, c = e % kChunks;
+    float v[8] = {};
+    if (r < n_q) {
+      const float* src = q + static_cast<std::size_t>(t0 + r) * ldq + static_cast<std::size_t>(h) * D + c * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = src[j] * qscale;
+    }
+    uint4 pk;
+    pk.x = pack_bf16(v[0], v[1]);
+    pk.y = pack_bf16(v[2], v[3]);
+    pk.z = pack_bf16(v[4], v[5]);
+    pk.w = pack_bf16(v[6], v[7]);
+    *reinterpret_cast<uint4*>(smem + tile_offset<D>(r, c)) = pk;
+  }
+  __syncthreads();
+  // The warp's Q rows as A fragments: lane l reads row l % 16, chunk 2 ks + l / 16.
+  std::uint32_t qf[kKSteps][4];
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(qf[ks], q_s + tile_offset<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+
+  float o[kDTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  // This thread's rows: r0 = lane / 4 and r0 + 8 of the warp's 16; running max (log2 units) and its
+  // share of the running sum.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const int pq0 = p0 + warp * 16 + (lane >> 2), pq1 = pq0 + 8;
+
+  const int n_k = last / kTileK + 1;
+  for (int it = 0; it < n_k; ++it) {
+    const int k0 = it * kTileK, st = it & 1;
+    if (it + 1 < n_k) {
+      load_kv(k0 + kTileK, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    // S = Q K^T for this warp's 16 rows x 64 keys.
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc[kTileK / 16];
+
+    // S = Q K^T: 16 rows x 64 keys. B fragments of n-tiles j, j + 1 in one ldmatrix.x4: matrix m is
+    // keys 8 (j + m / 2) .., dims of chunk 2 ks + m % 2.
+    float s[kSTiles][4];
 #pragma unroll
-      for (int j = 0; j < kTileK / 16; ++j) wmma::fill_fragment(sacc[j], 0.f);
+    for (int j = 0; j < kSTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < D; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::load_matrix_sync(a, qs + warp * 16 * D + kk, D);
+    for (int ks = 0; ks < kKSteps; ++ks) {
 #pragma unroll
-        for (int j = 0; j < kTileK / 16; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bk;
-          wmma::load_matrix_sync(bk, ks + j * 16 * D + kk, D);
-          wmma::mma_sync(sacc[j], a, bk, sacc[j]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kTileK / 16; ++j)
-        wmma::store_matrix_sync(ss + warp * 16 * kTileK + j * 16, sacc[j], kTileK, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // Online softmax of the warp's rows: two lanes per row, 32 columns each.
-    {
-      const int r = warp * 16 + lane / 2, half = lane % 2;
-      const int pq = p0 + r;  // this query's position (rows past n_q are padding)
-      float* srow = ss + r * kTileK + half * 32;
-      float mx = -INFINITY;
-#pragma unroll 8
-      for (int j = 0; j < 32; ++j) {
-        const int pk = k0 + half * 32 + j;
-        const float v = (r < n_q && pk <= pq) ? srow[j] : -INFINITY;
-        srow[j] = v;
-        mx = fmaxf(mx, v);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      const float m_old = row_m[r];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.f;
-      __nv_bfloat16* prow = ps + r * kTileK + half * 32;
-#pragma unroll 8
-      for (int j = 0; j < 32; ++j) {
-        const float pv = m_new == -INFINITY ? 0.f : expf(srow[j] - m_new);
-        sum += pv;
-        prow[j] = __float2bfloat16_rn(pv);
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      if (half == 0) {
-        const float corr = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
-        row_c[r] = corr;
-        row_l[r] = row_l[r] * corr + sum;
-        row_m[r] = m_new;
+      for (int j = 0; j < kSTiles; j += 2) {
+        const int m = lane >> 3;
+        std::uint32_t kb[4];
+        ldmatrix_x4(kb, k_s + st * kStage + tile_offset<D>((j + (m >> 1)) * 8 + (lane & 7), 2 * ks + (m & 1)));
+        mma_16816(s[j], qf[ks], kb[0], kb[1]);
+        mma_16816(s[j + 1], qf[ks], kb[2], kb[3]);
       }
     }
-    __syncwarp();
-    // O = O * corr + P V for the warp's rows.
-    for (int e = lane; e < 16 * D; e += 32) {
-      const int r = warp * 16 + e / D;
-      os[r * D + e % D] *= row_c[r];
-    }
-    __syncwarp();
+    // Causal mask where the tile reaches past the warp's first query position.
+    if (k0 + kTileK - 1 > p0 + warp * 16) {
 #pragma unroll
-    for (int dd = 0; dd < D; dd += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc;
-      wmma::load_matrix_sync(oacc, os + warp * 16 * D + dd, D, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTileK; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, ps + warp * 16 * kTileK + kk, kTileK);
-        wmma::load_matrix_sync(bv, vs + kk * D + dd, D);
-        wmma::mma_sync(oacc, a, bv, oacc);
+      for (int j = 0; j < kSTiles; ++j) {
+        const int pk = k0 + j * 8 + 2 * (lane & 3);
+        if (pk > pq0) s[j][0] = -INFINITY;
+        if (pk + 1 > pq0) s[j][1] = -INFINITY;
+        if (pk > pq1) s[j][2] = -INFINITY;
+        if (pk + 1 > pq1) s[j][3] = -INFINITY;
       }
-      wmma::store_matrix_sync(os + warp * 16 * D + dd, oacc, D, wmma::mem_row_major);
     }
-    __syncthreads();  // K/V tiles are overwritten next
+    // Online softmax (Milakov & Gimelshein 2018) of the two rows: max over the quad's 64 columns.
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) {
+      mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
+    const float c0 = exp2f(m0 - base0), c1 = exp2f(m1 - base1);  // 0 while the old max is -inf
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+      o[j][0] *= c0;
+      o[j][1] *= c0;
+      o[j][2] *= c1;
+      o[j][3] *= c1;
+    }
+    // P = exp2(S - max) into A fragments of P V: k-step kk takes n-tiles 2 kk and 2 kk + 1 of S.
+    std::uint32_t pf[kTileK / 16][4];
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) {
+      const float e0 = exp2f(s[j][0] - base0), e1 = exp2f(s[j][1] - base0);
+      const float e2 = exp2f(s[j][2] - base1), e3 = exp2f(s[j][3] - base1);
+      l0 += e0 + e1;
+      l1 += e2 + e3;
+      pf[j >> 1][(j & 1) * 2] = pack_bf16(e0, e1);
+      pf[j >> 1][(j & 1) * 2 + 1] = pack_bf16(e2, e3);
+    }
+    // O += P V. B fragments of dim n-tiles dt, dt + 1 in one ldmatrix.x4.trans: matrix m is keys
+    // 16 kk + 8 (m % 2) .., dims of chunk dt + m / 2.
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; dt += 2) {
+        const int m = lane >> 3;
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_s + st * kStage + tile_offset<D>(16 * kk + 8 * (m & 1) + (lane & 7), dt + (m >> 1)));
+        mma_16816(o[dt], pf[kk], vb[0], vb[1]);
+        mma_16816(o[dt + 1], pf[kk], vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // this stage is loaded again two tiles on
   }
-  for (int e = threadIdx.x; e < n_q * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    out[static_cast<std::size_t>(t0 + r) * ldo + static_cast<std::size_t>(h) * D + d] = os[r * D + d] / row_l[r];
+
+  // The rows' sums over the quad, then O / l.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j) {
+    const int d = j * 8 + 2 * (lane & 3);
+    if (r0 < n_q) {
+      float* dst = out + static_cast<std::size_t>(t0 + r0) * ldo + static_cast<std::size_t>(h) * D + d;
+      dst[0] = o[j][0] * inv0;
+      dst[1] = o[j][1] * inv0;
+    }
+    if (r1 < n_q) {
+      float* dst = out + static_cast<std::size_t>(t0 + r1) * ldo + static_cast<std::size_t>(h) * D + d;
+      dst[0] = o[j][2] * inv1;
+      dst[1] = o[j][3] * inv1;
+    }
   }
 }
 
@@ -361,7 +468,7 @@ void flash_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, 
           "attention (shared memory)");
     configured.fetch_or(bit, std::memory_order_acq_rel);
   }
-  const dim3 grid(static_cast<unsigned>(b.n_fa_tiles), static_cast<unsigned>(n_heads));
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(b.n_fa_tiles));
   flash_attention_kernel<D><<<grid, kFlashWarps * 32, bytes, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale);
 }
 
