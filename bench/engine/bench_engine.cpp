@@ -20,7 +20,7 @@
 // Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|...|qwen3.5-122b-a10b] [--layers N] [--dtype bf16]
 //                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
-//                     [--work DIR] [--out DIR]
+//                     [--greedy-on-backend auto|on|off] [--work DIR] [--out DIR]
 //        bench_engine --kie models/quarry-extract-11m [--device cuda] [--mtp 4] [--runs 3] [--out DIR]
 //        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
 //                     (quantized copies of the checkpoint against it in the same run: decode tok/s, GB/s,
@@ -115,7 +115,20 @@ struct Options {
   std::vector<std::size_t> tp;      ///< --tp 1,2,4: tensor-parallel degrees against each other
   fs::path perplexity, texts;       ///< --perplexity MODEL_DIR --texts DIR
   std::size_t ctx = 512;            ///< --ctx: tokens a perplexity window holds
+  /// --greedy-on-backend auto|on|off: EngineOptions::greedy_on_backend (greedy rows' argmax where the
+  /// logits are, only the ids downloaded)
+  EngineOptions::GreedyOnBackend greedy = EngineOptions::GreedyOnBackend::automatic;
 };
+
+/// The engine options every measurement here shares: device, threads, compute, greedy sampling.
+EngineOptions engine_options(const Options& o) {
+  EngineOptions eo;
+  eo.device = parse_device(o.device);
+  eo.n_threads = o.threads;
+  eo.compute = parse_compute(o.compute);
+  eo.greedy_on_backend = o.greedy;
+  return eo;
+}
 
 /// One batch-1 decode of o.tg tokens after an o.depth-token prompt, then one prefill of `pp` tokens.
 struct TgPp {
@@ -203,11 +216,8 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
   const std::size_t pp = o.pp.empty() ? 512 : o.pp[0];
   std::vector<std::unique_ptr<Engine>> engines;
   for (const std::size_t n : o.tp) {
-    EngineOptions eo;
-    eo.device = device;
-    eo.n_threads = o.threads;
+    EngineOptions eo = engine_options(o);
     eo.tensor_parallel = n;
-    eo.compute = parse_compute(o.compute);
     eo.max_batch_tokens = o.batch_tokens;
     eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
     const double t0 = now_s();
@@ -283,10 +293,7 @@ std::vector<std::pair<std::string, fs::path>> with_quantized_copies(const Option
 
 int run_quant(const Options& o, const fs::path& model_dir, const std::string& name) {
   const auto models = with_quantized_copies(o, model_dir, name, o.dtype);
-  EngineOptions eo;
-  eo.device = parse_device(o.device);
-  eo.n_threads = o.threads;
-  eo.compute = parse_compute(o.compute);
+  EngineOptions eo = engine_options(o);
   eo.max_batch_tokens = o.batch_tokens;
   const std::size_t pp = o.pp.empty() ? 128 : o.pp[0];
   eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
@@ -469,10 +476,7 @@ int run_kie(const Options& o) {
   double base_tok_s = 0;
   json depths = json::array();
   for (const std::size_t depth : {std::size_t{0}, o.mtp}) {
-    EngineOptions eo;
-    eo.device = parse_device(o.device);
-    eo.n_threads = o.threads;
-    eo.compute = parse_compute(o.compute);
+    EngineOptions eo = engine_options(o);
     eo.mtp_depth = depth;
     auto engine = Engine::open(o.kie, tok, eo);
     rep["device"] = engine->backend().description();
@@ -563,7 +567,8 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {  // the usage is this file's header comment
       std::cout << "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
                    "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
-                   "         [--ttft N] [--batch-tokens N] [--runs N] [--work DIR] [--out DIR]\n"
+                   "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--runs N] [--work DIR]\n"
+                   "         [--out DIR]\n"
                    "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
                    "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
                    "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
@@ -598,6 +603,15 @@ int main(int argc, char** argv) {
     else if (a == "--perplexity") o.perplexity = v;
     else if (a == "--texts") o.texts = v;
     else if (a == "--ctx") o.ctx = std::max<std::size_t>(2, std::stoul(v));
+    else if (a == "--greedy-on-backend") {
+      if (v == "auto") o.greedy = EngineOptions::GreedyOnBackend::automatic;
+      else if (v == "on") o.greedy = EngineOptions::GreedyOnBackend::on;
+      else if (v == "off") o.greedy = EngineOptions::GreedyOnBackend::off;
+      else {
+        std::cerr << "bench_engine: --greedy-on-backend takes auto, on or off, not " << v << "\n";
+        return 1;
+      }
+    }
     else if (a == "--quant") {
       std::stringstream ss(v);
       std::string item;
@@ -645,10 +659,7 @@ int main(int argc, char** argv) {
     std::cerr << "bandwidth " << *std::max_element(bw.begin(), bw.end()) << " GB/s, matmul " << peak_gflops
               << " GFLOP/s\n";
 
-    EngineOptions eo;
-    eo.device = device;
-    eo.n_threads = o.threads;
-    eo.compute = parse_compute(o.compute);
+    EngineOptions eo = engine_options(o);
     eo.max_batch_tokens = o.batch_tokens;
     const std::size_t max_conc = o.concurrency.empty() ? 1 : *std::max_element(o.concurrency.begin(), o.concurrency.end());
     eo.max_num_seqs = std::max<std::size_t>(max_conc, 1);

@@ -131,6 +131,15 @@ std::unique_ptr<Weight> Backend::load_quantized(const QuantizedMatrix& q, Weight
                            ") are not supported on this backend yet; use --device cpu or a bf16 checkpoint");
 }
 
+void Backend::check_argmax_masks(std::size_t rows, std::size_t n, std::span<const std::uint32_t> masks,
+                                 std::size_t mask_words) {
+  if (masks.empty()) return;
+  if (mask_words < (n + 31) / 32 || masks.size() < rows * mask_words)
+    throw std::invalid_argument("argmax_rows: " + std::to_string(masks.size()) + " mask words for " +
+                                std::to_string(rows) + " rows of " + std::to_string(n) + " ids at " +
+                                std::to_string(mask_words) + " words a row");
+}
+
 void Backend::matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) {
   for (const auto& o : outs) matmul(x, m, ldx, *o.w, o.w->rows, o.y, o.ldy);
 }

@@ -461,9 +461,14 @@ class Backend : public std::enable_shared_from_this<Backend> {
                         std::size_t ldo, std::size_t rows, std::size_t n) = 0;
   /// x[i] += y[i] for i < n.
   virtual void add(float* x, const float* y, std::size_t n) = 0;
-  /// out_host[r] = argmax of row r of logits [rows, n] at stride ld (the first on ties, as torch.argmax).
+  /// Greedy sampling where the logits are: out_host[r] = the first id of the largest logit of row r of
+  /// logits [rows, n] at stride ld (torch.argmax's order; NaN logits are never picked). `masks` (host;
+  /// empty: every id allowed) holds rows x mask_words uint32 token bitmasks, mask_words >= ceil(n / 32),
+  /// bit i of word w of row r allowing id 32 w + i (the sampler's layout): only allowed ids count, and a
+  /// row that allows none gets -1. Without masks a row of -inf / NaN gets 0. Only the ids leave the
+  /// device. Throws std::invalid_argument when masks are given but too short.
   virtual void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
-                           std::int32_t* out_host) = 0;
+                           std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out_host) = 0;
 
   // ---- recording (CUDA graphs; Nguyen et al., "Getting Started with CUDA Graphs") ----
   /// Whether begin_capture / end_capture / replay work here.
@@ -499,6 +504,10 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// Frees memory handed out by alloc() (called by DeviceBuffer).
   virtual void free(void* data) noexcept = 0;
   friend class DeviceBuffer;
+  /// argmax_rows()'s check of its masks: std::invalid_argument unless they are empty or rows x
+  /// mask_words words with mask_words >= ceil(n / 32).
+  static void check_argmax_masks(std::size_t rows, std::size_t n, std::span<const std::uint32_t> masks,
+                                 std::size_t mask_words);
 };
 
 }  // namespace quarry::engine

@@ -107,6 +107,9 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
     stats_.draft_accepted.assign(mtp_depth_, 0);
   }
   const std::size_t V = model->config().vocab_size;
+  greedy_on_backend_ = options_.greedy_on_backend == EngineOptions::GreedyOnBackend::on ||
+                       (options_.greedy_on_backend == EngineOptions::GreedyOnBackend::automatic &&
+                        !model->backend().host_memory());
   std::size_t draft_vocab = options_.mtp_draft_vocab;
   if (draft_vocab == 0) draft_vocab = std::max(V / 4, std::min<std::size_t>(V, 4096));
   mtp_draft_vocab_ = std::min(draft_vocab, V);
@@ -318,8 +321,36 @@ void Engine::draft_step() {
   stats_.draft_s += step_draft_s_;
 }
 
+const GreedyRows* Engine::greedy_rows(const SchedulerOutput& sched, GreedyRows& out) {
+  const std::size_t n_logits = sched.batch.n_logits();
+  if (!greedy_on_backend_ || n_logits == 0) return nullptr;
+  bool masked = false;
+  for (const Sequence* s : sched.logit_owners) {
+    if (s->sampler.params().temperature != 0.f) return nullptr;
+    masked = masked || (s->constraint && !s->done);
+  }
+  out = GreedyRows{};
+  if (!masked) return &out;
+  // Every row allows everything but those of constrained sequences: their k + 1 masks of this step.
+  const std::size_t W = structured_->mask_words();
+  greedy_masks_.assign(n_logits * W, 0xffffffffu);
+  for (Sequence* sp : sched.logit_owners) {
+    Sequence& s = *sp;
+    if (!s.constraint || s.done) continue;
+    const auto masks = structured_->step_masks(s);
+    const std::size_t rows = (s.drafted ? s.job.drafts.size() : 0) + 1;
+    for (std::size_t j = 0; j < rows && j < masks.size(); ++j) {
+      if (masks[j].size() < W) throw std::logic_error("greedy_rows: a step mask is shorter than the vocabulary");
+      std::copy_n(masks[j].begin(), W, greedy_masks_.begin() + static_cast<std::ptrdiff_t>((s.logit_first + j) * W));
+    }
+  }
+  out.masks = greedy_masks_;
+  out.mask_words = W;
+  return &out;
+}
+
 std::size_t Engine::sample_outputs(const SchedulerOutput& sched, std::span<const float> logits,
-                                   std::span<const float> hidden) {
+                                   std::span<const TokenId> argmax, std::span<const float> hidden) {
   const std::size_t V = runner_->model().config().vocab_size, H = runner_->model().config().hidden_size;
   std::size_t emitted = 0;
   // Prefill chunks before the prompt's end: only their hidden states (for the MTP module).
@@ -339,13 +370,17 @@ std::size_t Engine::sample_outputs(const SchedulerOutput& sched, std::span<const
     std::span<const std::vector<std::uint32_t>> masks;
     if (s.constraint) masks = structured_->step_masks(s);
     VerifyResult r;
-    const std::span<const float> rows(logits.data() + s.logit_first * V, (k + 1) * V);
-    if (!s.mtp && !s.constraint) {
+    const bool want_bonus = !(s.drafted && s.job.ended && k > 0);
+    if (!argmax.empty()) {  // greedy rows picked by the backend
+      r = verify_greedy(argmax.subspan(s.logit_first, k + 1), std::span<const TokenId>(s.job.drafts.data(), k), want_bonus);
+    } else if (!s.mtp && !s.constraint) {
+      const std::span<const float> rows(logits.data() + s.logit_first * V, V);
       r.next = s.sampler.sample(rows);
     } else {
+      const std::span<const float> rows(logits.data() + s.logit_first * V, (k + 1) * V);
       r = verify_drafts(s.sampler, rows, V, masks, std::span<const TokenId>(s.job.drafts.data(), k),
                         std::span<const TokenDistribution>(s.job.dists.data(), s.drafted ? s.job.dists.size() : 0),
-                        /*want_bonus=*/!(s.drafted && s.job.ended && k > 0));
+                        want_bonus);
     }
     const std::size_t m = r.n_accepted;
     if (s.mtp && !hidden.empty())  // main hidden states of the rows holding committed tokens
@@ -446,7 +481,10 @@ std::vector<FinishedRequest> Engine::step() {
       for (const auto& e : sched.scheduled)
         if (e.n_drafts > 0) kv.save_state(e.seq->kv);
     const std::size_t replays_before = runner_->replays();
-    const ModelOutput result = runner_->execute(batch, want_hidden, groups);
+    GreedyRows greedy;
+    const GreedyRows* greedy_here = greedy_rows(sched, greedy);
+    const ModelOutput result = runner_->execute(batch, want_hidden, groups, greedy_here);
+    if (greedy_here) ++stats_.greedy_on_backend_steps;
     stats_.replayed_steps += runner_->replays() - replays_before;
     if (result.lm_head_restricted) {
       const std::size_t n_groups = (runner_->model().config().vocab_size + 15) / 16;
@@ -478,7 +516,7 @@ std::vector<FinishedRequest> Engine::step() {
         }
       }
     const Stopwatch accept_watch;
-    const std::size_t emitted = sample_outputs(sched, result.logits, result.hidden);
+    const std::size_t emitted = sample_outputs(sched, result.logits, result.argmax, result.hidden);
     const double accept_s = accept_watch.seconds();
     if (sched.prefill_tokens == 0) {  // decode: output tokens, with the drafting and acceptance time
       stats_.decode_tokens += emitted;

@@ -51,6 +51,7 @@ namespace grammar {
 class TokenizerInfo;
 }  // namespace grammar
 class ModelRunner;
+struct GreedyRows;
 class Scheduler;
 class StructuredOutput;
 struct Sequence;
@@ -102,6 +103,13 @@ struct EngineOptions {
   /// bit-identically to the full product: the CPU under bf16 compute). Output unchanged; false computes
   /// every logit.
   bool grammar_lm_head = true;
+  /// Greedy sampling where the logits are: a step whose logit rows are all greedy (temperature 0, with
+  /// drafts or not) has each row's argmax among the ids its token bitmask allows taken by the backend
+  /// (Backend::argmax_rows, the masks of the whole batch in one upload), and only the ids come back
+  /// instead of every logit row. Output unchanged (the sampler's order: the first of the largest).
+  /// automatic: on for backends whose memory is not the host's (GPUs); on: on every backend; off: never.
+  enum class GreedyOnBackend : std::uint8_t { automatic, on, off };
+  GreedyOnBackend greedy_on_backend = GreedyOnBackend::automatic;
   /// Grounded decoding: with a request's document text (GenerationRequest::document_pages), values of
   /// schema locations annotated `x-quarry-source` can only be what the document says
   /// (engine/grammar/grounding.hpp). false ignores the annotation.
@@ -243,7 +251,13 @@ class Engine {
   /// MTP rows of a prompt chunk just computed (MtpDrafter::catch_up), before its first token is timed.
   void mtp_catch_up(Sequence& s);
   /// Samples / verifies each sequence's logit rows and appends its tokens; returns the tokens emitted.
-  std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const float> hidden);
+  /// `argmax` (when not empty): every logit row's argmax among its allowed ids (greedy rows picked by
+  /// the backend), used instead of the logits.
+  std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const TokenId> argmax,
+                             std::span<const float> hidden);
+  /// GreedyRows for this step when every logit row of it is greedy and greedy_on_backend applies (the
+  /// masks of its constrained rows into greedy_masks_); null otherwise.
+  const GreedyRows* greedy_rows(const SchedulerOutput& sched, GreedyRows& out);
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
@@ -259,6 +273,8 @@ class Engine {
   std::size_t mtp_depth_ = 0;        ///< MTP draft depth cap (KV layers reserved for it)
   std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
   std::size_t snapshot_every_ = 0;   ///< hybrid models: prompt positions between recurrent-state snapshots (0: none)
+  bool greedy_on_backend_ = false;   ///< EngineOptions::greedy_on_backend resolved for the backend
+  std::vector<std::uint32_t> greedy_masks_;  ///< the step's bitmasks of every logit row (greedy on the backend)
   EngineStats stats_;
   Stopwatch clock_;
   RequestId next_request_id_ = 1;

@@ -27,22 +27,31 @@ ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions&
   kv_ = model_->make_kv_cache(kv_tokens, options.mtp_layers, options.prefix);
 }
 
-ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups) {
-  const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
-  logits_.resize(batch.n_logits() * V);
+ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
+                                 const GreedyRows* greedy) {
+  const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size, nl = batch.n_logits();
+  Backend& be = model_->backend();
+  const bool host = be.host_memory();
+  logits_.resize(greedy && !host ? 0 : nl * V);
   hidden_.resize(want_hidden ? batch.size() * H : 0);
+  argmax_.resize(greedy ? nl : 0);
   ModelOutput out;
-  if (model_->backend().host_memory())  // the outputs are written straight into the host vectors
+  if (host) {  // the outputs are written straight into the host vectors
     out.lm_head_restricted =
         model_->forward(batch, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, lm_head_groups);
-  else
-    out.lm_head_restricted = execute_device(batch, want_hidden, lm_head_groups);
+    if (greedy && nl) be.argmax_rows(logits_.data(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
+    if (greedy) logits_.clear();
+  } else {
+    out.lm_head_restricted = execute_device(batch, want_hidden, lm_head_groups, greedy);
+  }
   out.logits = logits_;
   out.hidden = hidden_;
+  out.argmax = argmax_;
   return out;
 }
 
-bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups) {
+bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
+                                 const GreedyRows* greedy) {
   Backend& be = model_->backend();
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
   const std::size_t nl = batch.n_logits(), T = batch.size();
@@ -85,7 +94,8 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
       }
     }
   }
-  if (nl) be.download(logits_.data(), dev_logits_.data(), nl * V * sizeof(float));
+  if (nl && greedy) be.argmax_rows(dev_logits_.as<float>(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
+  else if (nl) be.download(logits_.data(), dev_logits_.data(), nl * V * sizeof(float));
   if (want_hidden) be.download(hidden_.data(), dev_hidden_.data(), T * H * sizeof(float));
   return restricted;
 }

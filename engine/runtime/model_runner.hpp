@@ -31,10 +31,20 @@ struct ModelRunnerOptions {
 /// (CUDA graphs) on backends that can record ops: one launch per step instead of one per op.
 constexpr std::size_t kMaxRecordedRows = 8;
 
+/// Greedy sampling where the logits are (Backend::argmax_rows): only the ids come back to the host.
+struct GreedyRows {
+  /// The step's token bitmasks: mask_words words for each logit row (empty: every id allowed).
+  std::span<const std::uint32_t> masks;
+  std::size_t mask_words = 0;
+};
+
 /// What one forward call gives the host.
 struct ModelOutput {
-  std::span<const float> logits;  ///< [n_logits, vocab_size]
+  std::span<const float> logits;  ///< [n_logits, vocab_size]; empty when `argmax` was asked for
   std::span<const float> hidden;  ///< [n_tokens, hidden_size] when asked for
+  /// [n_logits] when execute() had GreedyRows: each logit row's argmax among the ids its mask allows
+  /// (-1: none).
+  std::span<const TokenId> argmax;
   bool lm_head_restricted = false;
 };
 
@@ -51,16 +61,22 @@ class ModelRunner {
 
   /// Forward steps replayed from a recording so far.
   std::size_t replays() const { return replays_; }
-  /// Runs the batch; the spans stay valid until the next execute().
-  ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups);
+  /// Runs the batch; the spans stay valid until the next execute(). With `greedy`, the logit rows are
+  /// reduced to their argmax where they were computed and only the ids are handed over. Throws
+  /// std::invalid_argument when greedy's masks do not cover every logit row.
+  ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
+                      const GreedyRows* greedy = nullptr);
 
  private:
-  /// The device path: stage, run (recorded where the shape allows), copy the outputs to the host.
-  bool execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups);
+  /// The device path: stage, run (recorded where the shape allows), copy the outputs (or the argmax
+  /// ids) to the host.
+  bool execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
+                      const GreedyRows* greedy);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_, hidden_;
+  std::vector<TokenId> argmax_;
   // Device outputs (non-host backends) and the recordings of decode-shaped steps, keyed by
   // (rows, logit rows, hidden wanted, sequences, table stride, largest position / 512).
   DeviceBuffer dev_logits_, dev_hidden_;

@@ -55,6 +55,19 @@ VerifyResult verify_drafts(Sampler& sampler, std::span<const float> target_logit
   return {k, sampler.sample_from(p)};
 }
 
+VerifyResult verify_greedy(std::span<const TokenId> target_argmax, std::span<const TokenId> drafts, bool want_bonus) {
+  const std::size_t k = drafts.size();
+  if (target_argmax.size() < k + 1)
+    throw std::invalid_argument("verify_greedy: " + std::to_string(k + 1) + " argmax ids needed");
+  for (std::size_t j = 0; j < k; ++j) {
+    const TokenId t = target_argmax[j];
+    if (t < 0) return {j, -1};
+    if (drafts[j] != t) return {j, t};
+  }
+  if (!want_bonus) return {k, -1};
+  return {k, target_argmax[k]};
+}
+
 MtpState::MtpState(std::size_t max_depth, std::size_t hidden_size, std::size_t start_row)
     : max_depth_(max_depth),
       hidden_(hidden_size),

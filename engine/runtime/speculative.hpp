@@ -55,6 +55,13 @@ VerifyResult verify_drafts(Sampler& sampler, std::span<const float> target_logit
                            std::span<const std::vector<std::uint32_t>> masks, std::span<const TokenId> drafts,
                            std::span<const TokenDistribution> draft_dists, bool want_bonus = true);
 
+/// verify_drafts() for greedy sampling from the rows' argmax ids alone (target_argmax [k + 1]: each
+/// row's first largest allowed logit, -1 where its bitmask allows nothing; Backend::argmax_rows): the
+/// same result as verify_drafts() with a greedy sampler over those rows. Throws std::invalid_argument
+/// when fewer than k + 1 ids are given.
+VerifyResult verify_greedy(std::span<const TokenId> target_argmax, std::span<const TokenId> drafts,
+                           bool want_bonus = true);
+
 /// Per-sequence MTP drafting state (one per running sequence with drafting on).
 class MtpState {
  public:

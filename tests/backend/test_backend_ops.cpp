@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -1010,12 +1011,48 @@ TEST_F(BackendOps, ArgmaxRowsFirstOfTies) {
   v[3 * ld + n + 3] = 1e9f;  // past the row: ignored
   auto b = dev_.put(v);
   std::vector<std::int32_t> out(rows, -1);
-  under_test_->argmax_rows(b.as<float>(), rows, n, ld, out.data());
+  under_test_->argmax_rows(b.as<float>(), rows, n, ld, {}, 0, out.data());
   std::vector<std::int32_t> want(rows);
   for (std::size_t r = 0; r < rows; ++r)
     want[r] = static_cast<std::int32_t>(std::max_element(v.begin() + r * ld, v.begin() + r * ld + n) - (v.begin() + r * ld));
   EXPECT_EQ(out, want);
   EXPECT_EQ(out[0], 70000);
+}
+
+TEST_F(BackendOps, ArgmaxRowsOnlyAmongWhatTheBitmaskAllows) {
+  // Token bitmasks as the grammar makes them: the masked argmax of each row against a host loop over
+  // the allowed ids, rows that allow one id, a whole word, nothing, and only -inf logits.
+  const std::size_t rows = 6, n = 151936, ld = n + 8, words = (n + 31) / 32 + 3;  // spare words at the end
+  auto v = randn(rows * ld, 9);
+  std::vector<std::uint32_t> masks(rows * words, 0);
+  std::mt19937 rng(11);
+  for (std::size_t w = 0; w < (n + 31) / 32; ++w) masks[0 * words + w] = static_cast<std::uint32_t>(rng()) & static_cast<std::uint32_t>(rng());
+  masks[1 * words + 4000] = 1u << 7;  // one id: 128007
+  masks[2 * words + 17] = 0xffffffffu;  // ids 544 .. 575
+  v[2 * ld + 560] = 80.f;
+  v[2 * ld + 100] = 90.f;  // larger, but not allowed
+  // row 3: nothing allowed
+  for (std::size_t w = 0; w < (n + 31) / 32; ++w) masks[4 * words + w] = 0xffffffffu;  // everything
+  masks[5 * words + 2] = 0x30u;  // ids 68, 69 at -inf: the first
+  v[5 * ld + 68] = -INFINITY;
+  v[5 * ld + 69] = -INFINITY;
+  auto b = dev_.put(v);
+  std::vector<std::int32_t> out(rows, 7);
+  under_test_->argmax_rows(b.as<float>(), rows, n, ld, masks, words, out.data());
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::int32_t want = -1;
+    for (std::size_t i = 0; i < n; ++i)
+      if (((masks[r * words + i / 32] >> (i % 32)) & 1u) && (want < 0 || v[r * ld + i] > v[r * ld + static_cast<std::size_t>(want)]))
+        want = static_cast<std::int32_t>(i);
+    EXPECT_EQ(out[r], want) << "row " << r;
+  }
+  EXPECT_EQ(out[1], 128007);
+  EXPECT_EQ(out[2], 560);
+  EXPECT_EQ(out[3], -1);
+  EXPECT_EQ(out[5], 68);
+  std::vector<std::uint32_t> short_masks(rows * words - 1);
+  EXPECT_THROW(under_test_->argmax_rows(b.as<float>(), rows, n, ld, short_masks, words, out.data()), std::invalid_argument);
+  EXPECT_THROW(under_test_->argmax_rows(b.as<float>(), rows, n, ld, masks, n / 32 - 1, out.data()), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------------------------- attention

@@ -252,6 +252,44 @@ TEST(ConstrainedGeneration, GrammarLmHeadChangesNoToken) {
   }
 }
 
+// Greedy rows picked by the backend (EngineOptions::greedy_on_backend: masked argmax, only ids back)
+// give the tokens the host sampler gives: a batch of constrained and unconstrained greedy requests,
+// with and without MTP drafting (verification from the ids), and with a sampled request beside them
+// (its steps take the logits as before).
+TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
+  auto& m = models();
+  const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
+  const auto short_prompt = m.tok->encode("Name and age of the person: Ann, 31, a member.");
+  std::vector<eng::GenerationRequest> greedy = {request(m.invoice_prompt, invoice, 0.f, 0, 500),
+                                                request(short_prompt, kPerson, 0.f, 0, 60),
+                                                request(m.invoice_prompt, "", 0.f, 0, 40)};
+  auto mixed = greedy;
+  mixed.push_back(request(short_prompt, kPerson, 0.9f, 5, 60));
+  for (std::size_t depth : {0, 2}) {
+    SCOPED_TRACE("mtp depth " + std::to_string(depth));
+    auto on_opts = options(), off_opts = options();
+    on_opts.mtp_depth = off_opts.mtp_depth = depth;
+    on_opts.greedy_on_backend = eng::EngineOptions::GreedyOnBackend::on;
+    off_opts.greedy_on_backend = eng::EngineOptions::GreedyOnBackend::off;
+    auto on = eng::Engine::open(default_model(), m.tok, on_opts);
+    auto off = eng::Engine::open(default_model(), m.tok, off_opts);
+    for (const auto* reqs : {&greedy, &mixed}) {
+      const auto a = on->generate(*reqs);
+      const auto b = off->generate(*reqs);
+      for (std::size_t i = 0; i < reqs->size(); ++i) {
+        EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i << " of " << reqs->size();
+        EXPECT_EQ(a[i].finish, b[i].finish) << "request " << i << " of " << reqs->size();
+      }
+      EXPECT_TRUE(valid_for(invoice, a[0].text));
+    }
+    EXPECT_GT(on->stats().greedy_on_backend_steps, 0u);
+    EXPECT_EQ(off->stats().greedy_on_backend_steps, 0u);
+    if (depth > 0) {
+      EXPECT_GT(on->stats().accepted_tokens, 0u);
+    }
+  }
+}
+
 TEST(ConstrainedGeneration, SchemaErrorsFailTheRequest) {
   auto& m = models();
   const auto prompt = m.tok->encode("x");

@@ -302,8 +302,10 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, std::size_t n) override { add_inplace(x, y, n, &pool_); }
 
   void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
-                   std::int32_t* out) override {
-    for (std::size_t r = 0; r < rows; ++r) out[r] = argmax(logits + r * ld, n);
+                   std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out) override {
+    check_argmax_masks(rows, n, masks, mask_words);
+    for (std::size_t r = 0; r < rows; ++r)
+      out[r] = argmax_allowed(logits + r * ld, n, masks.empty() ? nullptr : masks.data() + r * mask_words);
   }
 
   // ---- probes ----

@@ -305,4 +305,18 @@ std::int32_t argmax(const float* logits, std::size_t n) {
   return static_cast<std::int32_t>(best);
 }
 
+std::int32_t argmax_allowed(const float* logits, std::size_t n, const std::uint32_t* mask) {
+  std::int64_t best = -1;
+  float best_v = 0.f;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (mask && !((mask[i / 32] >> (i % 32)) & 1u)) continue;
+    const float v = logits[i];
+    if (!std::isnan(v) && (best < 0 || v > best_v)) {
+      best = static_cast<std::int64_t>(i);
+      best_v = v;
+    }
+  }
+  return best >= 0 ? static_cast<std::int32_t>(best) : (mask ? -1 : 0);
+}
+
 }  // namespace quarry::engine::cpu

@@ -685,10 +685,15 @@ class CudaBackend final : public Backend {
   }
   void add(float* x, const float* y, std::size_t n) override { launch_add(x, y, n, stream_); }
   void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
-                   std::int32_t* out_host) override {
+                   std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out_host) override {
+    check_argmax_masks(rows, n, masks, mask_words);
     if (rows == 0) return;
-    auto* dev = static_cast<std::int32_t*>(argmax_buf_.get(rows * sizeof(std::int32_t)));
-    launch_argmax_rows(logits, rows, n, ld, dev, stream_);
+    // One buffer: the ids, then the batch's masks (one upload for every row).
+    const std::size_t mask_ints = masks.empty() ? 0 : rows * mask_words;
+    auto* dev = static_cast<std::int32_t*>(argmax_buf_.get((rows + mask_ints) * sizeof(std::int32_t)));
+    auto* dev_masks = reinterpret_cast<std::uint32_t*>(dev + rows);
+    if (mask_ints) upload(dev_masks, masks.data(), mask_ints * sizeof(std::uint32_t));
+    launch_argmax_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, dev, stream_);
     download(out_host, dev, rows * sizeof(std::int32_t));
   }
 

@@ -165,11 +165,16 @@ __global__ void moe_combine_kernel(float* x, std::size_t ldx, const float* y, st
   }
 }
 
-__global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld, std::int32_t* out) {
+/// grid (rows): Backend::argmax_rows. A candidate replaces the best when larger, or equal with a lower
+/// id (so the first -inf of a row counts; NaN never compares).
+__global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld, const std::uint32_t* masks,
+                              std::size_t mask_words, std::int32_t* out) {
   const float* row = logits + blockIdx.x * ld;
+  const std::uint32_t* mask = masks ? masks + blockIdx.x * mask_words : nullptr;
   float best = -INFINITY;
   int best_i = INT_MAX;
   for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    if (mask && !((mask[i / 32] >> (i % 32)) & 1u)) continue;
     const float v = row[i];
     if (v > best || (v == best && static_cast<int>(i) < best_i)) {
       best = v;
@@ -197,7 +202,8 @@ __global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld
         best = sv[w];
         best_i = si[w];
       }
-    out[blockIdx.x] = best_i == INT_MAX ? 0 : best_i;  // all -inf / NaN rows: 0, as torch.argmax of -inf
+    // A row with nothing allowed: -1; unmasked rows of NaN: 0.
+    out[blockIdx.x] = best_i == INT_MAX ? (mask ? -1 : 0) : best_i;
   }
 }
 
@@ -580,10 +586,10 @@ void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t l
   check_launch("moe_combine");
 }
 
-void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,
-                        cudaStream_t s) {
+void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                        const std::uint32_t* masks, std::size_t mask_words, std::int32_t* out, cudaStream_t s) {
   if (rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, n, ld, out);
+  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, n, ld, masks, mask_words, out);
   check_launch("argmax_rows");
 }
 

@@ -64,9 +64,10 @@ struct MoeGemvArgs {
   std::size_t ldx = 0;
 };
 void launch_moe_experts(const MoeGemvArgs& a, int type, cudaStream_t s);
-/// out[r] = first index of the largest value of row r (rows of n at stride ld).
-void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld, std::int32_t* out,
-                        cudaStream_t s);
+/// Backend::argmax_rows on the device: out[r] = the first id of the largest value of row r (rows of n at
+/// stride ld) among those masks[r * mask_words ..] allows (device; null: all), -1 where none is.
+void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                        const std::uint32_t* masks, std::size_t mask_words, std::int32_t* out, cudaStream_t s);
 /// out[m, k] (contiguous) = bf16(x[m, k] at stride ldx), round to nearest even.
 void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s);
 /// out[i] = bf16(in[i]) for weights of type `type` (f32 or f16) being stored as bf16.
