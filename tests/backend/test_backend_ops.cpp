@@ -1175,6 +1175,7 @@ TEST_F(BackendOps, PagedAttentionEqualsDenseAttention) {
       // keys (the flash kernel's loads one tile ahead), GQA 4:1 as Qwen3-8B, and runs shorter than a tile.
       {16, 4, 128, {700, 100}, DType::bf16, {333, 0}},
       {8, 2, 64, {530, 90}, DType::bf16, {130, 67}},
+      {16, 2, 256, {300, 40}, DType::bf16, {100, 0}},  // head_dim 256 (Qwen3-Next / Qwen3.5 attention layers)
       {16, 8, 128, {200}, DType::f32, {150}},
   };
   for (const auto& c : cases) {

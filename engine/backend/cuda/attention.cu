@@ -194,11 +194,20 @@ void simt_dispatch(int dpl, const float* q, std::size_t ldq, float* out, std::si
 
 // ---------------------------------------------------------------------------------------------- flash (mma.sync)
 
-constexpr int kTileQ = 64, kTileK = 64, kFlashWarps = 4;  // a warp owns 16 query rows of the tile
+constexpr int kTileQ = 64, kFlashWarps = 4;  // a warp owns 16 query rows of the tile
+
+/// Per head dim: K/V positions of a tile, and whether a warp keeps its Q fragments in registers (for
+/// D = 256 neither 64 keys nor Q fit beside the 128 f32 accumulators a thread holds of O).
+template <int D>
+struct FlashShape {
+  static constexpr int kKeys = D <= 128 ? 64 : 32;
+  static constexpr bool kQInRegisters = D <= 128;
+};
 
 /// Shared memory of the flash kernel for head dim D: the Q tile and two stages each of K and V (bf16).
-constexpr std::size_t flash_smem_bytes(int D) {
-  return static_cast<std::size_t>(kTileQ + 4 * kTileK) * D * sizeof(__nv_bfloat16);
+template <int D>
+constexpr std::size_t flash_smem_bytes() {
+  return static_cast<std::size_t>(kTileQ + 4 * FlashShape<D>::kKeys) * D * sizeof(__nv_bfloat16);
 }
 
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -253,9 +262,9 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
 /// grid (n_heads, n_fa_tiles), 128 threads: FlashAttention-2 (Dao 2023) over the paged cache. Tile i =
 /// tokens fa_tiles[i].x .. + fa_tiles[i].y - 1 (consecutive positions p0 .. of one sequence), taken in
 /// reverse order so that the longest contexts start first. Warp w owns query rows 16 w .. 16 w + 15; Q
-/// (scaled by `scale` and log2(e), rounded to bf16) stays in registers; K/V tiles of 64 positions at
-/// multiples of 64 are gathered through the block table by cp.async, the next tile while this one is
-/// used; S = Q K^T and O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online
+/// (scaled by `scale` and log2(e), rounded to bf16) stays in registers (D <= 128) or shared memory;
+/// K/V tiles of TK = FlashShape<D>::kKeys positions at multiples of TK are gathered through the block
+/// table by cp.async, the next tile while this one is used; S = Q K^T and O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online
 /// softmax in f32 on S's accumulator registers, P rounded to bf16 in place as the A operand of P V. A
 /// query row's result depends on its own position only (the K/V tiles do not move with the query tile).
 template <int D>
@@ -266,6 +275,8 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
   constexpr int kChunks = D / 8;       // 16-byte chunks of a row
   constexpr int kKSteps = D / 16;      // k-steps of S = Q K^T
   constexpr int kDTiles = D / 8;       // n-tiles of O
+  constexpr int kTileK = FlashShape<D>::kKeys;
+  constexpr bool kQRegs = FlashShape<D>::kQInRegisters;
   constexpr int kSTiles = kTileK / 8;  // n-tiles of S
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t q_s = smem_addr(smem);
@@ -327,10 +338,15 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     *reinterpret_cast<uint4*>(smem + tile_offset<D>(r, c)) = pk;
   }
   __syncthreads();
-  // The warp's Q rows as A fragments: lane l reads row l % 16, chunk 2 ks + l / 16.
-  std::uint32_t qf[kKSteps][4];
+  // The warp's Q rows as A fragments of k-step ks: lane l reads row l % 16, chunk 2 ks + l / 16.
+  auto q_fragment = [&](int ks, std::uint32_t(&a)[4]) {
+    ldmatrix_x4(a, q_s + tile_offset<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+  };
+  std::uint32_t qf[kQRegs ? kKSteps : 1][4];
+  if constexpr (kQRegs) {
 #pragma unroll
-  for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(qf[ks], q_s + tile_offset<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+    for (int ks = 0; ks < kKSteps; ++ks) q_fragment(ks, qf[ks]);
+  }
 
   float o[kDTiles][4];
 #pragma unroll
@@ -359,13 +375,20 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     for (int j = 0; j < kSTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t qa[4];
+      if constexpr (kQRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qa[i] = qf[ks][i];
+      } else {
+        q_fragment(ks, qa);
+      }
 #pragma unroll
       for (int j = 0; j < kSTiles; j += 2) {
         const int m = lane >> 3;
         std::uint32_t kb[4];
         ldmatrix_x4(kb, k_s + st * kStage + tile_offset<D>((j + (m >> 1)) * 8 + (lane & 7), 2 * ks + (m & 1)));
-        mma_16816(s[j], qf[ks], kb[0], kb[1]);
-        mma_16816(s[j + 1], qf[ks], kb[2], kb[3]);
+        mma_16816(s[j], qa, kb[0], kb[1]);
+        mma_16816(s[j + 1], qa, kb[2], kb[3]);
       }
     }
     // Causal mask where the tile reaches past the warp's first query position.
@@ -456,7 +479,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
 template <int D>
 void flash_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
                   const KvLayer& kv, float scale, cudaStream_t s) {
-  constexpr std::size_t bytes = flash_smem_bytes(D);
+  constexpr std::size_t bytes = flash_smem_bytes<D>();
   // The shared-memory limit is a per-device attribute of the kernel: set once on each device used.
   static std::atomic<std::uint64_t> configured{0};
   int device = 0;
@@ -476,7 +499,9 @@ int splits_for(int max_position) { return (max_position + 1 + kAttentionSplit - 
 
 }  // namespace
 
-bool flash_attention_supported(const KvLayer& kv) { return kv.bf16 && (kv.head_dim == 64 || kv.head_dim == 128); }
+bool flash_attention_supported(const KvLayer& kv) {
+  return kv.bf16 && (kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256);
+}
 
 std::size_t attention_workspace_floats(const AttnBatch& b, int n_heads, int head_dim) {
   const int n_splits = splits_for(b.max_position);
@@ -497,7 +522,8 @@ void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t l
   int n_items = b.n_tokens, max_position = b.max_position;
   if (flash_attention_supported(kv) && b.n_fa_tiles > 0) {
     if (kv.head_dim == 64) flash_launch<64>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
-    else flash_launch<128>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
+    else if (kv.head_dim == 128) flash_launch<128>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
+    else flash_launch<256>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
     check_launch("attention (flash)");
     n_items = b.n_simt_tokens;
     max_position = b.simt_max_position;

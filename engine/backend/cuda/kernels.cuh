@@ -235,7 +235,7 @@ struct AttnBatch {
   int simt_max_position = 0;
 };
 
-/// Whether the flash kernel serves this cache (bf16, head_dim 64 or 128).
+/// Whether the flash kernel serves this cache (bf16, head_dim 64, 128 or 256).
 bool flash_attention_supported(const KvLayer& kv);
 
 /// Backend::qk_norm_rope_store in one launch: grid (tokens, heads + kv heads); a block of a q head does its
