@@ -1,4 +1,4 @@
-// bench_constrained [--model DIR] [--schema FILE] [--document FILE] [--runs N] [--threads N]
+// bench_constrained [--model DIR] [--schema FILE] [--document FILE] [--runs N] [--threads N] [--device cpu|cuda[:N]]
 //
 // Greedy decoding of the default model (models/quarry-extract-11m) on a sample invoice with the KIE
 // prompt, with and without the invoice-schema constraint. Per generated token: wall time of
@@ -88,9 +88,21 @@ int main(int argc, char** argv) {
            document = src / "samples/invoices/en-txt-1.txt";
   int runs = 5;
   std::size_t threads = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  std::string device = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::printf("usage: bench_constrained [--model DIR] [--schema FILE] [--document FILE] [--runs N] [--threads N]\n"
+                  "         [--device cpu|cuda[:N]]\n");
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_constrained: %s needs a value\n", a.c_str());
+      return 1;
+    }
+    const std::string v = argv[++i];
     if (a == "--model") model = v;
+    else if (a == "--device") device = v;
     else if (a == "--schema") schema = v;
     else if (a == "--document") document = v;
     else if (a == "--runs") runs = std::max(2, std::stoi(v));
@@ -103,6 +115,7 @@ int main(int argc, char** argv) {
   try {
     auto tok = eng::Tokenizer::from_dir(model);
     eng::EngineOptions opt;
+    opt.device = eng::parse_device(device);
     opt.n_threads = threads;
     auto engine = eng::Engine::open(model, tok, opt);
     const auto prompts = nlohmann::json::parse(read_file(model / "prompts.json"));

@@ -140,8 +140,21 @@ std::string fmt(double v, int prec = 3) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {  // the usage is this file's header comment
+      std::cout << "usage: bench_prefix [--workloads long-rag-8k,long-rag-32k,qa] [--questions 4] [--max-tokens 256]\n"
+                   "         [--question-tokens 20] [--concurrency 1,2,4,8] [--runs 3] [--threads 2]\n"
+                   "         [--max-batch-tokens 256] [--hidden 64] [--intermediate 128] [--layers 1] [--heads 1]\n"
+                   "         [--kv-heads 1] [--head-dim 16] [--vocab 151936] [--dtype bf16] [--work DIR] [--out DIR]\n"
+                   "         [--commit HASH]\n";
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "bench_prefix: " << a << " needs a value\n";
+      return 1;
+    }
+    const std::string v = argv[++i];
     if (a == "--workloads") o.workloads = split(v);
     else if (a == "--questions") o.questions = std::stoul(v);
     else if (a == "--max-tokens") o.max_tokens = std::stoul(v);

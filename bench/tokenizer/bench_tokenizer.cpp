@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   int runs = 5;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << "usage: bench_tokenizer [--tokenizer FILE] [--corpora DIR] [--runs N] [--json OUT.json]\n";
+      return 0;
+    }
     if (i + 1 >= argc) {
       std::cerr << "bench_tokenizer: " << a << " needs a value\n";
       return 2;
