@@ -321,7 +321,7 @@ void Engine::draft_step() {
   stats_.draft_s += step_draft_s_;
 }
 
-const GreedyRows* Engine::greedy_rows(const SchedulerOutput& sched, GreedyRows& out) {
+GreedyRows* Engine::greedy_rows(const SchedulerOutput& sched, GreedyRows& out) {
   const std::size_t n_logits = sched.batch.n_logits();
   if (!greedy_on_backend_ || n_logits == 0) return nullptr;
   bool masked = false;
@@ -331,21 +331,24 @@ const GreedyRows* Engine::greedy_rows(const SchedulerOutput& sched, GreedyRows& 
   }
   out = GreedyRows{};
   if (!masked) return &out;
-  // Every row allows everything but those of constrained sequences: their k + 1 masks of this step.
-  const std::size_t W = structured_->mask_words();
-  greedy_masks_.assign(n_logits * W, 0xffffffffu);
-  for (Sequence* sp : sched.logit_owners) {
-    Sequence& s = *sp;
-    if (!s.constraint || s.done) continue;
-    const auto masks = structured_->step_masks(s);
-    const std::size_t rows = (s.drafted ? s.job.drafts.size() : 0) + 1;
-    for (std::size_t j = 0; j < rows && j < masks.size(); ++j) {
-      if (masks[j].size() < W) throw std::logic_error("greedy_rows: a step mask is shorter than the vocabulary");
-      std::copy_n(masks[j].begin(), W, greedy_masks_.begin() + static_cast<std::ptrdiff_t>((s.logit_first + j) * W));
+  // Built while the device runs the step: every row allows everything but those of constrained
+  // sequences, which take their k + 1 masks of this step.
+  out.build_masks = [this, &sched, n_logits](GreedyRows& g) {
+    const std::size_t W = structured_->mask_words();
+    greedy_masks_.assign(n_logits * W, 0xffffffffu);
+    for (Sequence* sp : sched.logit_owners) {
+      Sequence& s = *sp;
+      if (!s.constraint || s.done) continue;
+      const auto masks = structured_->step_masks(s);
+      const std::size_t rows = (s.drafted ? s.job.drafts.size() : 0) + 1;
+      for (std::size_t j = 0; j < rows && j < masks.size(); ++j) {
+        if (masks[j].size() < W) throw std::logic_error("greedy_rows: a step mask is shorter than the vocabulary");
+        std::copy_n(masks[j].begin(), W, greedy_masks_.begin() + static_cast<std::ptrdiff_t>((s.logit_first + j) * W));
+      }
     }
-  }
-  out.masks = greedy_masks_;
-  out.mask_words = W;
+    g.masks = greedy_masks_;
+    g.mask_words = W;
+  };
   return &out;
 }
 
@@ -482,7 +485,7 @@ std::vector<FinishedRequest> Engine::step() {
         if (e.n_drafts > 0) kv.save_state(e.seq->kv);
     const std::size_t replays_before = runner_->replays();
     GreedyRows greedy;
-    const GreedyRows* greedy_here = greedy_rows(sched, greedy);
+    GreedyRows* greedy_here = greedy_rows(sched, greedy);
     const ModelOutput result = runner_->execute(batch, want_hidden, groups, greedy_here);
     if (greedy_here) ++stats_.greedy_on_backend_steps;
     stats_.replayed_steps += runner_->replays() - replays_before;

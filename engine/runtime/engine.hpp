@@ -255,9 +255,9 @@ class Engine {
   /// the backend), used instead of the logits.
   std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const TokenId> argmax,
                              std::span<const float> hidden);
-  /// GreedyRows for this step when every logit row of it is greedy and greedy_on_backend applies (the
-  /// masks of its constrained rows into greedy_masks_); null otherwise.
-  const GreedyRows* greedy_rows(const SchedulerOutput& sched, GreedyRows& out);
+  /// GreedyRows for this step when every logit row of it is greedy and greedy_on_backend applies (with
+  /// constrained rows: a build_masks that writes the step's masks into greedy_masks_); null otherwise.
+  GreedyRows* greedy_rows(const SchedulerOutput& sched, GreedyRows& out);
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);

@@ -28,7 +28,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions&
 }
 
 ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                                 const GreedyRows* greedy) {
+                                 GreedyRows* greedy) {
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size, nl = batch.n_logits();
   Backend& be = model_->backend();
   const bool host = be.host_memory();
@@ -39,6 +39,7 @@ ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span
   if (host) {  // the outputs are written straight into the host vectors
     out.lm_head_restricted =
         model_->forward(batch, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, lm_head_groups);
+    if (greedy && greedy->build_masks) greedy->build_masks(*greedy);
     if (greedy && nl) be.argmax_rows(logits_.data(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
     if (greedy) logits_.clear();
   } else {
@@ -51,7 +52,7 @@ ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span
 }
 
 bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                                 const GreedyRows* greedy) {
+                                 GreedyRows* greedy) {
   Backend& be = model_->backend();
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
   const std::size_t nl = batch.n_logits(), T = batch.size();
@@ -94,6 +95,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
       }
     }
   }
+  if (greedy && greedy->build_masks) greedy->build_masks(*greedy);  // while the device runs the step
   if (nl && greedy) be.argmax_rows(dev_logits_.as<float>(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
   else if (nl) be.download(logits_.data(), dev_logits_.data(), nl * V * sizeof(float));
   if (want_hidden) be.download(hidden_.data(), dev_hidden_.data(), T * H * sizeof(float));

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +37,10 @@ struct GreedyRows {
   /// The step's token bitmasks: mask_words words for each logit row (empty: every id allowed).
   std::span<const std::uint32_t> masks;
   std::size_t mask_words = 0;
+  /// When set, called once the forward call is issued and before the argmax, to fill `masks` and
+  /// `mask_words`: on an asynchronous backend the host builds the step's bitmasks while the device runs
+  /// the step.
+  std::function<void(GreedyRows&)> build_masks;
 };
 
 /// What one forward call gives the host.
@@ -65,13 +70,13 @@ class ModelRunner {
   /// reduced to their argmax where they were computed and only the ids are handed over. Throws
   /// std::invalid_argument when greedy's masks do not cover every logit row.
   ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                      const GreedyRows* greedy = nullptr);
+                      GreedyRows* greedy = nullptr);
 
  private:
   /// The device path: stage, run (recorded where the shape allows), copy the outputs (or the argmax
   /// ids) to the host.
   bool execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                      const GreedyRows* greedy);
+                      GreedyRows* greedy);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
