@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "bench/common/machine_info.hpp"
+#include "bench/common/options.hpp"
 #include "engine/backend/backend.hpp"
 #include "engine/backend/collective.hpp"
 #include "engine/models/model.hpp"
@@ -562,26 +563,18 @@ int run_kie(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {  // the usage is this file's header comment
-      std::cout << "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
-                   "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
-                   "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--runs N] [--work DIR]\n"
-                   "         [--out DIR]\n"
-                   "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
-                   "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
-                   "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
-                   "       bench_engine --perplexity MODEL_DIR --texts DIR [--ctx 512] [--quant int8,int4,fp8]\n"
-                   "                                                    (perplexity of the model and its quantized copies)\n"
-                   "presets: " << preset_names() << "\n";
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "bench_engine: " << a << " needs a value\n";
-      return 1;
-    }
-    const std::string v = argv[++i];
+  const std::string usage =  // the usage is this file's header comment
+      "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
+      "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
+      "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--runs N] [--work DIR]\n"
+      "         [--out DIR]\n"
+      "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
+      "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
+      "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
+      "       bench_engine --perplexity MODEL_DIR --texts DIR [--ctx 512] [--quant int8,int4,fp8]\n"
+      "                                                    (perplexity of the model and its quantized copies)\n"
+      "presets: " + preset_names() + "\n";
+  const int rc = quarry::bench::parse_options(argc, argv, "bench_engine", usage, [&](const std::string& a, const std::string& v) {
     if (a == "--device") o.device = v;
     else if (a == "--preset") o.preset = v;
     else if (a == "--dtype") o.dtype = v;
@@ -607,26 +600,19 @@ int main(int argc, char** argv) {
       if (v == "auto") o.greedy = EngineOptions::GreedyOnBackend::automatic;
       else if (v == "on") o.greedy = EngineOptions::GreedyOnBackend::on;
       else if (v == "off") o.greedy = EngineOptions::GreedyOnBackend::off;
-      else {
-        std::cerr << "bench_engine: --greedy-on-backend takes auto, on or off, not " << v << "\n";
-        return 1;
-      }
-    }
-    else if (a == "--quant") {
+      else throw std::invalid_argument("takes auto, on or off");
+    } else if (a == "--quant") {
       std::stringstream ss(v);
       std::string item;
       while (std::getline(ss, item, ','))
         if (item == "int8" || item == "int4" || item == "fp8") o.quant.push_back(item);
-        else {
-          std::cerr << "bench_engine: --quant takes int8, int4, fp8 (comma-separated), not " << item << "\n";
-          return 1;
-        }
+        else throw std::invalid_argument("takes int8, int4, fp8 (comma-separated), not " + item);
+    } else {
+      return false;
     }
-    else {
-      std::cerr << "bench_engine: unknown option " << a << "\n";
-      return 1;
-    }
-  }
+    return true;
+  });
+  if (rc >= 0) return rc;
   try {
     if (!o.kie.empty()) return run_kie(o);
     if (!o.perplexity.empty()) {

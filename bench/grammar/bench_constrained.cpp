@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.hpp"
+#include "bench/common/options.hpp"
 
 namespace eng = quarry::engine;
 namespace fs = std::filesystem;
@@ -89,29 +90,21 @@ int main(int argc, char** argv) {
   int runs = 5;
   std::size_t threads = 0;
   std::string device = "cpu";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::printf("usage: bench_constrained [--model DIR] [--schema FILE] [--document FILE] [--runs N] [--threads N]\n"
-                  "         [--device cpu|cuda[:N]]\n");
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_constrained: %s needs a value\n", a.c_str());
-      return 1;
-    }
-    const std::string v = argv[++i];
-    if (a == "--model") model = v;
-    else if (a == "--device") device = v;
-    else if (a == "--schema") schema = v;
-    else if (a == "--document") document = v;
-    else if (a == "--runs") runs = std::max(2, std::stoi(v));
-    else if (a == "--threads") threads = static_cast<std::size_t>(std::stoul(v));
-    else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 1;
-    }
-  }
+  const int rc = quarry::bench::parse_options(
+      argc, argv, "bench_constrained",
+      "usage: bench_constrained [--model DIR] [--schema FILE] [--document FILE] [--runs N] [--threads N]\n"
+      "         [--device cpu|cuda[:N]]\n",
+      [&](const std::string& a, const std::string& v) {
+        if (a == "--model") model = v;
+        else if (a == "--device") device = v;
+        else if (a == "--schema") schema = v;
+        else if (a == "--document") document = v;
+        else if (a == "--runs") runs = std::max(2, std::stoi(v));
+        else if (a == "--threads") threads = static_cast<std::size_t>(std::stoul(v));
+        else return false;
+        return true;
+      });
+  if (rc >= 0) return rc;
   try {
     auto tok = eng::Tokenizer::from_dir(model);
     eng::EngineOptions opt;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.hpp"
+#include "bench/common/options.hpp"
 #include "pipeline/bench/harness.hpp"
 #include "extractors/extract.hpp"
 
@@ -86,37 +87,33 @@ int main(int argc, char** argv) {
   std::size_t runs = 3, threads = 2, max_docs = 1000, max_questions = 3, draft_vocab = 0;
   Compute compute = Compute::automatic;
   bool grammar_lm_head = true;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << "usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2]\n"
-                   "         [--workloads json-kie,qa,long-rag] [--max-docs N] [--max-questions N]\n"
-                   "         [--draft-vocab N] [--compute auto|exact|bf16] [--grammar-lm-head on|off] [--out DIR]\n";
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "bench_mtp: " << a << " needs a value\n";
-      return 1;
-    }
-    const std::string v = argv[i + 1];
-    if (a == "--model") model = v;
-    else if (a == "--depths") {
-      depths.clear();
-      for (auto& d : split(v, ',')) depths.push_back(std::stoul(d));
-    } else if (a == "--runs") runs = std::stoul(v);
-    else if (a == "--threads") threads = std::stoul(v);
-    else if (a == "--workloads") workloads = split(v, ',');
-    else if (a == "--max-docs") max_docs = std::stoul(v);
-    else if (a == "--max-questions") max_questions = std::stoul(v);
-    else if (a == "--out") out = v;
-    else if (a == "--draft-vocab") draft_vocab = std::stoul(v);
-    else if (a == "--compute") compute = parse_compute(v);
-    else if (a == "--grammar-lm-head" && (v == "on" || v == "off")) grammar_lm_head = v == "on";
-    else {
-      std::cerr << "bench_mtp: unknown option " << a << "\n";
-      return 1;
-    }
-  }
+  const int rc = quarry::bench::parse_options(
+      argc, argv, "bench_mtp",
+      "usage: bench_mtp [--model DIR] [--depths 0,2,4] [--runs 3] [--threads 2]\n"
+      "         [--workloads json-kie,qa,long-rag] [--max-docs N] [--max-questions N]\n"
+      "         [--draft-vocab N] [--compute auto|exact|bf16] [--grammar-lm-head on|off] [--out DIR]\n",
+      [&](const std::string& a, const std::string& v) {
+        if (a == "--model") model = v;
+        else if (a == "--depths") {
+          depths.clear();
+          for (auto& d : split(v, ',')) depths.push_back(std::stoul(d));
+        } else if (a == "--runs") runs = std::stoul(v);
+        else if (a == "--threads") threads = std::stoul(v);
+        else if (a == "--workloads") workloads = split(v, ',');
+        else if (a == "--max-docs") max_docs = std::stoul(v);
+        else if (a == "--max-questions") max_questions = std::stoul(v);
+        else if (a == "--out") out = v;
+        else if (a == "--draft-vocab") draft_vocab = std::stoul(v);
+        else if (a == "--compute") compute = parse_compute(v);
+        else if (a == "--grammar-lm-head") {
+          if (v != "on" && v != "off") throw std::invalid_argument("takes on or off");
+          grammar_lm_head = v == "on";
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (rc >= 0) return rc;
   if (std::find(depths.begin(), depths.end(), 0u) == depths.end()) depths.insert(depths.begin(), 0);
   const fs::path root(QUARRY_SOURCE_DIR);
   const auto prompts = nlohmann::json::parse(read_file(model / "prompts.json"));

@@ -45,6 +45,7 @@
 #include "engine/models/random_checkpoint.hpp"
 #include "engine/runtime/engine.hpp"
 #include "bench/common/machine_info.hpp"
+#include "bench/common/options.hpp"
 #include "pipeline/bench/harness.hpp"
 
 namespace fs = std::filesystem;
@@ -140,45 +141,37 @@ std::string fmt(double v, int prec = 3) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {  // the usage is this file's header comment
-      std::cout << "usage: bench_prefix [--workloads long-rag-8k,long-rag-32k,qa] [--questions 4] [--max-tokens 256]\n"
-                   "         [--question-tokens 20] [--concurrency 1,2,4,8] [--runs 3] [--threads 2]\n"
-                   "         [--max-batch-tokens 256] [--hidden 64] [--intermediate 128] [--layers 1] [--heads 1]\n"
-                   "         [--kv-heads 1] [--head-dim 16] [--vocab 151936] [--dtype bf16] [--work DIR] [--out DIR]\n"
-                   "         [--commit HASH]\n";
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "bench_prefix: " << a << " needs a value\n";
-      return 1;
-    }
-    const std::string v = argv[++i];
-    if (a == "--workloads") o.workloads = split(v);
-    else if (a == "--questions") o.questions = std::stoul(v);
-    else if (a == "--max-tokens") o.max_tokens = std::stoul(v);
-    else if (a == "--question-tokens") o.question_tokens = std::stoul(v);
-    else if (a == "--concurrency") o.concurrency = parse_list(v);
-    else if (a == "--runs") o.runs = std::stoul(v);
-    else if (a == "--threads") o.threads = std::stoul(v);
-    else if (a == "--max-batch-tokens") o.max_batch_tokens = std::stoul(v);
-    else if (a == "--hidden") o.hidden = std::stoul(v);
-    else if (a == "--intermediate") o.intermediate = std::stoul(v);
-    else if (a == "--layers") o.layers = std::stoul(v);
-    else if (a == "--heads") o.heads = std::stoul(v);
-    else if (a == "--kv-heads") o.kv_heads = std::stoul(v);
-    else if (a == "--head-dim") o.head_dim = std::stoul(v);
-    else if (a == "--vocab") o.vocab = std::stoul(v);
-    else if (a == "--dtype") o.dtype = v;
-    else if (a == "--work") o.work = v;
-    else if (a == "--out") o.out = v;
-    else if (a == "--commit") o.commit = v;
-    else {
-      std::cerr << "bench_prefix: unknown option " << a << "\n";
-      return 1;
-    }
-  }
+  const int rc = quarry::bench::parse_options(
+      argc, argv, "bench_prefix",
+      "usage: bench_prefix [--workloads long-rag-8k,long-rag-32k,qa] [--questions 4] [--max-tokens 256]\n"
+      "         [--question-tokens 20] [--concurrency 1,2,4,8] [--runs 3] [--threads 2]\n"
+      "         [--max-batch-tokens 256] [--hidden 64] [--intermediate 128] [--layers 1] [--heads 1]\n"
+      "         [--kv-heads 1] [--head-dim 16] [--vocab 151936] [--dtype bf16] [--work DIR] [--out DIR]\n"
+      "         [--commit HASH]\n",
+      [&](const std::string& a, const std::string& v) {
+        if (a == "--workloads") o.workloads = split(v);
+        else if (a == "--questions") o.questions = std::stoul(v);
+        else if (a == "--max-tokens") o.max_tokens = std::stoul(v);
+        else if (a == "--question-tokens") o.question_tokens = std::stoul(v);
+        else if (a == "--concurrency") o.concurrency = parse_list(v);
+        else if (a == "--runs") o.runs = std::stoul(v);
+        else if (a == "--threads") o.threads = std::stoul(v);
+        else if (a == "--max-batch-tokens") o.max_batch_tokens = std::stoul(v);
+        else if (a == "--hidden") o.hidden = std::stoul(v);
+        else if (a == "--intermediate") o.intermediate = std::stoul(v);
+        else if (a == "--layers") o.layers = std::stoul(v);
+        else if (a == "--heads") o.heads = std::stoul(v);
+        else if (a == "--kv-heads") o.kv_heads = std::stoul(v);
+        else if (a == "--head-dim") o.head_dim = std::stoul(v);
+        else if (a == "--vocab") o.vocab = std::stoul(v);
+        else if (a == "--dtype") o.dtype = v;
+        else if (a == "--work") o.work = v;
+        else if (a == "--out") o.out = v;
+        else if (a == "--commit") o.commit = v;
+        else return false;
+        return true;
+      });
+  if (rc >= 0) return rc;
   if (o.questions < 2 || o.runs == 0 || o.concurrency.empty()) {
     std::cerr << "bench_prefix: need --questions >= 2, --runs >= 1, a --concurrency list\n";
     return 1;

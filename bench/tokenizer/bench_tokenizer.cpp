@@ -29,6 +29,7 @@
 #include "engine/tokenizer/tokenizer.hpp"
 #include "engine/tokenizer/unicode.hpp"
 #include "quarry/version.hpp"
+#include "bench/common/options.hpp"
 
 namespace fs = std::filesystem;
 using namespace quarry::engine;
@@ -59,25 +60,18 @@ int main(int argc, char** argv) {
   fs::path corpora = fs::path(QUARRY_SHARED_DIR) / "corpora";
   fs::path json_out;
   int runs = 5;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << "usage: bench_tokenizer [--tokenizer FILE] [--corpora DIR] [--runs N] [--json OUT.json]\n";
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "bench_tokenizer: " << a << " needs a value\n";
-      return 2;
-    }
-    if (a == "--tokenizer") tokenizer = argv[i + 1];
-    else if (a == "--corpora") corpora = argv[i + 1];
-    else if (a == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--json") json_out = argv[i + 1];
-    else {
-      std::cerr << "bench_tokenizer: unknown option " << a << "\n";
-      return 2;
-    }
-  }
+  const int rc = quarry::bench::parse_options(
+      argc, argv, "bench_tokenizer", "usage: bench_tokenizer [--tokenizer FILE] [--corpora DIR] [--runs N] [--json OUT.json]\n",
+      [&](const std::string& a, const std::string& v) {
+        if (a == "--tokenizer") tokenizer = v;
+        else if (a == "--corpora") corpora = v;
+        else if (a == "--runs") runs = std::max(1, std::stoi(v));
+        else if (a == "--json") json_out = v;
+        else return false;
+        return true;
+      });
+  if (rc >= 0) return rc;
+
   Dataset all{"all", {}, 0}, text{"text", {}, 0};
   std::vector<fs::path> files;
   if (fs::is_directory(corpora)) {
