@@ -23,8 +23,11 @@
 //                     [--greedy-on-backend auto|on|off] [--work DIR] [--out DIR]
 //        bench_engine --kie models/quarry-extract-11m [--device cuda] [--mtp 4] [--runs 3] [--out DIR]
 //        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
+//                     [--concurrency 4]
 //                     (quantized copies of the checkpoint against it in the same run: decode tok/s, GB/s,
-//                     speed-up against the ratio of weight bytes read per step, prefill; bench_quant.{json,md})
+//                     speed-up against the ratio of weight bytes read per step, prefill, and the aggregate
+//                     decode of the largest --concurrency level above 1: steps of several rows, as MTP
+//                     verification has; bench_quant.{json,md})
 //        bench_engine --tp 1,2 [--device cuda] [--preset qwen3-8b] [--tg 128] [--pp 512] [--runs 3]
 //                     (the checkpoint split over 1, 2, ... devices, all open at once, runs alternating: batch-1
 //                     decode tok/s and prefill tok/s with their ratio to TP 1, and the all-reduce of one
@@ -178,6 +181,20 @@ json report_header(const std::string& bench, const Engine& e, const std::string&
 
 /// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
 /// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread.
+/// `level` requests of a 32-token prompt decoding o.tg tokens together: aggregate tok/s (wall clock).
+double aggregate_decode(Engine& e, const Options& o, std::size_t level, std::uint64_t& salt) {
+  const std::size_t V = e.model().config().vocab_size;
+  std::vector<GenerationRequest> reqs(level);
+  for (auto& q : reqs) {
+    q.prompt = prompt(32, salt++, V);
+    q.max_tokens = o.tg + 1;
+    q.ignore_eos = true;
+  }
+  const double t0 = now_s();
+  e.generate(reqs);
+  return static_cast<double>(level * o.tg) / (now_s() - t0);
+}
+
 double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats) {
   std::vector<std::shared_ptr<Backend>> backends;
   for (std::size_t r = 0; r < n; ++r) {
@@ -297,21 +314,28 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
   EngineOptions eo = engine_options(o);
   eo.max_batch_tokens = o.batch_tokens;
   const std::size_t pp = o.pp.empty() ? 128 : o.pp[0];
-  eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256;
+  const std::size_t level = o.concurrency.empty() ? 1 : *std::max_element(o.concurrency.begin(), o.concurrency.end());
+  eo.max_kv_tokens = std::max(o.depth + o.tg, pp) + 256 + level * (32 + o.tg + 32);
   std::vector<std::unique_ptr<Engine>> engines;
   for (const auto& [q, dir] : models) engines.push_back(Engine::open(dir, nullptr, eo));
   const std::size_t n = models.size();
-  std::vector<std::vector<double>> tg(n), gb(n), pf(n);
+  // Several sequences decoding together (the largest --concurrency level, when above 1): steps of that
+  // many rows, as a verify step of speculative decoding has.
+  std::vector<std::vector<double>> tg(n), gb(n), pf(n), agg(n);
   std::uint64_t salt = 1;
   for (std::size_t r = 0; r <= o.runs; ++r) {
     for (std::size_t i = 0; i < n; ++i) {
       const TgPp m = measure_tg_pp(*engines[i], o, pp, salt);
+      const double a = level > 1 ? aggregate_decode(*engines[i], o, level, salt) : 0.0;
       if (r == 0) continue;
       tg[i].push_back(m.tg_tok_s);
       gb[i].push_back(m.gb_s);
       pf[i].push_back(m.pp_tok_s);
+      agg[i].push_back(a);
       std::cerr << models[i].first << " run " << r << ": tg " << m.tg_tok_s << " tok/s, pp" << pp << " " << m.pp_tok_s
-                << " tok/s\n";
+                << " tok/s";
+      if (level > 1) std::cerr << ", " << level << " sequences " << a << " tok/s";
+      std::cerr << "\n";
     }
   }
   json rep = report_header("bench_engine --quant", *engines[0], name, o, pp);
@@ -320,8 +344,9 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
   std::ostringstream md;
   md << "# Quantized decode and prefill, " << name << ", " << rep["device"].get<std::string>() << "\n\n"
      << "| weights | compute | weight bytes / step | decode tok/s | GB/s | x " << o.dtype << " | bytes ratio | "
-        "x / bytes ratio | prefill tok/s (pp" << pp << ") | x " << o.dtype << " |\n"
-     << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+        "x / bytes ratio | prefill tok/s (pp" << pp << ") | x " << o.dtype << " |";
+  if (level > 1) md << " " << level << " sequences, aggregate tok/s | x " << o.dtype << " |";
+  md << "\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" << (level > 1 ? " --- | --- |" : "") << "\n";
   json rows = json::array();
   for (std::size_t i = 0; i < n; ++i) {
     const double bytes = static_cast<double>(engines[i]->model().weight_bytes_per_step());
@@ -331,11 +356,22 @@ int run_quant(const Options& o, const fs::path& model_dir, const std::string& na
                     {"achieved_gb_s", median(gb[i])}, {"decode_x_base", speed}, {"bytes_ratio", ratio},
                     {"speedup_over_bytes_ratio", speed / ratio}, {"prefill_tok_s", median(pf[i])},
                     {"prefill_tok_s_runs", pf[i]}, {"prefill_x_base", median(pf[i]) / base_pp}});
+    if (level > 1) {
+      rows.back()["sequences"] = level;
+      rows.back()["aggregate_tok_s"] = median(agg[i]);
+      rows.back()["aggregate_tok_s_runs"] = agg[i];
+      rows.back()["aggregate_x_base"] = median(agg[i]) / median(agg[0]);
+    }
     char line[512];
-    std::snprintf(line, sizeof line, "| %s | %s | %.0f MB | %.2f | %.1f | %.2f | %.2f | %.2f | %.1f | %.2f |\n",
+    std::snprintf(line, sizeof line, "| %s | %s | %.0f MB | %.2f | %.1f | %.2f | %.2f | %.2f | %.1f | %.2f |",
                   models[i].first.c_str(), compute_name(engines[i]->model().compute()), bytes / 1e6, median(tg[i]),
                   median(gb[i]), speed, ratio, speed / ratio, median(pf[i]), median(pf[i]) / base_pp);
     md << line;
+    if (level > 1) {
+      std::snprintf(line, sizeof line, " %.2f | %.2f |", median(agg[i]), median(agg[i]) / median(agg[0]));
+      md << line;
+    }
+    md << "\n";
   }
   rep["rows"] = rows;
   fs::create_directories(o.out);
@@ -732,20 +768,8 @@ int main(int argc, char** argv) {
     for (std::size_t level : o.concurrency) {
       std::vector<double> agg;
       for (std::size_t r = 0; r <= o.runs; ++r) {
-        std::vector<GenerationRequest> reqs(level);
-        for (auto& q : reqs) {
-          q.prompt = prompt(32, salt++, V);
-          q.max_tokens = o.tg + 1;
-          q.ignore_eos = true;
-        }
-        const EngineStats before = engine->stats();
-        const double t0 = now_s();
-        engine->generate(reqs);
-        const double wall = now_s() - t0;
-        const EngineStats& after = engine->stats();
-        (void)before;
-        (void)after;
-        if (r > 0) agg.push_back(static_cast<double>(level * o.tg) / wall);
+        const double a = aggregate_decode(*engine, o, level, salt);
+        if (r > 0) agg.push_back(a);
       }
       const double a = median(agg);
       if (level == 1) batch1 = a;

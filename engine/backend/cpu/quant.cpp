@@ -118,12 +118,12 @@ inline float round_even(float x) {
 /// One row of activations quantized per weight group for the VNNI kernel: xs[g] = absmax / 127 (1 for an
 /// all-zero group), x_q = round(x / xs) (nearest even), xsum[g] = sum of x_q; x4 packs, for every 8
 /// columns, the bytes of the even columns then of the odd ones (gptq4_vnni_avx512's order).
-void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::vector<std::int32_t>& x4,
-                          std::vector<float>& xs, std::vector<std::int32_t>& xsum) {
+void quantize_activations(const float* x, std::size_t k, std::size_t gs, std::int32_t* x4, float* xs,
+                          std::int32_t* xsum) {
   const std::size_t G = (k + gs - 1) / gs;
-  x4.assign(k / 4, 0);
-  xs.assign(G, 1.f);
-  xsum.assign(G, 0);
+  std::fill(x4, x4 + k / 4, 0);
+  std::fill(xs, xs + G, 1.f);
+  std::fill(xsum, xsum + G, 0);
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t k0 = g * gs, k1 = std::min(k, k0 + gs);
     float amax = 0.f;
@@ -227,20 +227,21 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     return;
   }
   if (quant_uses_vnni(kernel, w, m)) {
-    // Each packed row of qweight is streamed kRows * 4 bytes at a time (the int32 sums of the block stay
-    // in L1): blocks as large as 2048 rows while every thread still gets about four.
+    // Each packed row of qweight is streamed kRows * 4 bytes at a time: blocks as large as 2048 rows
+    // while every thread still gets about four. The m rows' activations go through the weights once.
     const std::size_t nt = pool ? pool->size() : 1;
     const std::size_t kRows = std::clamp<std::size_t>((n / (4 * nt) + 15) / 16 * 16, 256, 2048);
-    if (scratch.acc.size() < nt) scratch.acc.resize(nt);
-    for (auto& acc : scratch.acc)
-      if (acc.size() < kRows) acc.resize(kRows);
-    for (std::size_t i = 0; i < m; ++i) {
-      quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4, scratch.xs, scratch.xsum);
-      over_row_blocks(pool, n, kRows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
-        detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), scratch.xs.data(), scratch.xsum.data(), j0, j1,
-                                  y + i * ldy + j0, scratch.acc[t].data());
-      });
-    }
+    const std::size_t G = w.view.n_groups, ld4 = K / 4;
+    scratch.x4.resize(m * ld4);
+    scratch.xs.resize(m * G);
+    scratch.xsum.resize(m * G);
+    for (std::size_t i = 0; i < m; ++i)
+      quantize_activations(x + i * ldx, K, w.view.group_size, scratch.x4.data() + i * ld4, scratch.xs.data() + i * G,
+                           scratch.xsum.data() + i * G);
+    over_row_blocks(pool, n, kRows, [&](std::size_t, std::size_t j0, std::size_t j1) {
+      detail::gptq4_vnni_avx512(w.view, scratch.x4.data(), ld4, scratch.xs.data(), scratch.xsum.data(), m, j0, j1,
+                                y + j0, ldy);
+    });
     return;
   }
 #endif

@@ -54,7 +54,6 @@ QuantWeight make_quant_weight(const QuantizedMatrix& q);
 /// Per-thread dequantization buffers, grown on use and kept (owned by the backend: one caller at a time).
 struct QuantScratch {
   std::vector<std::vector<float>> per_thread;
-  std::vector<std::vector<std::int32_t>> acc;  ///< VNNI kernel: int32 sums per thread
   std::vector<std::int32_t> x4, xsum;          ///< VNNI kernels: the quantized activations
   std::vector<std::int8_t> xq;
   std::vector<std::uint16_t> xb;               ///< FP8 kernel: the activations rounded to bf16

@@ -3,12 +3,17 @@
 // rows, as GPTQ packs them: an int32 row of qweight holds 8 input columns of every output row, so 16
 // output rows are one 64-byte vector; its low nibbles are the even columns of the 8 and the high nibbles
 // the odd ones, each lane's 4 bytes against the same 4 activation bytes broadcast. Per group, 64 output
-// rows keep their int32 sums in registers while the group's 16 packed rows are read side by side (16
-// sequential streams along the output rows), then y += scale * x_scale * (sum - zero * sum(x_q)) in f32.
+// rows (32 for 3 or 4 activation rows) keep their int32 sums in registers, one set per activation row,
+// while the group's 16 packed rows are read side by side (16 sequential streams along the output rows,
+// each read once for all the activation rows: a verify step of m rows reads the weights once), then
+// y += scale * x_scale * (sum - zero * sum(x_q)) in f32.
 // Activations are quantized per row and per weight group by absmax / 127 (quant.cpp).
-// GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized (see quant_avx512.cpp).
+// GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized and -Wuninitialized (see quant_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+
+#include <stdexcept>
 
 #include "engine/backend/cpu/quant_kernels.hpp"
 
@@ -19,62 +24,95 @@ namespace {
 /// Prefetch distance along a packed row, in int32 words (4 steps of 64 output rows).
 constexpr std::size_t kAhead = 256;
 
-/// The 16 * V rows from r of group g (packed rows p0..p1): int32 sums in registers over the group's
-/// packed rows (16 streams, one per packed row, walking along the output rows), then y += s * xs * (sum
-/// - z * xsum).
-template <int V>
+/// The 16 * V rows from r of group g (packed rows p0..p1) for M activation rows at once (each row's int32
+/// sums in its own registers, so that a row's result is the bits it gets alone): the sums over the
+/// group's packed rows (16 streams, one per packed row, walking along the output rows; each packed row
+/// read once for the M rows), then y_i += s * xs_i * (sum_i - z * xsum_i).
+template <int V, int M>
 inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, std::size_t r, std::size_t p0,
-                       std::size_t p1, const std::int32_t* x4, const float* sg, const std::int16_t* zg, float xs,
-                       std::int32_t xsum, float* y, __mmask16 tail = 0xffff) {
+                       std::size_t p1, const std::int32_t* x4, std::size_t ld4, const float* sg,
+                       const std::int16_t* zg, const float* xs, const std::int32_t* xsum, std::size_t G,
+                       float* y, std::size_t ldy, __mmask16 tail = 0xffff) {
   const __m512i low = _mm512_set1_epi32(0x0f0f0f0f);
-  __m512i a[V];
+  __m512i a[M][V];
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_si512();
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) a[i][v] = _mm512_setzero_si512();
   for (std::size_t p = p0; p < p1; ++p) {
-    const __m512i even = _mm512_set1_epi32(x4[2 * p]), odd = _mm512_set1_epi32(x4[2 * p + 1]);
+    __m512i even[M], odd[M];
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      even[i] = _mm512_set1_epi32(x4[i * ld4 + 2 * p]);
+      odd[i] = _mm512_set1_epi32(x4[i * ld4 + 2 * p + 1]);
+    }
     const std::uint32_t* line = w + p * N + j0 + r;
     // 16 streams (one per packed row) step 64 V bytes at a time: fetch each a few steps ahead.
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) _mm_prefetch(reinterpret_cast<const char*>(line + kAhead + 16 * v), _MM_HINT_T0);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       const __m512i q = _mm512_maskz_loadu_epi32(v + 1 == V ? tail : 0xffff, line + 16 * v);
-      a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(q, low), even);
-      a[v] = _mm512_dpbusd_epi32(a[v], _mm512_and_si512(_mm512_srli_epi32(q, 4), low), odd);
+      const __m512i qe = _mm512_and_si512(q, low), qo = _mm512_and_si512(_mm512_srli_epi32(q, 4), low);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; ++i) {
+        a[i][v] = _mm512_dpbusd_epi32(a[i][v], qe, even[i]);
+        a[i][v] = _mm512_dpbusd_epi32(a[i][v], qo, odd[i]);
+      }
     }
   }
-  const __m512 vxs = _mm512_set1_ps(xs);
-  const __m512i vxsum = _mm512_set1_epi32(xsum);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) {
     const __mmask16 k = v + 1 == V ? tail : 0xffff;
     const std::size_t o = r + 16 * static_cast<std::size_t>(v);
     const __m512i z = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, zg + o));
-    const __m512i d = _mm512_sub_epi32(a[v], _mm512_mullo_epi32(z, vxsum));
-    const __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sg + o), vxs);
-    _mm512_mask_storeu_ps(y + o, k, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(d), _mm512_maskz_loadu_ps(k, y + o)));
+    const __m512 s = _mm512_maskz_loadu_ps(k, sg + o);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      const __m512i d = _mm512_sub_epi32(a[i][v], _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[i * G])));
+      const __m512 f = _mm512_mul_ps(s, _mm512_set1_ps(xs[i * G]));
+      float* yi = y + i * ldy + o;
+      _mm512_mask_storeu_ps(yi, k, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(d), _mm512_maskz_loadu_ps(k, yi)));
+    }
   }
 }
 
-}  // namespace
-
-void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, const float* xs, const std::int32_t* xsum,
-                       std::size_t j0, std::size_t j1, float* y, std::int32_t* acc) {
-  (void)acc;
+/// The rows [j0, j1) of M activation rows, group by group.
+template <int M>
+void gptq4_rows(const QuantView& q, const std::int32_t* x4, std::size_t ld4, const float* xs,
+                const std::int32_t* xsum, std::size_t j0, std::size_t j1, float* y, std::size_t ldy) {
   const std::size_t K = q.k, N = q.n, gs = q.group_size, G = q.n_groups, rows = j1 - j0;
   const auto* w = static_cast<const std::uint32_t*>(q.data);
-  const std::size_t R16 = rows / 16 * 16, R64 = rows / 64 * 64;
-  for (std::size_t r = 0; r < rows; ++r) y[r] = 0.f;
+  const std::size_t R16 = rows / 16 * 16;
+  constexpr int V = M <= 2 ? 4 : 2;  // 16 V output rows: M V accumulators and their loads in 32 registers
+  const std::size_t RV = rows / (16 * V) * (16 * V);
+  for (int i = 0; i < M; ++i)
+    for (std::size_t r = 0; r < rows; ++r) y[i * ldy + r] = 0.f;
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t p0 = g * gs / 8, p1 = ((g + 1) * gs < K ? (g + 1) * gs : K) / 8;
     const float* sg = q.scales + g * N + j0;
     const std::int16_t* zg = q.zeros + g * N + j0;
     std::size_t r = 0;
-    for (; r < R64; r += 64) group_rows<4>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
-    for (; r < R16; r += 16) group_rows<1>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y);
+    for (; r < RV; r += 16 * V)
+      group_rows<V, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy);
+    for (; r < R16; r += 16) group_rows<1, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy);
     if (r < rows)  // the last rows, masked
-      group_rows<1>(w, N, j0, r, p0, p1, x4, sg, zg, xs[g], xsum[g], y,
-                    static_cast<__mmask16>((1u << (rows - r)) - 1));
+      group_rows<1, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy,
+                       static_cast<__mmask16>((1u << (rows - r)) - 1));
+  }
+}
+
+}  // namespace
+
+void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, std::size_t ld4, const float* xs,
+                       const std::int32_t* xsum, std::size_t m, std::size_t j0, std::size_t j1, float* y,
+                       std::size_t ldy) {
+  switch (m) {
+    case 1: return gptq4_rows<1>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 2: return gptq4_rows<2>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 3: return gptq4_rows<3>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 4: return gptq4_rows<4>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    default: throw std::invalid_argument("gptq4_vnni_avx512: 1 to 4 activation rows");
   }
 }
 
