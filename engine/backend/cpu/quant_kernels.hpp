@@ -72,10 +72,10 @@ static constexpr std::uint16_t fp8_mag_bf16(unsigned i) {
 /// c0 + 32 + 8 L + (w - 8) otherwise. Products and rounding as fp8_bf16_avx512, summed in another order.
 void fp8_bf16_vbmi_avx512(const QuantView& q, const std::uint16_t* xb, std::size_t m, std::size_t j0, std::size_t j1,
                           float* y, std::size_t ldy);
-/// GPTQ int4 (contiguous groups) by m <= 4 rows of int8 activations on AVX512-VNNI: y[i * ldy + (j - j0)]
+/// GPTQ int4 (contiguous groups) by m <= 8 rows of int8 activations on AVX512-VNNI: y[i * ldy + (j - j0)]
 /// for output rows j in [j0, j1). x4 [m, ld4]: each row's activations packed as quantize_activations packs
 /// them; xs, xsum [m, n_groups]: their scales and sums per group. Each row's result has the bits it gets
-/// alone (m = 1). Throws std::invalid_argument for m outside 1..4.
+/// alone (m = 1). Throws std::invalid_argument for m outside 1..8.
 void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, std::size_t ld4, const float* xs,
                        const std::int32_t* xsum, std::size_t m, std::size_t j0, std::size_t j1, float* y,
                        std::size_t ldy);

@@ -3,7 +3,7 @@
 // rows, as GPTQ packs them: an int32 row of qweight holds 8 input columns of every output row, so 16
 // output rows are one 64-byte vector; its low nibbles are the even columns of the 8 and the high nibbles
 // the odd ones, each lane's 4 bytes against the same 4 activation bytes broadcast. Per group, 64 output
-// rows (32 for 3 or 4 activation rows) keep their int32 sums in registers, one set per activation row,
+// rows (32 for 3 or 4 activation rows, 16 for 5 to 8) keep their int32 sums in registers, one set per row,
 // while the group's 16 packed rows are read side by side (16 sequential streams along the output rows,
 // each read once for all the activation rows: a verify step of m rows reads the weights once), then
 // y += scale * x_scale * (sum - zero * sum(x_q)) in f32.
@@ -35,13 +35,13 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
                        float* y, std::size_t ldy, __mmask16 tail = 0xffff) {
   const __m512i low = _mm512_set1_epi32(0x0f0f0f0f);
   __m512i a[M][V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) a[i][v] = _mm512_setzero_si512();
   for (std::size_t p = p0; p < p1; ++p) {
     __m512i even[M], odd[M];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       even[i] = _mm512_set1_epi32(x4[i * ld4 + 2 * p]);
       odd[i] = _mm512_set1_epi32(x4[i * ld4 + 2 * p + 1]);
@@ -54,7 +54,7 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
     for (int v = 0; v < V; ++v) {
       const __m512i q = _mm512_maskz_loadu_epi32(v + 1 == V ? tail : 0xffff, line + 16 * v);
       const __m512i qe = _mm512_and_si512(q, low), qo = _mm512_and_si512(_mm512_srli_epi32(q, 4), low);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         a[i][v] = _mm512_dpbusd_epi32(a[i][v], qe, even[i]);
         a[i][v] = _mm512_dpbusd_epi32(a[i][v], qo, odd[i]);
@@ -67,7 +67,7 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
     const std::size_t o = r + 16 * static_cast<std::size_t>(v);
     const __m512i z = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, zg + o));
     const __m512 s = _mm512_maskz_loadu_ps(k, sg + o);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m512i d = _mm512_sub_epi32(a[i][v], _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[i * G])));
       const __m512 f = _mm512_mul_ps(s, _mm512_set1_ps(xs[i * G]));
@@ -84,7 +84,7 @@ void gptq4_rows(const QuantView& q, const std::int32_t* x4, std::size_t ld4, con
   const std::size_t K = q.k, N = q.n, gs = q.group_size, G = q.n_groups, rows = j1 - j0;
   const auto* w = static_cast<const std::uint32_t*>(q.data);
   const std::size_t R16 = rows / 16 * 16;
-  constexpr int V = M <= 2 ? 4 : 2;  // 16 V output rows: M V accumulators and their loads in 32 registers
+  constexpr int V = M <= 2 ? 4 : M <= 6 ? 2 : 1;  // 16 V output rows: M V accumulators, 2 M broadcasts, loads
   const std::size_t RV = rows / (16 * V) * (16 * V);
   for (int i = 0; i < M; ++i)
     for (std::size_t r = 0; r < rows; ++r) y[i * ldy + r] = 0.f;
@@ -112,7 +112,11 @@ void gptq4_vnni_avx512(const QuantView& q, const std::int32_t* x4, std::size_t l
     case 2: return gptq4_rows<2>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
     case 3: return gptq4_rows<3>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
     case 4: return gptq4_rows<4>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
-    default: throw std::invalid_argument("gptq4_vnni_avx512: 1 to 4 activation rows");
+    case 5: return gptq4_rows<5>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 6: return gptq4_rows<6>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 7: return gptq4_rows<7>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    case 8: return gptq4_rows<8>(q, x4, ld4, xs, xsum, j0, j1, y, ldy);
+    default: throw std::invalid_argument("gptq4_vnni_avx512: 1 to 8 activation rows");
   }
 }
 
