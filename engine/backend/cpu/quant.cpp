@@ -73,9 +73,8 @@ bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m) {
 #if defined(__x86_64__)
   static const bool vnni = detect_cpu_features().avx512_vnni;
   const detail::QuantView& v = w.view;
-  const std::size_t max_rows = v.layout == detail::QuantView::gptq ? 8 : 4;
   if (!(w.bf16_compute && vnni && quant_kernel_for(kernel) == GemmKernel::avx512 &&
-        gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= max_rows))
+        gemm_kernel_available(GemmKernel::avx512) && m >= 1 && m <= 8))
     return false;
   if (v.layout == detail::QuantView::gptq)
     return v.element == detail::QuantView::int4 && !v.g_idx && v.group_size % 8 == 0 && v.k % 8 == 0;
@@ -174,12 +173,10 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   // Verify steps of speculative decoding (up to 8 rows) take the decode kernels in pieces whose rows sum
-  // as a lone row does (the VNNI kernels: up to 8 rows of GPTQ int4, 4 of int8 rows; the FP8 kernels keep
-  // 4 chains per row only up to 2 rows), so that each row gets the bits it gets alone in a decode step
-  // (lossless drafting under bf16 compute); the blocked GEMM below sums in another order.
-  const std::size_t piece = quant_uses_bf16(kernel, w, 1)   ? 2
-                            : quant_uses_vnni(kernel, w, 1) ? (w.view.layout == detail::QuantView::gptq ? 8 : 4)
-                                                            : 0;
+  // as a lone row does (the VNNI kernels: up to 8 rows; the FP8 kernels keep 4 chains per row only up to
+  // 2 rows), so that each row gets the bits it gets alone in a decode step (lossless drafting under bf16
+  // compute); the blocked GEMM below sums in another order.
+  const std::size_t piece = quant_uses_bf16(kernel, w, 1) ? 2 : quant_uses_vnni(kernel, w, 1) ? 8 : 0;
   if (piece && m > piece && m <= 8) {
     for (std::size_t i0 = 0; i0 < m; i0 += piece)
       quant_gemm(kernel, x + i0 * ldx, std::min(piece, m - i0), ldx, w, n, y + i0 * ldy, ldy, pool, scratch);

@@ -43,9 +43,9 @@ struct QuantWeight {
 /// multiples of 32 columns.
 bool quant_uses_bf16(GemmKernel kernel, const QuantWeight& w, std::size_t m);
 /// Whether quant_gemm(kernel, ...) of m rows by `w` runs on an int8-activation VNNI kernel: w allows it,
-/// the avx512 set (or a wider one) and AVX512-VNNI here, and w is GPTQ int4 with contiguous groups (a
-/// multiple of 8 columns; activations per weight group; m <= 8) or int8 rows with scale blocks of whole
-/// multiples of 128 columns (activations per 128 columns; m <= 4).
+/// m <= 8, the avx512 set (or a wider one) and AVX512-VNNI here, and w is GPTQ int4 with contiguous groups
+/// (a multiple of 8 columns; activations per weight group) or int8 rows with scale blocks of whole
+/// multiples of 128 columns (activations per 128 columns).
 bool quant_uses_vnni(GemmKernel kernel, const QuantWeight& w, std::size_t m);
 
 /// Copies the tables of `q` (validated first: std::invalid_argument) and points at its packed values.

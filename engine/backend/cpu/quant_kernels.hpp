@@ -42,7 +42,7 @@ bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t 
 /// int8 activations of the even columns as one int32 (bytes in order), then of the odd ones. acc: int32
 /// scratch [j1 - j0] (unused by the current kernel, which keeps the sums in registers). Needs AVX512-VNNI
 /// (quant_vnni_avx512.cpp).
-/// Row-quantized int8 weights (scale blocks of whole multiples of 128 columns, k % 128 == 0) against m <= 4
+/// Row-quantized int8 weights (scale blocks of whole multiples of 128 columns, k % 128 == 0) against m <= 8
 /// rows of activations quantized per 128 columns: xq int8 [m, k], xs / xsum [m, k / 128] (scale, sum of
 /// x_q). y[i, j] = sum over blocks b of scale(j, b) * xs[i, b] * sum_k w x_q, for j in [j0, j1); the
 /// weights enter VPDPBUSD as unsigned bytes w + 128 and 128 * xsum is taken off. Needs AVX512-VNNI.

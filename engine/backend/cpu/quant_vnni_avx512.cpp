@@ -127,8 +127,12 @@ void rows8_vnni_avx512(const QuantView& q, const std::int8_t* xq, const float* x
   for (std::size_t n = j0; n < j1; ++n) {
     const auto* w = static_cast<const std::int8_t*>(q.data) + n * K;
     const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    float corr[4] = {0.f, 0.f, 0.f, 0.f};
+    __m512 acc[8];
+    float corr[8];
+    for (std::size_t i = 0; i < m; ++i) {
+      acc[i] = _mm512_setzero_ps();
+      corr[i] = 0.f;
+    }
     for (std::size_t b = 0; b < B; ++b) {
       const std::size_t k0 = b * 128;
       _mm_prefetch(reinterpret_cast<const char*>(w + k0 + 512), _MM_HINT_T0);
