@@ -173,10 +173,10 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   // Verify steps of speculative decoding (up to 8 rows) take the decode kernels in pieces whose rows sum
-  // as a lone row does (the VNNI kernels: up to 8 rows; the FP8 kernels keep 4 chains per row only up to
-  // 2 rows), so that each row gets the bits it gets alone in a decode step (lossless drafting under bf16
-  // compute); the blocked GEMM below sums in another order.
-  const std::size_t piece = quant_uses_bf16(kernel, w, 1) ? 2 : quant_uses_vnni(kernel, w, 1) ? 8 : 0;
+  // as a lone row does (the VNNI kernels: up to 8 rows; the FP8 kernels: up to 4), so that each row gets
+  // the bits it gets alone in a decode step (lossless drafting under bf16 compute); the blocked GEMM below
+  // sums in another order.
+  const std::size_t piece = quant_uses_bf16(kernel, w, 1) ? 4 : quant_uses_vnni(kernel, w, 1) ? 8 : 0;
   if (piece && m > piece && m <= 8) {
     for (std::size_t i0 = 0; i0 < m; i0 += piece)
       quant_gemm(kernel, x + i0 * ldx, std::min(piece, m - i0), ldx, w, n, y + i0 * ldy, ldy, pool, scratch);

@@ -5,7 +5,8 @@
 // bf16 words in each 128-bit lane (VPUNPCKLBW / VPUNPCKHBW). That gives the weights of columns
 // 16L + 0..7 and 16L + 8..15 of every lane L, so the activations come in that order (quant_kernels.hpp).
 // Four accumulators per activation row and scale block (two 64-column steps, one per interleave half)
-// keep the VDPBF16PS latency chains from bounding the loop. Against the 32-value kernel of
+// keep the VDPBF16PS latency chains from bounding the loop; up to 4 rows per pass, each summing as it does
+// alone. Against the 32-value kernel of
 // quant_bf16_avx512.cpp (a widening, two word lookups, a blend, the sign and one VDPBF16PS per 32
 // values): 6 integer ops and 2 VDPBF16PS per 64 values.
 // GCC 12's unmasked AVX-512 intrinsics trip -Wmaybe-uninitialized (see quant_avx512.cpp).
@@ -53,8 +54,8 @@ void fp8_rows(const QuantView& q, const std::uint16_t* xb, std::size_t j0, std::
     for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
     for (std::size_t b0 = 0, b = 0; b0 < K; b0 += bc, ++b) {
       const std::size_t b1 = b0 + bc < K ? b0 + bc : K;
-      // Four independent VDPBF16PS chains per activation row (two halves of two 64-column steps); two for
-      // more than 2 rows.
+      // Four independent VDPBF16PS chains per activation row (two halves of two 64-column steps), whatever
+      // the number of rows, so that each row sums as it does alone.
       __m512 p0[M], p1[M], p2[M], p3[M];
 #pragma GCC unroll 4
       for (int i = 0; i < M; ++i) p0[i] = p1[i] = p2[i] = p3[i] = _mm512_setzero_ps();
@@ -77,11 +78,9 @@ void fp8_rows(const QuantView& q, const std::uint16_t* xb, std::size_t j0, std::
           const std::uint16_t* xi = xb + static_cast<std::size_t>(i) * K + k0;
           p0[i] = _mm512_dpbf16_ps(p0[i], (__m512bh)_mm512_loadu_si512(xi), ua);
           p1[i] = _mm512_dpbf16_ps(p1[i], (__m512bh)_mm512_loadu_si512(xi + 32), ub);
-          if (two) {  // more than 2 activation rows: their own chains are enough, and registers are not
-            __m512& c2 = M <= 2 ? p2[i] : p0[i];
-            __m512& c3 = M <= 2 ? p3[i] : p1[i];
-            c2 = _mm512_dpbf16_ps(c2, (__m512bh)_mm512_loadu_si512(xi + 64), va);
-            c3 = _mm512_dpbf16_ps(c3, (__m512bh)_mm512_loadu_si512(xi + 96), vb);
+          if (two) {
+            p2[i] = _mm512_dpbf16_ps(p2[i], (__m512bh)_mm512_loadu_si512(xi + 64), va);
+            p3[i] = _mm512_dpbf16_ps(p3[i], (__m512bh)_mm512_loadu_si512(xi + 96), vb);
           }
         }
       }
