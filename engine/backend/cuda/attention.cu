@@ -8,6 +8,7 @@
 //    FlashAttention-2 (Dao 2023) tiles of up to 64 queries x one head per block, Q.K^T and P.V on the
 //    tensor cores (mma.sync bf16, f32 accumulators in registers), K/V tiles of 64 positions gathered
 //    through the block table by cp.async one tile ahead, the online softmax in f32.
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -259,9 +260,9 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
 
-/// grid (n_heads, n_fa_tiles), 128 threads: FlashAttention-2 (Dao 2023) over the paged cache. Tile i =
-/// tokens fa_tiles[i].x .. + fa_tiles[i].y - 1 (consecutive positions p0 .. of one sequence), taken in
-/// reverse order so that the longest contexts start first. Warp w owns query rows 16 w .. 16 w + 15; Q
+/// grid (n_heads, tiles of this launch), 128 threads: FlashAttention-2 (Dao 2023) over the paged cache.
+/// Tile i = tokens fa_tiles[i].x .. + fa_tiles[i].y - 1 (consecutive positions p0 .. of one sequence),
+/// taken in reverse order from tile_base on, so that the longest contexts start first. Warp w owns query rows 16 w .. 16 w + 15; Q
 /// (scaled by `scale` and log2(e), rounded to bf16) stays in registers (D <= 128) or shared memory;
 /// K/V tiles of TK = FlashShape<D>::kKeys positions at multiples of TK are gathered through the block
 /// table by cp.async, the next tile while this one is used; S = Q K^T and O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online
@@ -270,7 +271,7 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
 template <int D>
 __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     flash_attention_kernel(const float* __restrict__ q, std::size_t ldq, float* __restrict__ out, std::size_t ldo,
-                           int n_heads, AttnBatch b, KvLayer kv, float scale) {
+                           int n_heads, AttnBatch b, KvLayer kv, float scale, int tile_base) {
   static_assert(D % 64 == 0, "head dim: a multiple of 64 (8 chunks of 16 bytes for the swizzle)");
   constexpr int kChunks = D / 8;       // 16-byte chunks of a row
   constexpr int kKSteps = D / 16;      // k-steps of S = Q K^T
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
   const std::uint32_t v_s = k_s + 2 * kTileK * D * 2;
   constexpr std::uint32_t kStage = kTileK * D * 2;
 
-  const int h = blockIdx.x, tile = b.n_fa_tiles - 1 - static_cast<int>(blockIdx.y);
+  const int h = blockIdx.x, tile = b.n_fa_tiles - 1 - (tile_base + static_cast<int>(blockIdx.y));
   const int t0 = b.fa_tiles[2 * tile], n_q = b.fa_tiles[2 * tile + 1];
   const int g = h / (n_heads / kv.n_kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -491,8 +492,11 @@ void flash_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, 
           "attention (shared memory)");
     configured.fetch_or(bit, std::memory_order_acq_rel);
   }
-  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(b.n_fa_tiles));
-  flash_attention_kernel<D><<<grid, kFlashWarps * 32, bytes, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale);
+  // At most 65,535 tiles (grid.y) a launch: 4M tokens; longer batches in several launches.
+  for (int base = 0; base < b.n_fa_tiles; base += 65535) {
+    const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(std::min(65535, b.n_fa_tiles - base)));
+    flash_attention_kernel<D><<<grid, kFlashWarps * 32, bytes, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale, base);
+  }
 }
 
 int splits_for(int max_position) { return (max_position + 1 + kAttentionSplit - 1) / kAttentionSplit; }
