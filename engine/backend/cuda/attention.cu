@@ -262,12 +262,13 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
 
 /// grid (n_heads, tiles of this launch), 128 threads: FlashAttention-2 (Dao 2023) over the paged cache.
 /// Tile i = tokens fa_tiles[i].x .. + fa_tiles[i].y - 1 (consecutive positions p0 .. of one sequence),
-/// taken in reverse order from tile_base on, so that the longest contexts start first. Warp w owns query rows 16 w .. 16 w + 15; Q
-/// (scaled by `scale` and log2(e), rounded to bf16) stays in registers (D <= 128) or shared memory;
-/// K/V tiles of TK = FlashShape<D>::kKeys positions at multiples of TK are gathered through the block
-/// table by cp.async, the next tile while this one is used; S = Q K^T and O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online
-/// softmax in f32 on S's accumulator registers, P rounded to bf16 in place as the A operand of P V. A
-/// query row's result depends on its own position only (the K/V tiles do not move with the query tile).
+/// taken in reverse order from tile_base on, so that the longest contexts start first. Warp w owns query
+/// rows 16 w .. 16 w + 15; Q (scaled by `scale` and log2(e), rounded to bf16) stays in registers
+/// (D <= 128) or shared memory; K/V tiles of TK = FlashShape<D>::kKeys positions at multiples of TK are
+/// gathered through the block table by cp.async, the next tile while this one is used; S = Q K^T and
+/// O += P V on the tensor cores (mma.sync m16n8k16, f32 accumulation), the online softmax in f32 on S's
+/// accumulator registers, P rounded to bf16 in place as the A operand of P V. A query row's result
+/// depends on its own position only (the K/V tiles do not move with the query tile).
 template <int D>
 __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     flash_attention_kernel(const float* __restrict__ q, std::size_t ldq, float* __restrict__ out, std::size_t ldo,
