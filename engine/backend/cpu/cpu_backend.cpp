@@ -305,7 +305,7 @@ class CpuBackend final : public Backend {
                    std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out) override {
     check_argmax_masks(rows, n, masks, mask_words);
     for (std::size_t r = 0; r < rows; ++r)
-      out[r] = argmax_allowed(logits + r * ld, n, masks.empty() ? nullptr : masks.data() + r * mask_words);
+      out[r] = argmax(logits + r * ld, n, masks.empty() ? nullptr : masks.data() + r * mask_words);
   }
 
   // ---- probes ----

@@ -298,14 +298,7 @@ void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool) {
   });
 }
 
-std::int32_t argmax(const float* logits, std::size_t n) {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<std::int32_t>(best);
-}
-
-std::int32_t argmax_allowed(const float* logits, std::size_t n, const std::uint32_t* mask) {
+std::int32_t argmax(const float* logits, std::size_t n, const std::uint32_t* mask) {
   std::int64_t best = -1;
   float best_v = 0.f;
   for (std::size_t i = 0; i < n; ++i) {

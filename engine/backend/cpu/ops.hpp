@@ -125,11 +125,9 @@ void silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t l
 /// x[i] += y[i] for i < n.
 void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool);
 
-/// Index of the largest logit (the first one on ties, as torch.argmax).
-std::int32_t argmax(const float* logits, std::size_t n);
-
-/// Backend::argmax_rows for one row: the first id of the largest non-NaN logit among those `mask` allows
-/// (null: all; bit i of word w allows id 32 w + i); -1 when none is allowed (0 without a mask).
-std::int32_t argmax_allowed(const float* logits, std::size_t n, const std::uint32_t* mask);
+/// Index of the largest logit (the first one on ties, as torch.argmax) among the ids `mask` allows (null:
+/// all; bit i of word w allows id 32 w + i); NaN logits are never picked. Backend::argmax_rows for one
+/// row: -1 when the mask allows nothing, 0 for a row without a mask and without a number.
+std::int32_t argmax(const float* logits, std::size_t n, const std::uint32_t* mask = nullptr);
 
 }  // namespace quarry::engine::cpu
