@@ -402,8 +402,8 @@ class Backend : public std::enable_shared_from_this<Backend> {
 
   /// matmul_many() of h = rms_norm(x) (weight norm_weight [ldx-wide rows of `hidden`], eps): a block's
   /// input norm and its first products. The default writes h ([m, hidden] at stride hidden) then runs
-  /// matmul_many(h); a backend may fold the norm into the products (CUDA decode steps) and leave h
-  /// unwritten, with the same values: the callers use h as scratch only.
+  /// matmul_many(h); a backend may fold the norm into the products and leave h unwritten, with the same
+  /// values: the callers use h as scratch only.
   virtual void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx,
                                 const float* norm_weight, float eps, float* h, std::span<const MatmulOut> outs);
   /// matmul_swiglu() of h = rms_norm(x), as norm_matmul_many().

@@ -22,6 +22,8 @@ namespace quarry::engine::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+/// Positions a warp of the decode kernel takes in one step (their loads in flight together).
+constexpr int kPositions = 4;
 
 // ---------------------------------------------------------------------------------------------- SIMT
 
@@ -69,6 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const float* __r
                                                                 float* __restrict__ out, std::size_t ldo, int n_heads,
                                                                 AttnBatch b, KvLayer kv, float scale,
                                                                 float* __restrict__ part) {
+  pdl_enter();
   const int D = kv.head_dim;
   const int item = blockIdx.x, h = blockIdx.y, split = blockIdx.z, n_splits = gridDim.z;
   const int t = b.simt_tokens ? b.simt_tokens[item] : item;
@@ -91,22 +94,40 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const float* __r
 #pragma unroll
   for (int i = 0; i < DPL; ++i) acc[i] = 0.f;
   const std::size_t head_stride = static_cast<std::size_t>(kv.block_size) * D;
-  for (int p = begin + warp; p < end; p += kWarps) {
-    const int block = table[p / kv.block_size], slot = p % kv.block_size;
-    const std::size_t off = (static_cast<std::size_t>(block) * kv.n_kv_heads + g) * head_stride +
-                            static_cast<std::size_t>(slot) * D;
-    float kvv[DPL];
-    load_dims<DPL, BF16, CONTIG>(kv.k, off, lane, D, kvv);
-    float s = 0.f;
+  // kPositions consecutive positions a warp step: their table entries, keys and values are loaded
+  // together (one latency for the step, not three a position), then scored and folded in at once.
+  for (int p0 = begin + warp * kPositions; p0 < end; p0 += kWarps * kPositions) {
+    float kk[kPositions][DPL], vv[kPositions][DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) s = fmaf(qv[i], kvv[i], s);
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), w = expf(s - m_new);
-    l = l * corr + w;
-    load_dims<DPL, BF16, CONTIG>(kv.v, off, lane, D, kvv);
+    for (int u = 0; u < kPositions; ++u) {
+      const int p = min(p0 + u, end - 1);  // past the end: a position read again, weighted 0 below
+      const int block = table[p / kv.block_size], slot = p % kv.block_size;
+      const std::size_t off = (static_cast<std::size_t>(block) * kv.n_kv_heads + g) * head_stride +
+                              static_cast<std::size_t>(slot) * D;
+      load_dims<DPL, BF16, CONTIG>(kv.k, off, lane, D, kk[u]);
+      load_dims<DPL, BF16, CONTIG>(kv.v, off, lane, D, vv[u]);
+    }
+    float s[kPositions];
+    float m_new = m;
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = acc[i] * corr + w * kvv[i];
+    for (int u = 0; u < kPositions; ++u) {
+      float d = 0.f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) d = fmaf(qv[i], kk[u][i], d);
+      s[u] = warp_sum(d) * scale;
+      if (p0 + u < end) m_new = fmaxf(m_new, s[u]);
+    }
+    const float corr = expf(m - m_new);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] *= corr;
+#pragma unroll
+    for (int u = 0; u < kPositions; ++u) {
+      const float w = p0 + u < end ? expf(s[u] - m_new) : 0.f;
+      l += w;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[i] = fmaf(w, vv[u][i], acc[i]);
+    }
     m = m_new;
   }
 
@@ -147,6 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const float* __r
 /// grid (n tokens of the list, n_heads): merges the splits' (acc, max, sum).
 __global__ void attention_combine_kernel(const float* __restrict__ part, int n_splits, int D, float* __restrict__ out,
                                          std::size_t ldo, int n_heads, const std::int32_t* simt_tokens) {
+  pdl_enter();
   const int t = simt_tokens ? simt_tokens[blockIdx.x] : static_cast<int>(blockIdx.x), h = blockIdx.y;
   const std::size_t pair = static_cast<std::size_t>(t) * n_heads + h;
   const float* pp = part + pair * n_splits * (D + 2);
@@ -172,9 +194,11 @@ void simt_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, i
                  const KvLayer& kv, float scale, float* part, int n_items, int n_splits, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(n_heads), static_cast<unsigned>(n_splits));
   if (kv.bf16)
-    attention_kernel<DPL, true, CONTIG><<<grid, kWarps * 32, 0, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale, part);
+    launch_kernel("attention", attention_kernel<DPL, true, CONTIG>, grid, kWarps * 32, 0, s, q, ldq, out, ldo, n_heads, b,
+                  kv, scale, part);
   else
-    attention_kernel<DPL, false, CONTIG><<<grid, kWarps * 32, 0, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale, part);
+    launch_kernel("attention", attention_kernel<DPL, false, CONTIG>, grid, kWarps * 32, 0, s, q, ldq, out, ldo, n_heads,
+                  b, kv, scale, part);
 }
 
 template <bool CONTIG>
@@ -273,6 +297,7 @@ template <int D>
 __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     flash_attention_kernel(const float* __restrict__ q, std::size_t ldq, float* __restrict__ out, std::size_t ldo,
                            int n_heads, AttnBatch b, KvLayer kv, float scale, int tile_base) {
+  pdl_enter();
   static_assert(D % 64 == 0, "head dim: a multiple of 64 (8 chunks of 16 bytes for the swizzle)");
   constexpr int kChunks = D / 8;       // 16-byte chunks of a row
   constexpr int kKSteps = D / 16;      // k-steps of S = Q K^T
@@ -496,7 +521,8 @@ void flash_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, 
   // At most 65,535 tiles (grid.y) a launch: 4M tokens; longer batches in several launches.
   for (int base = 0; base < b.n_fa_tiles; base += 65535) {
     const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(std::min(65535, b.n_fa_tiles - base)));
-    flash_attention_kernel<D><<<grid, kFlashWarps * 32, bytes, s>>>(q, ldq, out, ldo, n_heads, b, kv, scale, base);
+    launch_kernel("attention (flash)", flash_attention_kernel<D>, grid, kFlashWarps * 32, bytes, s, q, ldq, out, ldo,
+                  n_heads, b, kv, scale, base);
   }
 }
 
@@ -543,8 +569,8 @@ void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t l
   check_launch("attention");
   if (n_splits > 1) {
     const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(n_heads));
-    attention_combine_kernel<<<grid, 128, 0, s>>>(workspace, n_splits, kv.head_dim, out, ldo, n_heads,
-                                                   simt.simt_tokens);
+    launch_kernel("attention_combine", attention_combine_kernel, grid, 128, 0, s, workspace, n_splits, kv.head_dim,
+                  out, ldo, n_heads, simt.simt_tokens);
     check_launch("attention_combine");
   }
 }

@@ -184,6 +184,10 @@ class CudaBackend final : public Backend {
                                " CUDA device(s) present");
     check(cudaSetDevice(index), "cudaSetDevice");
     check(cudaGetDeviceProperties(&prop_, index), "cudaGetDeviceProperties");
+    // Programmatic dependent launch (sm_90+) for the kernels that keep its rule (QUARRY_CUDA_PDL=0 turns
+    // it off, a diagnostic).
+    const char* pdl = std::getenv("QUARRY_CUDA_PDL");
+    set_programmatic_launch(prop_.major >= 9 && !(pdl && std::string(pdl) == "0"));
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&staged_event_, cudaEventDisableTiming), "cudaEventCreate");
     if (Cublas::get().ok()) {
@@ -205,6 +209,7 @@ class CudaBackend final : public Backend {
     return "cuda:" + std::to_string(index_) + " " + prop_.name + " (" + std::to_string(prop_.multiProcessorCount) +
            " SMs, " + std::to_string(prop_.totalGlobalMem >> 30) + " GiB, compute capability " +
            std::to_string(prop_.major) + "." + std::to_string(prop_.minor) +
+           (programmatic_launch() ? "" : "; programmatic launch off") +
            (cublas_ ? "" : "; cuBLAS not found: products of more than 8 rows on the f32 kernel") + ")";
   }
   bool host_memory() const override { return false; }
@@ -569,33 +574,12 @@ class CudaBackend final : public Backend {
     if (!many_args(x, m, ldx, outs, a)) return Backend::matmul_many(x, m, ldx, outs);
     launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
   }
-  void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
-                        float eps, float* h, std::span<const MatmulOut> outs) override {
-    GemvArgs a;
-    if (ldx != hidden || !many_args(x, m, ldx, outs, a) || a.k != hidden)
-      return Backend::norm_matmul_many(x, m, hidden, ldx, norm_weight, eps, h, outs);
-    a.norm = norm_weight;  // the input norm read with x (h stays unwritten)
-    a.eps = eps;
-    launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
-  }
-
   void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate,
                      const engine::Weight& up, float* out, std::size_t ldo, float* scratch) override {
     GemvArgs a;
     if (!swiglu_args(x, m, ldx, gate, up, out, ldo, a)) return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
     launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
   }
-  void norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
-                          float eps, float* h, const engine::Weight& gate, const engine::Weight& up, float* out,
-                          std::size_t ldo, float* scratch) override {
-    GemvArgs a;
-    if (ldx != hidden || !swiglu_args(x, m, ldx, gate, up, out, ldo, a) || a.k != hidden)
-      return Backend::norm_matmul_swiglu(x, m, hidden, ldx, norm_weight, eps, h, gate, up, out, ldo, scratch);
-    a.norm = norm_weight;
-    a.eps = eps;
-    launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
-  }
-
   void qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv, std::size_t n_heads,
                           std::size_t n_kv_heads, std::size_t head_dim, const float* q_norm, const float* k_norm,
                           float eps, std::size_t rotary_dim, const float* cos, const float* sin, const StagedBatch& b,
@@ -688,12 +672,15 @@ class CudaBackend final : public Backend {
                    std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out_host) override {
     check_argmax_masks(rows, n, masks, mask_words);
     if (rows == 0) return;
-    // One buffer: the ids, then the batch's masks (one upload for every row).
+    // One buffer: the first pass's keys, the ids, then the batch's masks (one upload for every row).
     const std::size_t mask_ints = masks.empty() ? 0 : rows * mask_words;
-    auto* dev = static_cast<std::int32_t*>(argmax_buf_.get((rows + mask_ints) * sizeof(std::int32_t)));
+    const std::size_t keys = argmax_workspace(rows, n);
+    auto* workspace = static_cast<unsigned long long*>(
+        argmax_buf_.get(keys * sizeof(unsigned long long) + (rows + mask_ints) * sizeof(std::int32_t)));
+    auto* dev = reinterpret_cast<std::int32_t*>(workspace + keys);
     auto* dev_masks = reinterpret_cast<std::uint32_t*>(dev + rows);
     if (mask_ints) upload(dev_masks, masks.data(), mask_ints * sizeof(std::uint32_t));
-    launch_argmax_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, dev, stream_);
+    launch_argmax_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, workspace, dev, stream_);
     download(out_host, dev, rows * sizeof(std::int32_t));
   }
 
@@ -812,7 +799,7 @@ class CudaBackend final : public Backend {
   }
   /// The GEMV kernel type of a weight (WType, or its QType when quantized).
   static int kernel_type(const CudaWeight& w) { return w.qtype ? w.qtype : wtype(w.device_dtype); }
-  /// Whether a weight can share a GEMV launch with others (several segments, SwiGLU, the folded norm):
+  /// Whether a weight can share a GEMV launch with others (several segments, SwiGLU):
   /// float weights, and quantized ones the quantized GEMV takes.
   static bool fused_gemv(const CudaWeight& w) { return !w.qtype || gemv_quant_supported(w.q, w.qtype, w.cols); }
   /// The GEMV arguments of SwiGLU's first half (gate and up in one launch); false where it does not apply.

@@ -1,4 +1,5 @@
 // Element-wise, normalisation, RoPE, embedding, matmul and KV kernels of the CUDA backend.
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 
@@ -13,35 +14,76 @@ constexpr int kThreads = 256;
 
 // ---------------------------------------------------------------------------------------------- basics
 
-__global__ void embedding_kernel(const std::int32_t* tokens, const void* table, int type, std::size_t cols,
-                                 float* out, std::size_t ldo) {
-  const std::size_t t = blockIdx.x;
-  const std::size_t row = static_cast<std::size_t>(tokens[t]) * cols;
-  for (std::size_t i = threadIdx.x; i < cols; i += blockDim.x) out[t * ldo + i] = load_as_float(table, row + i, type);
+/// dst[i] = load(i) for i < n by the block, 8 values of a thread loaded before any is stored (one latency
+/// a round, not eight: a 4,096-wide row copied value by value took 9 us on an H100). Source and
+/// destination must not overlap.
+template <class Load>
+__device__ __forceinline__ void block_copy(float* dst, std::size_t n, Load load) {
+  std::size_t i = threadIdx.x;
+  for (; i + 7 * blockDim.x < n; i += 8 * blockDim.x) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = load(i + j * blockDim.x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[i + j * blockDim.x] = v[j];
+  }
+  for (; i < n; i += blockDim.x) dst[i] = load(i);
 }
 
-__global__ void rms_norm_kernel(const float* x, float* y, std::size_t dim, std::size_t ld, const float* w, float eps) {
+__global__ void embedding_kernel(const std::int32_t* tokens, const void* table, int type, std::size_t cols,
+                                 float* out, std::size_t ldo) {
+  pdl_enter();
+  const std::size_t t = blockIdx.x;
+  const std::size_t row = static_cast<std::size_t>(tokens[t]) * cols;
+  block_copy(out + t * ldo, cols, [&](std::size_t i) { return load_as_float(table, row + i, type); });
+}
+
+/// Threads of an RMSNorm block (one row a block) and the values each keeps in registers: rows up to
+/// 8,192 wide are read once.
+constexpr int kNormThreads = 1024, kNormPer = 8;
+
+/// grid (rows): y = w * (x * inv_rms(x)) a row, x and y at stride ld (x may be y). The sum of squares in
+/// double: each thread's values in order, then the warp's shuffle tree, then the warps in order.
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, float* y, std::size_t dim,
+                                                                std::size_t ld, const float* w, float eps) {
+  pdl_enter();
   const float* xr = x + blockIdx.x * ld;
   float* yr = y + blockIdx.x * ld;
-  __shared__ float inv;
-  block_inv_rms(xr, ld, dim, 1, eps, &inv);  // the folded norm of the GEMVs sums the same way
-  const float s = inv;
-  std::size_t i = threadIdx.x;
-  for (; i + 7 * blockDim.x < dim; i += 8 * blockDim.x) {  // 8 loads in flight (x may be y: same elements)
-    float v[8], g[8];
+  float v[kNormPer], g[kNormPer];
+  double ss = 0.0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[j] = xr[i + j * blockDim.x];
-      g[j] = w[i + j * blockDim.x];
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) yr[i + j * blockDim.x] = g[j] * (v[j] * s);
+  for (int j = 0; j < kNormPer; ++j) {
+    const std::size_t i = threadIdx.x + static_cast<std::size_t>(j) * blockDim.x;
+    v[j] = i < dim ? xr[i] : 0.f;
+    g[j] = i < dim ? w[i] : 0.f;
   }
-  for (; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
+#pragma unroll
+  for (int j = 0; j < kNormPer; ++j) ss += static_cast<double>(v[j]) * v[j];
+  for (std::size_t i = threadIdx.x + kNormPer * blockDim.x; i < dim; i += blockDim.x)  // wider rows
+    ss += static_cast<double>(xr[i]) * xr[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  __shared__ double part[kNormThreads / 32];
+  __shared__ float inv;
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += part[i];
+    inv = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(dim)) + eps);
+  }
+  __syncthreads();
+  const float s = inv;
+#pragma unroll
+  for (int j = 0; j < kNormPer; ++j) {
+    const std::size_t i = threadIdx.x + static_cast<std::size_t>(j) * blockDim.x;
+    if (i < dim) yr[i] = g[j] * (v[j] * s);
+  }
+  for (std::size_t i = threadIdx.x + kNormPer * blockDim.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
 }
 
 __global__ void rope_angles_kernel(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
                                    float* cos_out, float* sin_out) {
+  pdl_enter();
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n * half) return;
   const std::size_t t = i / half, j = i % half;
@@ -52,6 +94,7 @@ __global__ void rope_angles_kernel(const std::int32_t* positions, std::size_t n,
 
 __global__ void rope_kernel(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t ld, std::size_t half,
                             const float* cos_t, const float* sin_t) {
+  pdl_enter();
   const std::size_t t = blockIdx.x;
   const float* cs = cos_t + t * half;
   const float* sn = sin_t + t * half;
@@ -89,6 +132,7 @@ __device__ void norm_rope_head(float* v, std::size_t head_dim, const float* w, f
 /// grid (tokens, heads), 128 threads: RMSNorm of one head (sum of squares in double) then its rotation.
 __global__ void head_norm_rope_kernel(float* x, std::size_t head_dim, std::size_t ld, const float* w, float eps,
                                       std::size_t half, const float* cos_t, const float* sin_t) {
+  pdl_enter();
   const std::size_t t = blockIdx.x, h = blockIdx.y;
   norm_rope_head(x + t * ld + h * head_dim, head_dim, w, eps, half, cos_t + t * half, sin_t + t * half);
 }
@@ -100,6 +144,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, std::size_t ldq, float* k, c
                                           float eps, std::size_t half, const float* cos_t, const float* sin_t,
                                           const std::int32_t* positions, const std::int32_t* seq_index,
                                           const std::int32_t* tables, int max_blocks, KvLayer kv) {
+  pdl_enter();
   const std::size_t t = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
   const float* cs = cos_t + t * half;
@@ -127,6 +172,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, std::size_t ldq, float* k, c
 
 __global__ void silu_mul_kernel(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out,
                                 std::size_t ldo, std::size_t n) {
+  pdl_enter();
   const std::size_t r = blockIdx.y;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -136,12 +182,14 @@ __global__ void silu_mul_kernel(const float* gate, std::size_t ldg, const float*
 }
 
 __global__ void add_kernel(float* x, const float* y, std::size_t n) {
+  pdl_enter();
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     x[i] += y[i];
 }
 
 __global__ void fill_kernel(float* x, std::size_t n, float value) {
+  pdl_enter();
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     x[i] = value;
@@ -149,13 +197,15 @@ __global__ void fill_kernel(float* x, std::size_t n, float value) {
 
 __global__ void gather_rows_kernel(float* dst, std::size_t ldd, const float* src, std::size_t lds,
                                    const std::int32_t* rows, std::size_t cols) {
+  pdl_enter();
   const std::size_t i = blockIdx.x;
   const float* s = src + static_cast<std::size_t>(rows[i]) * lds;
-  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) dst[i * ldd + j] = s[j];
+  block_copy(dst + i * ldd, cols, [&](std::size_t j) { return s[j]; });
 }
 
 __global__ void moe_combine_kernel(float* x, std::size_t ldx, const float* y, std::size_t ldy,
                                    const std::int32_t* slots, const float* weights, std::size_t k, std::size_t cols) {
+  pdl_enter();
   const std::size_t t = blockIdx.x;
   for (std::size_t c = threadIdx.x; c < cols; c += blockDim.x) {
     float acc = 0.f;
@@ -165,49 +215,70 @@ __global__ void moe_combine_kernel(float* x, std::size_t ldx, const float* y, st
   }
 }
 
-/// grid (rows): Backend::argmax_rows. A candidate replaces the best when larger, or equal with a lower
-/// id (so the first -inf of a row counts; NaN never compares).
-__global__ void argmax_kernel(const float* logits, std::size_t n, std::size_t ld, const std::uint32_t* masks,
-                              std::size_t mask_words, std::int32_t* out) {
-  const float* row = logits + blockIdx.x * ld;
-  const std::uint32_t* mask = masks ? masks + blockIdx.x * mask_words : nullptr;
-  float best = -INFINITY;
-  int best_i = INT_MAX;
-  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) {
-    if (mask && !((mask[i / 32] >> (i % 32)) & 1u)) continue;
-    const float v = row[i];
-    if (v > best || (v == best && static_cast<int>(i) < best_i)) {
-      best = v;
-      best_i = static_cast<int>(i);
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int j = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (v > best || (v == best && j < best_i)) {
-      best = v;
-      best_i = j;
-    }
-  }
-  __shared__ float sv[kThreads / 32];
-  __shared__ int si[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) {
-    sv[threadIdx.x >> 5] = best;
-    si[threadIdx.x >> 5] = best_i;
-  }
+/// A logit as a key whose unsigned order is (value, then the lower id): the float's bits made monotonic in
+/// the high word, ~id in the low word. 0 stands for "nothing allowed" (no finite or infinite value maps
+/// to it: -inf's high word is 0x007fffff).
+__device__ __forceinline__ unsigned long long argmax_key(float v, std::size_t i) {
+  const std::uint32_t u = __float_as_uint(v);
+  const std::uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - static_cast<std::uint32_t>(i));
+}
+
+__device__ __forceinline__ unsigned long long block_max_key(unsigned long long key) {
+  for (int o = 16; o > 0; o >>= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
+  __shared__ unsigned long long part[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = key;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
-      if (sv[w] > best || (sv[w] == best && si[w] < best_i)) {
-        best = sv[w];
-        best_i = si[w];
-      }
-    // A row with nothing allowed: -1; unmasked rows of NaN: 0.
-    out[blockIdx.x] = best_i == INT_MAX ? (mask ? -1 : 0) : best_i;
+  if (threadIdx.x == 0)
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) key = max(key, part[w]);
+  return key;
+}
+
+/// First pass of the argmax: grid (chunks of kArgmaxChunk logits, rows); each block writes the largest key
+/// of its chunk (NaN and masked-out ids skipped) to partial[row * chunks + chunk]. Each thread keeps all
+/// its loads in flight at once (one block scanning a 151,936-id row took 240 us on an H100).
+__global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* logits, std::size_t n, std::size_t ld,
+                                                                 const std::uint32_t* masks, std::size_t mask_words,
+                                                                 unsigned long long* partial) {
+  pdl_enter();
+  const std::size_t row = blockIdx.y;
+  const float* r = logits + row * ld;
+  const std::uint32_t* mask = masks ? masks + row * mask_words : nullptr;
+  constexpr int kPer = kArgmaxChunk / kThreads;
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * kArgmaxChunk + threadIdx.x;
+  float v[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const std::size_t i = base + static_cast<std::size_t>(j) * kThreads;
+    v[j] = i < n ? r[i] : __int_as_float(0x7fffffff);
   }
+  unsigned long long best = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const std::size_t i = base + static_cast<std::size_t>(j) * kThreads;
+    if (isnan(v[j]) || (mask && !((mask[i / 32] >> (i % 32)) & 1u))) continue;
+    best = max(best, argmax_key(v[j], i));
+  }
+  best = block_max_key(best);
+  if (threadIdx.x == 0) partial[row * gridDim.x + blockIdx.x] = best;
+}
+
+/// Second pass: one warp per row over its chunks' keys; out[row] = the id, -1 where the mask allows
+/// nothing, 0 for an unmasked row of NaN only.
+__global__ void argmax_final_kernel(const unsigned long long* partial, int chunks, std::size_t rows, bool masked,
+                                    std::int32_t* out) {
+  pdl_enter();
+  const std::size_t row = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  unsigned long long best = 0;
+  for (int c = threadIdx.x & 31; c < chunks; c += 32) best = max(best, partial[row * chunks + c]);
+  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  if ((threadIdx.x & 31) == 0)
+    out[row] = best == 0 ? (masked ? -1 : 0) : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(best));
 }
 
 __global__ void to_bf16_kernel(const float* x, std::size_t k, std::size_t ldx, __nv_bfloat16* out) {
+  pdl_enter();
   const std::size_t r = blockIdx.y;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < k;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
@@ -277,21 +348,19 @@ __device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::s
 }
 
 template <int M, int TYPE, int MODE, int UNROLL>
-__global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
-  __shared__ float inv[M];
-  const std::size_t j_all = blockIdx.x * 8 + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(256, M == 1 ? 4 : 1) gemv_kernel(GemvArgs a) {  // m = 1: 64 registers, 4 blocks an SM
+  constexpr int NW = MODE == 2 ? 2 : 1;
   const int lane = threadIdx.x & 31;
-  std::size_t j = j_all;
+  std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
   int s = 0;
   if constexpr (MODE != 2) {
     while (s + 1 < a.n_seg && j >= a.seg[s].n) j -= a.seg[s++].n;
   }
-  const bool active = j < a.seg[s].n;  // warps past the last row take part in the block's norm only
+  const bool active = j < a.seg[s].n;
   const std::size_t k = a.k;
   const void* w = a.seg[s].w;
   const void* w2 = MODE == 2 ? a.seg[1].w : nullptr;
   const std::size_t row = j * k;
-  constexpr int NW = MODE == 2 ? 2 : 1;
   float acc[NW][M];
 #pragma unroll
   for (int q = 0; q < NW; ++q)
@@ -302,29 +371,29 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       float xv[8];
-      load_x<8>(a, r, at, inv, xv);
+      load_x<8>(a, r, at, xv);
 #pragma unroll
       for (int q = 0; q < NW; ++q)
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[q][r] = fmaf(xv[i], wv[q][i], acc[q][r]);
     }
   };
-  auto load = [&](std::size_t k0, float (&wv)[UNROLL][NW][8]) {
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, k0 + u * kStep, k, wv[u][0]);
-      else load8<TYPE>(w, row + k0 + u * kStep, wv[u][0]);
-      if constexpr (MODE == 2) load8<TYPE>(w2, row + k0 + u * kStep, wv[u][NW - 1]);
-    }
+  auto load1 = [&](std::size_t at, float (&wv)[NW][8]) {
+    if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, at, k, wv[0]);
+    else load8<TYPE>(w, row + at, wv[0]);
+    if constexpr (MODE == 2) load8<TYPE>(w2, row + at, wv[NW - 1]);
   };
-  // The first weights are in flight while the block computes the norm; the loop after keeps the plain
-  // load-then-sum shape (the compiler overlaps its iterations: issuing each next load after the sums
-  // measured 1.5x slower on the residual products).
+  // UNROLL steps of 256 columns a group, the loads of a group issued together. The first group is in
+  // flight while the kernel ahead finishes (programmatic launch); the loop after keeps the plain
+  // load-then-sum shape with unconditional loads (the compiler overlaps its iterations: issuing each next
+  // load after the sums, or predicating the loads, measured 1.5x slower on the residual products).
   std::size_t k0 = static_cast<std::size_t>(lane) * 8;
   const bool first = k0 + (UNROLL - 1) * kStep < k;
   float wv0[UNROLL][NW][8];
-  if (active && first) load(k0, wv0);
-  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // before any warp leaves
+  if (active && first)
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load1(k0 + u * kStep, wv0[u]);
+  pdl_enter();  // the weights above are read-only; x and y belong to the kernels around this one
   if (!active) return;
   if (first) {
 #pragma unroll
@@ -333,16 +402,19 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   }
   for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
     float wv[UNROLL][NW][8];
-    load(k0, wv);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load1(k0 + u * kStep, wv[u]);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) chunk(k0 + u * kStep, wv[u]);
   }
-  for (; k0 < k; k0 += kStep) {
-    float wv[NW][8];
-    if constexpr (TYPE >= kQ8) load8q<TYPE>(a.seg[s].q, j, k0, k, wv[0]);
-    else load8<TYPE>(w, row + k0, wv[0]);
-    if constexpr (MODE == 2) load8<TYPE>(w2, row + k0, wv[NW - 1]);
-    chunk(k0, wv);
+  if (k0 < k) {  // fewer than UNROLL steps left: their loads together too
+    float wv[UNROLL][NW][8];
+#pragma unroll
+    for (int u = 0; u < UNROLL - 1; ++u)
+      if (k0 + u * kStep < k) load1(k0 + u * kStep, wv[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL - 1; ++u)
+      if (k0 + u * kStep < k) chunk(k0 + u * kStep, wv[u]);
   }
   float* y = a.seg[s].y;
   const std::size_t ldy = a.seg[s].ldy;
@@ -370,10 +442,10 @@ template <int M, int TYPE>
 void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   const unsigned grid = ceil_div(gemv_output_rows(a, mode), 8);
   switch (mode) {
-    case 0: gemv_kernel<M, TYPE, 0, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
-    case 1: gemv_kernel<M, TYPE, 1, kGemvUnroll><<<grid, 256, 0, s>>>(a); break;
+    case 0: launch_kernel("gemv", gemv_kernel<M, TYPE, 0, kGemvUnroll>, grid, 256, 0, s, a); break;
+    case 1: launch_kernel("gemv", gemv_kernel<M, TYPE, 1, kGemvUnroll>, grid, 256, 0, s, a); break;
     default:  // SwiGLU: float weights only (swiglu_args keeps packed ones on the plain products)
-      if constexpr (TYPE < kQ8) gemv_kernel<M, TYPE, 2, 2><<<grid, 256, 0, s>>>(a);
+      if constexpr (TYPE < kQ8) launch_kernel("gemv", gemv_kernel<M, TYPE, 2, 2>, grid, 256, 0, s, a);
       else throw std::invalid_argument("gemv: the fused SwiGLU takes float weights only");
       break;
   }
@@ -448,6 +520,7 @@ __global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__
 __global__ void matmul_ids_kernel(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
                                   const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
                                   std::size_t ldy) {
+  pdl_enter();
   const std::size_t p = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (p >= n_pairs) return;
@@ -462,6 +535,7 @@ __global__ void matmul_ids_kernel(const float* x, std::size_t ldx, const void* w
 
 __global__ void kv_store_kernel(const float* k, const float* v, std::size_t ld, const std::int32_t* positions,
                                 const std::int32_t* seq_index, const std::int32_t* tables, int max_blocks, KvLayer kv) {
+  pdl_enter();
   const std::size_t t = blockIdx.x;
   const int pos = positions[t];
   const int block = tables[static_cast<std::size_t>(seq_index[t]) * max_blocks + pos / kv.block_size];
@@ -484,6 +558,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, std::size_t ld, 
 template <int TYPE>
 __global__ void dequantize_rows_kernel(QuantArgs q, const std::int32_t* rows, std::size_t cols, float* out,
                                        __nv_bfloat16* out_bf16, std::size_t ldo) {
+  pdl_enter();
   const std::size_t i = blockIdx.x;
   const std::size_t k0 = (static_cast<std::size_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   if (k0 >= cols) return;
@@ -499,6 +574,7 @@ __global__ void dequantize_rows_kernel(QuantArgs q, const std::int32_t* rows, st
 
 __global__ void copy_pairs_kernel(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
                                   std::size_t n_pairs, float* y, std::size_t ldy) {
+  pdl_enter();
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n_pairs) return;
   const std::size_t r = static_cast<std::size_t>(row_of[i]), id = static_cast<std::size_t>(ids[i]);
@@ -512,7 +588,7 @@ void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* ro
   if (n == 0 || launch_dequantize_quant(q, type, rows, n, cols, out, out_bf16, ldo, s)) return;
   const dim3 grid(static_cast<unsigned>(n), ceil_div(cols / 8, 128));
   with_quant_type(type, "dequantize", [&](auto qt) {
-    dequantize_rows_kernel<decltype(qt)::value><<<grid, 128, 0, s>>>(q, rows, cols, out, out_bf16, ldo);
+    launch_kernel("dequantize_rows", dequantize_rows_kernel<decltype(qt)::value>, grid, 128, 0, s, q, rows, cols, out, out_bf16, ldo);
   });
   check_launch("dequantize");
 }
@@ -520,35 +596,35 @@ void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* ro
 void launch_copy_pairs(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
                        std::size_t n_pairs, float* y, std::size_t ldy, cudaStream_t s) {
   if (n_pairs == 0) return;
-  copy_pairs_kernel<<<ceil_div(n_pairs, 256), 256, 0, s>>>(src, lds, row_of, ids, n_pairs, y, ldy);
+  launch_kernel("copy_pairs", copy_pairs_kernel, ceil_div(n_pairs, 256), 256, 0, s, src, lds, row_of, ids, n_pairs, y, ldy);
   check_launch("copy_pairs");
 }
 
 void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* table, int type, std::size_t cols,
                       float* out, std::size_t ldo, cudaStream_t s) {
   if (n == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(tokens, table, type, cols, out, ldo);
+  launch_kernel("embedding", embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, tokens, table, type, cols, out, ldo);
   check_launch("embedding");
 }
 
 void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
                      float eps, cudaStream_t s) {
   if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(x, y, dim, ld, w, eps);
+  launch_kernel("rms_norm", rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, y, dim, ld, w, eps);
   check_launch("rms_norm");
 }
 
 void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
                         float* cos, float* sin, cudaStream_t s) {
   if (n * half == 0) return;
-  rope_angles_kernel<<<ceil_div(n * half, kThreads), kThreads, 0, s>>>(positions, n, inv_freq, half, cos, sin);
+  launch_kernel("rope_angles", rope_angles_kernel, ceil_div(n * half, kThreads), kThreads, 0, s, positions, n, inv_freq, half, cos, sin);
   check_launch("rope_angles");
 }
 
 void launch_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
                  std::size_t half, const float* cos, const float* sin, cudaStream_t s) {
   if (n_tokens == 0 || half == 0) return;
-  rope_kernel<<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(x, n_heads, head_dim, ld, half, cos, sin);
+  launch_kernel("rope", rope_kernel, static_cast<unsigned>(n_tokens), 128, 0, s, x, n_heads, head_dim, ld, half, cos, sin);
   check_launch("rope");
 }
 
@@ -556,47 +632,55 @@ void launch_silu_mul(const float* gate, std::size_t ldg, const float* up, std::s
                      std::size_t rows, std::size_t n, cudaStream_t s) {
   if (rows == 0 || n == 0) return;
   const dim3 grid(std::min<unsigned>(ceil_div(n, kThreads), 64), static_cast<unsigned>(rows));
-  silu_mul_kernel<<<grid, kThreads, 0, s>>>(gate, ldg, up, ldu, out, ldo, n);
+  launch_kernel("silu_mul", silu_mul_kernel, grid, kThreads, 0, s, gate, ldg, up, ldu, out, ldo, n);
   check_launch("silu_mul");
 }
 
 void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, s>>>(x, y, n);
+  launch_kernel("add", add_kernel, grid_for(n), kThreads, 0, s, x, y, n);
   check_launch("add");
 }
 
 void launch_fill(float* x, std::size_t n, float value, cudaStream_t s) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, value);
+  launch_kernel("fill", fill_kernel, grid_for(n), kThreads, 0, s, x, n, value);
   check_launch("fill");
 }
 
 void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
                         std::size_t n, std::size_t cols, cudaStream_t s) {
   if (n == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dst, ldd, src, lds, rows, cols);
+  launch_kernel("gather_rows", gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, dst, ldd, src, lds, rows, cols);
   check_launch("gather_rows");
 }
 
 void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
                         const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols, cudaStream_t s) {
   if (n_tokens == 0 || cols == 0) return;
-  moe_combine_kernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, s>>>(x, ldx, y, ldy, slots, weights, k, cols);
+  launch_kernel("moe_combine", moe_combine_kernel, static_cast<unsigned>(n_tokens), kThreads, 0, s, x, ldx, y, ldy, slots, weights, k, cols);
   check_launch("moe_combine");
 }
 
+std::size_t argmax_workspace(std::size_t rows, std::size_t n) { return rows * ceil_div(n, kArgmaxChunk); }
+
 void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
-                        const std::uint32_t* masks, std::size_t mask_words, std::int32_t* out, cudaStream_t s) {
+                        const std::uint32_t* masks, std::size_t mask_words, unsigned long long* workspace,
+                        std::int32_t* out, cudaStream_t s) {
   if (rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, n, ld, masks, mask_words, out);
-  check_launch("argmax_rows");
+  if (n > 0xffffffffu) throw std::invalid_argument("argmax_rows: more than 2^32 - 1 ids a row");
+  const unsigned chunks = std::max(1u, ceil_div(n, kArgmaxChunk));
+  launch_kernel("argmax_rows", argmax_partial_kernel, dim3(chunks, static_cast<unsigned>(rows)), kThreads, 0, s, logits,
+                n, ld, masks, mask_words, workspace);
+  launch_kernel("argmax_rows", argmax_final_kernel, ceil_div(rows, 8), 256, 0, s,
+                static_cast<const unsigned long long*>(workspace), static_cast<int>(chunks), rows, masks != nullptr,
+                out);
 }
 
 void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s) {
   if (m == 0 || k == 0) return;
   const dim3 grid(std::min<unsigned>(ceil_div(k, kThreads), 64), static_cast<unsigned>(m));
-  to_bf16_kernel<<<grid, kThreads, 0, s>>>(x, k, ldx, out);
+  launch_kernel("to_bf16", to_bf16_kernel, grid, kThreads, 0, s, x, k, ldx, out);
   check_launch("to_bf16");
 }
 
@@ -611,13 +695,20 @@ bool gemv_supported(const float* x, std::size_t ldx, const void* w, std::size_t 
          reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
 }
 
+namespace {
+std::atomic<bool> programmatic{false};
+}  // namespace
+
+bool programmatic_launch() { return programmatic.load(std::memory_order_relaxed); }
+void set_programmatic_launch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
+
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
   if (m == 0) return;
   if (quantized_type(type)) {
     bool fast = true;
     for (int i = 0; i < a.n_seg; ++i) fast = fast && gemv_quant_supported(a.seg[i].q, type, a.k);
     if (fast) return launch_gemv_quant(a, m, type, mode, s);
-    if (mode == 2 || a.n_seg != 1 || a.norm)
+    if (mode == 2 || a.n_seg != 1)
       throw std::invalid_argument("gemv: this quantized layout takes one plain product per launch");
   }
   with_gemv_rows(m, "gemv", [&](auto rows) { gemv_typed<decltype(rows)::value>(a, type, mode, s); });
@@ -637,7 +728,7 @@ void launch_head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, 
                            cudaStream_t s) {
   if (n_tokens == 0 || n_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
-  head_norm_rope_kernel<<<grid, 128, 0, s>>>(x, head_dim, ld, w, eps, half, cos, sin);
+  launch_kernel("head_norm_rope", head_norm_rope_kernel, grid, 128, 0, s, x, head_dim, ld, w, eps, half, cos, sin);
   check_launch("head_norm_rope");
 }
 
@@ -647,7 +738,7 @@ void launch_qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float*
                                const AttnBatch& b, const KvLayer& kv, cudaStream_t s) {
   if (b.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads + n_kv_heads));
-  qk_norm_rope_store_kernel<<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, static_cast<int>(n_heads), head_dim, q_norm,
+  launch_kernel("qk_norm_rope_store", qk_norm_rope_store_kernel, grid, 128, 0, s, q, ldq, k, v, ldkv, static_cast<int>(n_heads), head_dim, q_norm,
                                                  k_norm, eps, half, cos, sin, b.positions, b.seq_index, b.block_tables,
                                                  b.max_blocks, kv);
   check_launch("qk_norm_rope_store");
@@ -657,14 +748,14 @@ void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type,
                        const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
                        std::size_t ldy, cudaStream_t s) {
   if (n_pairs == 0) return;
-  matmul_ids_kernel<<<ceil_div(n_pairs, 8), 256, 0, s>>>(x, ldx, w, type, k, row_of, ids, n_pairs, y, ldy);
+  launch_kernel("matmul_ids", matmul_ids_kernel, ceil_div(n_pairs, 8), 256, 0, s, x, ldx, w, type, k, row_of, ids, n_pairs, y, ldy);
   check_launch("matmul_ids");
 }
 
 void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
                      cudaStream_t s) {
   if (b.n_tokens == 0) return;
-  kv_store_kernel<<<static_cast<unsigned>(b.n_tokens), 128, 0, s>>>(k, v, ld, b.positions, b.seq_index,
+  launch_kernel("kv_store", kv_store_kernel, static_cast<unsigned>(b.n_tokens), 128, 0, s, k, v, ld, b.positions, b.seq_index,
                                                                      b.block_tables, b.max_blocks, kv);
   check_launch("kv_store");
 }

@@ -64,10 +64,17 @@ struct MoeGemvArgs {
   std::size_t ldx = 0;
 };
 void launch_moe_experts(const MoeGemvArgs& a, int type, cudaStream_t s);
+/// Logits a block of the argmax's first pass scans (16 loads in flight per thread).
+constexpr std::size_t kArgmaxChunk = 4096;
+/// Keys of launch_argmax_rows's workspace for `rows` rows of n ids.
+std::size_t argmax_workspace(std::size_t rows, std::size_t n);
 /// Backend::argmax_rows on the device: out[r] = the first id of the largest value of row r (rows of n at
-/// stride ld) among those masks[r * mask_words ..] allows (device; null: all), -1 where none is.
+/// stride ld, n < 2^32) among those masks[r * mask_words ..] allows (device; null: all), -1 where none is
+/// (an unmasked row of NaN only: 0). Two passes: blocks of kArgmaxChunk ids write their best (value, id)
+/// key to `workspace` (argmax_workspace(rows, n) keys, device), a warp a row reduces them.
 void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
-                        const std::uint32_t* masks, std::size_t mask_words, std::int32_t* out, cudaStream_t s);
+                        const std::uint32_t* masks, std::size_t mask_words, unsigned long long* workspace,
+                        std::int32_t* out, cudaStream_t s);
 /// out[m, k] (contiguous) = bf16(x[m, k] at stride ldx), round to nearest even.
 void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s);
 /// out[i] = bf16(in[i]) for weights of type `type` (f32 or f16) being stored as bf16.
@@ -128,19 +135,14 @@ struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
   bool round_x = false;
-  /// Optional RMSNorm folded into the product: x's rows are read as w[i] * (x[i] * inv_rms(row)), the
-  /// inverse RMS summed exactly as the rms_norm kernel sums it (so the values equal rms_norm's output).
-  const float* norm = nullptr;
-  float eps = 0.f;
   GemvSeg seg[3];
   int n_seg = 1;
 };
 #ifdef __CUDACC__
-/// x[i, at .. at + N - 1] as both GEMVs read it (N = 8 or 16; at a multiple of 4, x 16-byte aligned): normed
-/// when the norm is folded in (rms_norm_kernel's w[c] * (x[c] * inv[i])), then rounded to bf16 under bf16
-/// compute (round_x).
+/// x[i, at .. at + N - 1] as both GEMVs read it (N = 8 or 16; at a multiple of 4, x 16-byte aligned), rounded
+/// to bf16 under bf16 compute (round_x).
 template <int N>
-__device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at, const float* inv, float (&xv)[N]) {
+__device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at, float (&xv)[N]) {
   const float4* xp = reinterpret_cast<const float4*>(a.x + i * a.ldx + at);
 #pragma unroll
   for (int c = 0; c < N / 4; ++c) {
@@ -149,17 +151,6 @@ __device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at,
     xv[4 * c + 1] = p.y;
     xv[4 * c + 2] = p.z;
     xv[4 * c + 3] = p.w;
-  }
-  if (a.norm) {
-    const float4* np = reinterpret_cast<const float4*>(a.norm + at);
-#pragma unroll
-    for (int c = 0; c < N / 4; ++c) {
-      const float4 p = __ldg(np + c);
-      xv[4 * c] = p.x * (xv[4 * c] * inv[i]);
-      xv[4 * c + 1] = p.y * (xv[4 * c + 1] * inv[i]);
-      xv[4 * c + 2] = p.z * (xv[4 * c + 2] * inv[i]);
-      xv[4 * c + 3] = p.w * (xv[4 * c + 3] * inv[i]);
-    }
   }
   if (a.round_x)
 #pragma unroll
@@ -182,8 +173,8 @@ inline std::size_t gemv_output_rows(const GemvArgs& a, int mode) {
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
 /// Whether the quantized GEMV (quantized.cu) takes a weight of QType `type` and width k: a whole 16-byte
 /// load of each row's values lies inside one scale block / group (no g_idx), rows 16-byte aligned. It
-/// takes every mode, up to three segments and the folded norm; other quantized weights take the general
-/// GEMV (one segment, modes 0 and 1, no norm).
+/// takes every mode and up to three segments; other quantized weights take the general GEMV (one segment,
+/// modes 0 and 1).
 bool gemv_quant_supported(const QuantArgs& q, int type, std::size_t k);
 /// launch_gemv for a quantized type that gemv_quant_supported accepts (every segment).
 void launch_gemv_quant(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);

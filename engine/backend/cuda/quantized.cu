@@ -6,8 +6,8 @@
 // into products costs less than waiting for them: at an H100's 3 TB/s an int4 GEMV must finish 6e12
 // values a second, about 3 instructions per value on the whole chip. So:
 //  - each warp computes R output rows; a lane loads 16 bytes of each row per step (16 values of 8 bits
-//    or 32 of 4 bits) and the activations of those columns once, rounded (bf16 compute) or normed once,
-//    for all R rows;
+//    or 32 of 4 bits) and the activations of those columns once (rounded under bf16 compute) for all R
+//    rows;
 //  - values become floats by bit placement, not conversion instructions: an 8-bit integer as the f32
 //    2^23 + byte (one byte permute, one subtraction); a nibble n as the f32 1 + n / 16 (a shift and one
 //    three-input logic op; the sums of x that undo the offset are per load, shared by the R rows); FP8
@@ -25,8 +25,7 @@
 // the CPU's kernels give NaN: a checkpoint holds no NaN weights.
 // The summation order of an output row (the lane's loads in column order, the values of a load in order,
 // then the warp's shuffle tree) does not depend on R, m or the mode, so a row's value has the same bits
-// in a decode step and in a verify step of several rows (lossless speculative decoding), and with or
-// without the norm folded in. The technique follows the fast dequantizing GEMV kernels of the field
+// in a decode step and in a verify step of several rows (lossless speculative decoding). The technique follows the fast dequantizing GEMV kernels of the field
 // (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
 #include <algorithm>
 
@@ -37,7 +36,8 @@ namespace quarry::engine::cuda {
 
 namespace {
 
-constexpr int kWarps = kNormThreads / 32;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 
 /// Values per 16-byte load.
 template <int QT>
@@ -216,11 +216,10 @@ constexpr std::size_t kIqMaxK = 16384;
 /// integer weights): the activations, rounded to bf16, are quantized to int8 per 16 columns (quantize16)
 /// and the products are integer dot products (dp4a), as the CPU's bf16 compute quantizes them per group.
 template <int M, int QT, int MODE, int R, int U, bool IQ>
-__global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kernel(GemvArgs a, bool accumulate) {
+__global__ void __launch_bounds__(kThreads, M == 1 ? 2 : 1) gemv_quant_kernel(GemvArgs a, bool accumulate) {
   constexpr int V = kVals<QT>;
   constexpr int NW = MODE == 2 ? 2 : 1;
   constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
-  __shared__ float inv[M];
   extern __shared__ __align__(16) unsigned char iq_smem[];
   int* xq_all = reinterpret_cast<int*>(iq_smem);                          // [M][k / 4]
   float* xscale_all = reinterpret_cast<float*>(xq_all + M * (a.k / 4));  // [M][k / 16]
@@ -232,7 +231,7 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
     while (s + 1 < a.n_seg && wi >= (a.seg[s].n + R - 1) / R) wi -= (a.seg[s++].n + R - 1) / R;
   }
   const std::size_t n = a.seg[s].n, row0 = wi * R, k = a.k;
-  const bool active = row0 < n;  // warps past the last row take part in the block's norm and staging only
+  const bool active = row0 < n;  // warps past the last row take part in the block's staging only
 
   const std::uint8_t* rowp[NW][R];
   const float* srow[NW][R];
@@ -304,10 +303,10 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
           continue;
         }
         float xv[16];
-        load_x<16>(a, i, kh, inv, xv);
+        load_x<16>(a, i, kh, xv);
         if constexpr (kNeedXs)
 #pragma unroll
-          for (int c = 0; c < 16; ++c) xs = __fadd_rn(xs, xv[c]);  // never contracted with the norm's product
+          for (int c = 0; c < 16; ++c) xs = __fadd_rn(xs, xv[c]);  // never contracted with another product
         if constexpr (QT == kFP8)
 #pragma unroll
           for (int c = 0; c < 16; ++c) xv[c] *= kFp8XScale;
@@ -343,17 +342,17 @@ __global__ void __launch_bounds__(kNormThreads, M == 1 ? 2 : 1) gemv_quant_kerne
           for (int r = 0; r < R; ++r)
             loaded[u][w][r] = __ldg(reinterpret_cast<const uint4*>(rowp[w][r] + (k0 + u * kStep) * kHalfBytes<QT> / 2));
   };
-  // The first weights are in flight while the block norms and stages the activations.
+  // The first weights are in flight while the kernel ahead finishes and the block stages the activations.
   std::size_t k0 = static_cast<std::size_t>(lane) * V;
   if (active) load(k0);
-  if (a.norm) block_inv_rms(a.x, a.ldx, a.k, M, a.eps, inv);  // every thread, before any warp leaves
+  pdl_enter();  // the weights above are read-only; x and y belong to the kernels around this one
   if constexpr (IQ) {  // the block quantizes the activations once, for all its warps
     const std::size_t c16 = a.k / 16;
     for (std::size_t t = threadIdx.x; t < M * c16; t += blockDim.x) {
       const int i = static_cast<int>(t / c16);
       const std::size_t c = t % c16;
       float xv[16];
-      load_x<16>(a, i, c * 16, inv, xv);
+      load_x<16>(a, i, c * 16, xv);
       int xq[4], qs;
       float sc;
       quantize16<QT>(xv, xq, sc, qs);
@@ -456,7 +455,7 @@ int sm_count() {
 std::size_t iq_max_k() {
   static const std::size_t v = [] {
     const int optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-    const std::size_t spare = 1024;  // the kernel's static shared memory (norm partial sums, inverse RMS)
+    const std::size_t spare = 1024;  // room for the kernel's static shared memory
     const std::size_t per16 = iq_smem_bytes(8, 16);  // 16 columns of 8 activation rows
     std::size_t k = optin > static_cast<int>(spare) ? (static_cast<std::size_t>(optin) - spare) / per16 * 16 : 0;
     k = k / 32 * 32;
@@ -482,7 +481,8 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
                                                           static_cast<int>(iq_smem_bytes(M, iq_max_k())));
     check(opted, "gemv_quant (shared memory)");
   }
-  gemv_quant_kernel<M, QT, MODE, R, U, IQ><<<ceil_div(warps, kWarps), kNormThreads, smem, s>>>(a, accumulate);
+  launch_kernel("gemv", gemv_quant_kernel<M, QT, MODE, R, U, IQ>, ceil_div(warps, kWarps), kThreads, smem, s, a,
+                accumulate);
 }
 
 /// Integer products under bf16 compute for the integer types; FP8 and exact compute in f32.
