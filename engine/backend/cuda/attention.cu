@@ -194,8 +194,8 @@ void simt_launch(const float* q, std::size_t ldq, float* out, std::size_t ldo, i
                  const KvLayer& kv, float scale, float* part, int n_items, int n_splits, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(n_heads), static_cast<unsigned>(n_splits));
   if (kv.bf16)
-    launch_kernel("attention", attention_kernel<DPL, true, CONTIG>, grid, kWarps * 32, 0, s, q, ldq, out, ldo, n_heads, b,
-                  kv, scale, part);
+    launch_kernel("attention", attention_kernel<DPL, true, CONTIG>, grid, kWarps * 32, 0, s, q, ldq, out, ldo, n_heads,
+                  b, kv, scale, part);
   else
     launch_kernel("attention", attention_kernel<DPL, false, CONTIG>, grid, kWarps * 32, 0, s, q, ldq, out, ldo, n_heads,
                   b, kv, scale, part);
@@ -555,7 +555,6 @@ void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t l
     if (kv.head_dim == 64) flash_launch<64>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
     else if (kv.head_dim == 128) flash_launch<128>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
     else flash_launch<256>(q, ldq, out, ldo, n_heads, b, kv, scale, s);
-    check_launch("attention (flash)");
     n_items = b.n_simt_tokens;
     max_position = b.simt_max_position;
   } else {
@@ -566,12 +565,10 @@ void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t l
   const int dpl = (kv.head_dim + 31) / 32;
   if (kv.head_dim % 32 == 0) simt_dispatch<true>(dpl, q, ldq, out, ldo, n_heads, simt, kv, scale, workspace, n_items, n_splits, s);
   else simt_dispatch<false>(dpl, q, ldq, out, ldo, n_heads, simt, kv, scale, workspace, n_items, n_splits, s);
-  check_launch("attention");
   if (n_splits > 1) {
     const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(n_heads));
-    launch_kernel("attention_combine", attention_combine_kernel, grid, 128, 0, s, workspace, n_splits, kv.head_dim,
-                  out, ldo, n_heads, simt.simt_tokens);
-    check_launch("attention_combine");
+    launch_kernel("attention_combine", attention_combine_kernel, grid, 128, 0, s, workspace, n_splits, kv.head_dim, out,
+                  ldo, n_heads, simt.simt_tokens);
   }
 }
 

@@ -97,7 +97,6 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 // ------------------------------------------------------------------ programmatic dependent launch (PDL)
-
 //
 // On compute capability 9.0 and later a kernel may be launched before the kernel ahead of it in the
 // stream has finished (CUDA programming guide, "Programmatic Dependent Launch and Synchronization"): the

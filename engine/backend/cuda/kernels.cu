@@ -588,44 +588,43 @@ void launch_dequantize_rows(const QuantArgs& q, int type, const std::int32_t* ro
   if (n == 0 || launch_dequantize_quant(q, type, rows, n, cols, out, out_bf16, ldo, s)) return;
   const dim3 grid(static_cast<unsigned>(n), ceil_div(cols / 8, 128));
   with_quant_type(type, "dequantize", [&](auto qt) {
-    launch_kernel("dequantize_rows", dequantize_rows_kernel<decltype(qt)::value>, grid, 128, 0, s, q, rows, cols, out, out_bf16, ldo);
+    launch_kernel("dequantize_rows", dequantize_rows_kernel<decltype(qt)::value>, grid, 128, 0, s, q, rows, cols, out,
+                  out_bf16, ldo);
   });
-  check_launch("dequantize");
 }
 
 void launch_copy_pairs(const float* src, std::size_t lds, const std::int32_t* row_of, const std::int32_t* ids,
                        std::size_t n_pairs, float* y, std::size_t ldy, cudaStream_t s) {
   if (n_pairs == 0) return;
-  launch_kernel("copy_pairs", copy_pairs_kernel, ceil_div(n_pairs, 256), 256, 0, s, src, lds, row_of, ids, n_pairs, y, ldy);
-  check_launch("copy_pairs");
+  launch_kernel("copy_pairs", copy_pairs_kernel, ceil_div(n_pairs, 256), 256, 0, s, src, lds, row_of, ids, n_pairs, y,
+                ldy);
 }
 
 void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* table, int type, std::size_t cols,
                       float* out, std::size_t ldo, cudaStream_t s) {
   if (n == 0) return;
-  launch_kernel("embedding", embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, tokens, table, type, cols, out, ldo);
-  check_launch("embedding");
+  launch_kernel("embedding", embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, tokens, table, type, cols, out,
+                ldo);
 }
 
 void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
                      float eps, cudaStream_t s) {
   if (rows == 0) return;
   launch_kernel("rms_norm", rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, y, dim, ld, w, eps);
-  check_launch("rms_norm");
 }
 
 void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
                         float* cos, float* sin, cudaStream_t s) {
   if (n * half == 0) return;
-  launch_kernel("rope_angles", rope_angles_kernel, ceil_div(n * half, kThreads), kThreads, 0, s, positions, n, inv_freq, half, cos, sin);
-  check_launch("rope_angles");
+  launch_kernel("rope_angles", rope_angles_kernel, ceil_div(n * half, kThreads), kThreads, 0, s, positions, n, inv_freq,
+                half, cos, sin);
 }
 
 void launch_rope(float* x, std::size_t n_tokens, std::size_t n_heads, std::size_t head_dim, std::size_t ld,
                  std::size_t half, const float* cos, const float* sin, cudaStream_t s) {
   if (n_tokens == 0 || half == 0) return;
-  launch_kernel("rope", rope_kernel, static_cast<unsigned>(n_tokens), 128, 0, s, x, n_heads, head_dim, ld, half, cos, sin);
-  check_launch("rope");
+  launch_kernel("rope", rope_kernel, static_cast<unsigned>(n_tokens), 128, 0, s, x, n_heads, head_dim, ld, half, cos,
+                sin);
 }
 
 void launch_silu_mul(const float* gate, std::size_t ldg, const float* up, std::size_t ldu, float* out, std::size_t ldo,
@@ -633,33 +632,30 @@ void launch_silu_mul(const float* gate, std::size_t ldg, const float* up, std::s
   if (rows == 0 || n == 0) return;
   const dim3 grid(std::min<unsigned>(ceil_div(n, kThreads), 64), static_cast<unsigned>(rows));
   launch_kernel("silu_mul", silu_mul_kernel, grid, kThreads, 0, s, gate, ldg, up, ldu, out, ldo, n);
-  check_launch("silu_mul");
 }
 
 void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s) {
   if (n == 0) return;
   launch_kernel("add", add_kernel, grid_for(n), kThreads, 0, s, x, y, n);
-  check_launch("add");
 }
 
 void launch_fill(float* x, std::size_t n, float value, cudaStream_t s) {
   if (n == 0) return;
   launch_kernel("fill", fill_kernel, grid_for(n), kThreads, 0, s, x, n, value);
-  check_launch("fill");
 }
 
 void launch_gather_rows(float* dst, std::size_t ldd, const float* src, std::size_t lds, const std::int32_t* rows,
                         std::size_t n, std::size_t cols, cudaStream_t s) {
   if (n == 0) return;
-  launch_kernel("gather_rows", gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, dst, ldd, src, lds, rows, cols);
-  check_launch("gather_rows");
+  launch_kernel("gather_rows", gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, dst, ldd, src, lds, rows,
+                cols);
 }
 
 void launch_moe_combine(float* x, std::size_t ldx, const float* y, std::size_t ldy, const std::int32_t* slots,
                         const float* weights, std::size_t n_tokens, std::size_t k, std::size_t cols, cudaStream_t s) {
   if (n_tokens == 0 || cols == 0) return;
-  launch_kernel("moe_combine", moe_combine_kernel, static_cast<unsigned>(n_tokens), kThreads, 0, s, x, ldx, y, ldy, slots, weights, k, cols);
-  check_launch("moe_combine");
+  launch_kernel("moe_combine", moe_combine_kernel, static_cast<unsigned>(n_tokens), kThreads, 0, s, x, ldx, y, ldy,
+                slots, weights, k, cols);
 }
 
 std::size_t argmax_workspace(std::size_t rows, std::size_t n) { return rows * ceil_div(n, kArgmaxChunk); }
@@ -681,7 +677,6 @@ void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ld
   if (m == 0 || k == 0) return;
   const dim3 grid(std::min<unsigned>(ceil_div(k, kThreads), 64), static_cast<unsigned>(m));
   launch_kernel("to_bf16", to_bf16_kernel, grid, kThreads, 0, s, x, k, ldx, out);
-  check_launch("to_bf16");
 }
 
 void launch_weights_to_bf16(const void* in, int type, std::size_t count, __nv_bfloat16* out, cudaStream_t s) {
@@ -712,7 +707,6 @@ void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStrea
       throw std::invalid_argument("gemv: this quantized layout takes one plain product per launch");
   }
   with_gemv_rows(m, "gemv", [&](auto rows) { gemv_typed<decltype(rows)::value>(a, type, mode, s); });
-  check_launch("gemv");
 }
 
 void launch_gemm_f32(const float* x, std::size_t m, std::size_t ldx, const void* w, int type, std::size_t n,
@@ -729,7 +723,6 @@ void launch_head_norm_rope(float* x, std::size_t n_tokens, std::size_t n_heads, 
   if (n_tokens == 0 || n_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
   launch_kernel("head_norm_rope", head_norm_rope_kernel, grid, 128, 0, s, x, head_dim, ld, w, eps, half, cos, sin);
-  check_launch("head_norm_rope");
 }
 
 void launch_qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv,
@@ -738,26 +731,24 @@ void launch_qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float*
                                const AttnBatch& b, const KvLayer& kv, cudaStream_t s) {
   if (b.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads + n_kv_heads));
-  launch_kernel("qk_norm_rope_store", qk_norm_rope_store_kernel, grid, 128, 0, s, q, ldq, k, v, ldkv, static_cast<int>(n_heads), head_dim, q_norm,
-                                                 k_norm, eps, half, cos, sin, b.positions, b.seq_index, b.block_tables,
-                                                 b.max_blocks, kv);
-  check_launch("qk_norm_rope_store");
+  launch_kernel("qk_norm_rope_store", qk_norm_rope_store_kernel, grid, 128, 0, s, q, ldq, k, v, ldkv,
+                static_cast<int>(n_heads), head_dim, q_norm, k_norm, eps, half, cos, sin, b.positions, b.seq_index,
+                b.block_tables, b.max_blocks, kv);
 }
 
 void launch_matmul_ids(const float* x, std::size_t ldx, const void* w, int type, std::size_t k,
                        const std::int32_t* row_of, const std::int32_t* ids, std::size_t n_pairs, float* y,
                        std::size_t ldy, cudaStream_t s) {
   if (n_pairs == 0) return;
-  launch_kernel("matmul_ids", matmul_ids_kernel, ceil_div(n_pairs, 8), 256, 0, s, x, ldx, w, type, k, row_of, ids, n_pairs, y, ldy);
-  check_launch("matmul_ids");
+  launch_kernel("matmul_ids", matmul_ids_kernel, ceil_div(n_pairs, 8), 256, 0, s, x, ldx, w, type, k, row_of, ids,
+                n_pairs, y, ldy);
 }
 
 void launch_kv_store(const float* k, const float* v, std::size_t ld, const AttnBatch& b, const KvLayer& kv,
                      cudaStream_t s) {
   if (b.n_tokens == 0) return;
-  launch_kernel("kv_store", kv_store_kernel, static_cast<unsigned>(b.n_tokens), 128, 0, s, k, v, ld, b.positions, b.seq_index,
-                                                                     b.block_tables, b.max_blocks, kv);
-  check_launch("kv_store");
+  launch_kernel("kv_store", kv_store_kernel, static_cast<unsigned>(b.n_tokens), 128, 0, s, k, v, ld, b.positions,
+                b.seq_index, b.block_tables, b.max_blocks, kv);
 }
 
 }  // namespace quarry::engine::cuda

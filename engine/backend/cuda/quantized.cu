@@ -25,8 +25,9 @@
 // the CPU's kernels give NaN: a checkpoint holds no NaN weights.
 // The summation order of an output row (the lane's loads in column order, the values of a load in order,
 // then the warp's shuffle tree) does not depend on R, m or the mode, so a row's value has the same bits
-// in a decode step and in a verify step of several rows (lossless speculative decoding). The technique follows the fast dequantizing GEMV kernels of the field
-// (FasterTransformer's and Marlin's bit-placement conversions; llama.cpp's per-block scales).
+// in a decode step and in a verify step of several rows (lossless speculative decoding). The technique
+// follows the fast dequantizing GEMV kernels of the field (FasterTransformer's and Marlin's bit-placement
+// conversions; llama.cpp's per-block scales).
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
@@ -549,7 +550,6 @@ void launch_gemv_quant(const GemvArgs& a, std::size_t m, int type, int mode, cud
   if (mode == 2 && a.n_seg != 2) throw std::invalid_argument("gemv_quant: SwiGLU takes gate and up");
   if (mode == 2 && a.seg[0].n != a.seg[1].n) throw std::invalid_argument("gemv_quant: gate and up differ in rows");
   with_gemv_rows(m, "gemv_quant", [&](auto rows) { launch_m<decltype(rows)::value>(a, type, mode, s); });
-  check_launch("gemv_quant");
 }
 
 }  // namespace quarry::engine::cuda
