@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from invoicegen import freeform as FF
-from invoicegen import ids, lexicon as LX
+from invoicegen import ids, lexicon as LX, names
 
 KINDS = ("contract", "nda", "letter", "form", "receipt", "report", "order")
 
@@ -332,7 +332,7 @@ REGIONS = {"hu": ["Közép-Magyarország", "Észak-Alföld", "Dél-Dunántúl", 
 
 
 def _person(rng, lang):
-    return rng.choice(LX.PEOPLE[lang])
+    return names.person(rng, lang) if rng.random() < 0.7 else rng.choice(LX.PEOPLE[lang])
 
 
 def _ref(rng):

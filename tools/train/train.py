@@ -529,8 +529,9 @@ def main():
                             depth=args.mtp_depth, limit=1000)
     (out / "eval.json").write_text(json.dumps(ev, indent=1) + "\n")
     print(json.dumps(ev, indent=1), flush=True)
-    import shutil
-    shutil.rmtree(tok_dir, ignore_errors=True)
+    if not args.init_from:  # the freshly trained tokenizer's scratch folder (never the model continued from)
+        import shutil
+        shutil.rmtree(tok_dir, ignore_errors=True)
     print(f"total {time.time() - t_start:.0f}s", flush=True)
 
 

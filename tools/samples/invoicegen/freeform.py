@@ -14,6 +14,13 @@ JSON pointers to the exact strings printed. What one document draws:
     above value, a one-row table whose header holds the labels;
   - header arrangement: seller letterhead + buyer below, seller and buyer side by side (their text
     lines interleave when extracted), meta block beside the parties, seller only in the footer;
+    party lines bare or labelled ('Name: ...', 'Address: ...');
+  - names: 80% of the parties and 60% of the invoice numbers from names.py's open vocabulary (made-up
+    words, role and placeholder words as names, people, domains, initials), so names are copied, not
+    recalled;
+  - totals: label/value lines, a VAT summary closed by a sum row (sometimes the only place the totals
+    are printed), home-currency equivalents and the exchange rate beside a foreign-currency invoice;
+    credit notes with negative amounts or positive ones;
   - item table: columns shuffled within customary limits, renamed, extra columns (item code, tax
     code) added, unit / unit price / VAT rate / quantity dropped (-> null), table drawn as fixed-width
     columns, pipes, tabs, single spaces (merged columns) or one block per item; long tables broken
@@ -37,7 +44,7 @@ import random
 from decimal import Decimal, ROUND_HALF_UP
 from html import escape as E
 
-from . import data, ids, lexicon as LX, model
+from . import data, ids, lexicon as LX, model, names
 
 FORMATS = ("pdf", "html", "txt")
 
@@ -181,10 +188,12 @@ BICS = {"HU": ["OTPVHUHB", "GIBAHUHB", "OKHBHUHB"], "DE": ["COBADEFFXXX", "DEUTD
         "ES": ["CAIXESBBXXX", "BSCHESMM", "BBVAESMM"], "NL": ["ABNANL2A", "INGBNL2A", "RABONL2U"], "PL": ["PKOPPLPW", "BPKOPLPW", "INGBPLPW"]}
 
 
-def make_party(rng, lang):
+def make_party(rng, lang, role=None):
     stems, trades, forms, streets, cities, _, _ = _lists(lang)
     stem, trade, form = rng.choice(stems), rng.choice(trades), rng.choice(forms)
-    if lang == "fr" and rng.random() < 0.4:
+    if rng.random() < 0.8:  # open vocabulary (names.py): the name must be read, not recalled
+        name = names.person(rng, lang) if role == "buyer" and rng.random() < 0.08 else names.company(rng, lang, role)
+    elif lang == "fr" and rng.random() < 0.4:
         name = "%s %s %s" % (form, stem, trade)
     elif rng.random() < 0.12:
         name = "%s %s" % (stem, form)
@@ -248,6 +257,8 @@ def make_party(rng, lang):
 
 
 def invoice_number(rng, lang, year):
+    if rng.random() < 0.6:
+        return names.invoice_number(rng, lang, year)
     n = rng.randrange(1, 99999)
     pre = rng.choice(["", "", "INV", "RE", "FA", "F", "SZ", "FV", "FT", "R", "A", "2%d" % rng.randrange(10),
                       {"hu": "SZLA", "de": "RG", "en": "IN", "fr": "FAC", "it": "FT", "es": "FRA", "nl": "FACT", "pl": "FV"}[lang]])
@@ -266,10 +277,10 @@ def build(rng, lang):
     regime = rng.choice(["standard"] * 6 + ["mixed", "mixed", "reverse_charge", "exempt"])
     doc_type = "credit_note" if rng.random() < 0.1 else "invoice"
     currency = LX.HOME_CURRENCY[lang] if rng.random() < 0.75 else rng.choice(list(LX.CURRENCY_RATE))
-    seller = make_party(rng, lang)
+    seller = make_party(rng, lang, "seller")
     foreign = regime == "reverse_charge" or rng.random() < 0.15
     buyer_lang = rng.choice([l for l in LX.LANGS if LX.COUNTRY[l] != country]) if foreign else lang
-    buyer = make_party(rng, buyer_lang)
+    buyer = make_party(rng, buyer_lang, "buyer")
     if regime == "reverse_charge":
         if not seller.vat_id:
             seller.vat_id = {"HU": "HU" + (seller.tax_id or "12345678")[:8]}.get(country, country + ids.digits(rng, 9))
@@ -315,6 +326,9 @@ def build(rng, lang):
             cat, rate = "S", rates[0]
         vat = model.rnd(net * rate / 100, currency) if cat == "S" else model.rnd(Decimal(0), currency)
         lines.append(model.LineItem(desc, unit_key, unit, quantity, price, discount, net, cat, rate, vat))
+    if doc_type == "credit_note" and rng.random() < 0.6:  # a corrective invoice printing negative amounts
+        for li in lines:
+            li.quantity, li.net, li.vat = -li.quantity, -li.net, -li.vat
     inv = model.Invoice(lang=lang, doc_type=doc_type, number=invoice_number(rng, lang, year), issue=issue,
                         delivery=delivery, due=due, currency=currency, seller=seller, buyer=buyer, lines=lines,
                         regime=regime, line_vat=line_vat, payment_means=means)
@@ -346,6 +360,9 @@ class Draw:
         self.sep = rng.choice([":", ":", ":", "", " :" if lang == "fr" else ":", "#" if rng.random() < 0.2 else ":"])
         self.labels = {}
 
+    def colon(self):
+        return self.sep if self.sep and self.sep != "#" else ""
+
     def label(self, key, sep=True):
         if key not in self.labels:
             self.labels[key] = self.rng.choice(LX.L[key][self.lang])
@@ -360,6 +377,22 @@ class Draw:
 
 
 def party_lines(p, lay, st, show):
+    if getattr(lay, "party_labels", False):  # "Name: ...", "Address: street, postal code city"
+        out = ["%s %s" % (lay.label("party_name"), p.name)]
+        if show["address"]:
+            town = "%s %s" % (p.postal_code, p.city)
+            if p.country != LX.COUNTRY[lay.lang] or lay.rng.random() < 0.3:
+                town = "%s-%s" % (p.country, town) if lay.rng.random() < 0.3 else "%s %s" % (p.country, town)
+            if lay.rng.random() < 0.6:
+                out.append("%s %s, %s" % (lay.label("address"), town, p.street) if lay.lang == "hu" and lay.rng.random() < 0.5
+                           else "%s %s, %s" % (lay.label("address"), p.street, town))
+            else:
+                out += ["%s %s" % (lay.label("address"), p.street), town]
+        if p.tax_id and show["tax_id"]:
+            out.insert(lay.rng.choice([0, len(out)]), "%s %s" % (lay.label("tax_id"), p.tax_id))
+        if p.vat_id and show["vat_id"]:
+            out.append("%s %s" % (lay.label("vat_id"), p.vat_id))
+        return out
     out = [p.name]
     if show["address"]:
         out.append(p.street)
@@ -379,6 +412,7 @@ def render_blocks(inv, rng):
     """The invoice as pages of blocks, and what it prints: (pages, expected, printed, features)."""
     lang = inv.lang
     lay = Draw(rng, lang)
+    lay.party_labels = rng.random() < 0.3
     st = Style(rng, lang, inv.currency)
     features = ["free", inv.doc_type, inv.regime, inv.currency]
     # which facts are printed
@@ -568,6 +602,7 @@ def render_blocks(inv, rng):
     if show["vat_total"]:
         totals.append((lay.label("total_vat"), st.money(inv.vat)))
     totals.append((lay.label("total_gross"), st.money(inv.gross)))
+    n_core = len(totals)
     if rng.random() < 0.4 and lay.labels.get("amount_due") != lay.labels.get("total_gross"):
         totals.append((lay.label("amount_due"), st.money(inv.due_amount)))
     tot_mode = rng.choice(["colon", "left", "left", "table"])
@@ -584,7 +619,30 @@ def render_blocks(inv, rng):
             if with_gross:
                 row.append(st.amount(taxable + vat))
             brows.append(row)
+        if rng.random() < 0.5:  # a sum row closing the summary: the invoice totals may be printed only there
+            row = [lay.label("sum_row", False), st.amount(inv.net), st.amount(inv.vat)]
+            if with_gross:
+                row.append(st.amount(inv.gross))
+            brows.append(row)
+            if with_gross and rng.random() < 0.4:
+                totals = totals[n_core:]
         breakdown = (lay.label("vat_breakdown", False), bh, brows)
+    home = LX.HOME_CURRENCY[lang]
+    if inv.currency != home and rng.random() < 0.6:
+        # a foreign-currency invoice also states its VAT (or all totals) in the home currency: distractors
+        fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
+        hp = 0 if home == "HUF" else 2
+
+        def conv(x):
+            return "%s %s" % (st.number(x * fx, hp), home)
+        fx_lines = [(lay.label("exchange_rate"), "1 %s = %s %s" % (inv.currency, st.number(fx, 4 if fx < 10 else 2), home)
+                     if rng.random() < 0.6 else st.number(fx, 4 if fx < 10 else 2))]
+        if rng.random() < 0.5:
+            fx_lines.append(("%s %s" % (lay.label("total_vat", False), lay.label("in_home", False)) + lay.colon(), conv(inv.vat)))
+        else:
+            fx_lines += [("%s %s" % (lay.label(k, False), lay.label("in_home", False)) + lay.colon(), conv(v))
+                         for k, v in (("total_net", inv.net), ("total_vat", inv.vat), ("total_gross", inv.gross))]
+        totals = totals + fx_lines if rng.random() < 0.6 else fx_lines + totals
 
     # --- payment and noise
     pay = []
@@ -663,7 +721,8 @@ def render_blocks(inv, rng):
         breakdown_done = True
     else:
         breakdown_done = False
-    tail.append(("kv", totals, tot_mode))
+    if totals:
+        tail.append(("kv", totals, tot_mode))
     if breakdown and not breakdown_done:
         tail.append(("blank",))
         tail.append(("line", breakdown[0], "l"))

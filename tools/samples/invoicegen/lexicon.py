@@ -444,3 +444,23 @@ TAGLINES = {
     "nl": ["Kwaliteit sinds 1985", "Uw partner in techniek"],
     "pl": ["Jakość od 1992 roku", "Twój partner w biznesie"],
 }
+# labelled party lines ("Name: ...", "Address: ...") and the sum row of a VAT summary table
+L["party_name"] = {"hu": ["Név", "Cégnév", "Megnevezés", "Neve"], "de": ["Name", "Firma", "Firmenname", "Name/Firma"],
+                   "en": ["Name", "Company", "Company name", "Business name"], "fr": ["Nom", "Raison sociale", "Société"],
+                   "it": ["Denominazione", "Ragione sociale", "Nome"], "es": ["Nombre", "Razón social", "Empresa"],
+                   "nl": ["Naam", "Bedrijfsnaam", "Firma"], "pl": ["Nazwa", "Nazwa firmy", "Firma"]}
+L["address"] = {"hu": ["Cím", "Székhely", "Címe"], "de": ["Anschrift", "Adresse", "Sitz"], "en": ["Address", "Registered address"],
+                "fr": ["Adresse", "Siège social"], "it": ["Indirizzo", "Sede legale", "Sede"], "es": ["Dirección", "Domicilio"],
+                "nl": ["Adres", "Vestigingsadres"], "pl": ["Adres", "Siedziba"]}
+L["sum_row"] = {"hu": ["Összesen", "Mindösszesen", "Végösszeg", "Összesen:"], "de": ["Summe", "Gesamt", "Gesamtsumme", "Summen"],
+                "en": ["Total", "Totals", "Grand total", "Sum"], "fr": ["Total", "Totaux", "Total général"],
+                "it": ["Totale", "Totali", "Totale generale"], "es": ["Total", "Totales", "Suma"], "nl": ["Totaal", "Totalen", "Som"],
+                "pl": ["Razem", "Ogółem", "Suma"]}
+L["in_home"] = {"hu": ["Forintban", "HUF-ban", "Forintban kifejezve"], "de": ["in EUR", "Gegenwert in EUR", "umgerechnet in EUR"],
+                "en": ["in GBP", "GBP equivalent", "Sterling equivalent"], "fr": ["en EUR", "Contre-valeur en EUR"],
+                "it": ["in EUR", "Controvalore in EUR"], "es": ["en EUR", "Contravalor en EUR"], "nl": ["in EUR", "Tegenwaarde in EUR"],
+                "pl": ["w PLN", "Równowartość w PLN", "w złotych"]}
+L["exchange_rate"] = {"hu": ["Árfolyam", "Átváltási árfolyam", "MNB árfolyam"], "de": ["Wechselkurs", "Umrechnungskurs", "Kurs"],
+                      "en": ["Exchange rate", "Rate of exchange", "FX rate"], "fr": ["Taux de change", "Cours"],
+                      "it": ["Tasso di cambio", "Cambio"], "es": ["Tipo de cambio", "Cambio"], "nl": ["Wisselkoers", "Koers"],
+                      "pl": ["Kurs waluty", "Kurs NBP", "Kurs"]}

@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+"""Open-vocabulary names for the free-layout generator: company names, person names and invoice
+numbers drawn from distributions far too large to memorise, so that a model trained on them has to copy
+the name the document prints instead of writing one it has seen in training.
+
+The first model trained on freeform.py's closed lists (a few dozen stems x trades x legal forms per
+language) wrote those list names for parties of real invoices that print something else. Here a name is
+built from made-up words (syllables with each language's letters), words of the generator's lexicon of
+any language, people's names, role words used as names ("Supplier Ltd", "Kunde AG": test and sample
+invoices are full of them), placeholder words ("Sample", "Muster", "Minta"), web domains and initials, in
+any letter case. Every name produced is made up."""
+
+from . import data, lexicon as LX
+
+# Syllable material per language: onsets, vowels, codas. Written for this generator.
+_SYL = {
+    "hu": (["b", "cs", "d", "f", "g", "gy", "h", "k", "l", "m", "n", "ny", "p", "r", "s", "sz", "t", "v", "z", "zs"],
+           ["a", "á", "e", "é", "i", "o", "ó", "ö", "ő", "u", "ü", "ű"], ["", "", "n", "r", "l", "s", "k", "t", "ny", "sz"]),
+    "de": (["b", "br", "d", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "r", "s", "sch", "st", "t", "w", "z"],
+           ["a", "ä", "e", "ei", "i", "o", "ö", "u", "ü", "au"], ["", "n", "r", "l", "ch", "ck", "ng", "tz", "st", "rg"]),
+    "en": (["b", "br", "c", "cr", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "st", "t", "th", "w"],
+           ["a", "e", "i", "o", "u", "ea", "oo", "ai"], ["", "n", "r", "l", "ck", "ng", "ss", "ll", "nd", "x"]),
+    "fr": (["b", "c", "ch", "d", "f", "g", "j", "l", "m", "n", "p", "r", "s", "t", "v"],
+           ["a", "e", "é", "è", "i", "o", "ou", "au", "eau", "u"], ["", "", "n", "r", "l", "s", "x", "t"]),
+    "it": (["b", "c", "d", "f", "g", "l", "m", "n", "p", "r", "s", "t", "v", "z", "gl", "sc"],
+           ["a", "e", "i", "o", "u"], ["", "", "", "n", "l", "r"]),
+    "es": (["b", "c", "d", "f", "g", "j", "l", "ll", "m", "n", "ñ", "p", "r", "s", "t", "v"],
+           ["a", "e", "i", "o", "u", "á", "é", "í", "ó", "ue", "ia"], ["", "", "n", "r", "l", "s"]),
+    "nl": (["b", "d", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "sch", "t", "v", "w", "z"],
+           ["a", "aa", "e", "ee", "i", "ij", "o", "oo", "u", "ui", "oe"], ["", "n", "r", "l", "k", "ck", "rt", "nd"]),
+    "pl": (["b", "ch", "cz", "d", "g", "k", "l", "ł", "m", "n", "p", "r", "rz", "s", "sz", "ś", "t", "w", "z", "ż"],
+           ["a", "ą", "e", "ę", "i", "o", "ó", "u", "y"], ["", "", "n", "k", "ł", "sz", "r", "ch"]),
+}
+_FORMS = {
+    "hu": ["Kft.", "Kft", "Zrt.", "Bt.", "Nyrt.", "Kkt.", "e.v.", "KFT"],
+    "de": ["GmbH", "AG", "GmbH & Co. KG", "KG", "e.K.", "OHG", "UG (haftungsbeschränkt)", "GbR", "SE"],
+    "en": ["Ltd", "Ltd.", "Limited", "PLC", "LLP", "Inc.", "LLC", "Corp.", "Corporation", "& Sons", "Group"],
+    "fr": ["SARL", "SAS", "SA", "SASU", "EURL", "SNC", "et Fils"],
+    "it": ["S.r.l.", "S.p.A.", "S.n.c.", "S.a.s.", "Srl", "SpA"],
+    "es": ["S.L.", "S.A.", "S.L.U.", "SL", "SA", "S.Coop."],
+    "nl": ["B.V.", "N.V.", "V.O.F.", "BV", "Holding B.V."],
+    "pl": ["Sp. z o.o.", "S.A.", "Sp.k.", "Sp. j.", "sp. z o.o."],
+}
+_PLACEHOLDER = {"hu": ["Minta", "Példa", "Teszt", "Próba"], "de": ["Muster", "Beispiel", "Test", "Demo", "Musterfirma"],
+                "en": ["Sample", "Example", "Test", "Demo", "Acme", "Dummy"], "fr": ["Exemple", "Modèle", "Test", "Démo"],
+                "it": ["Esempio", "Prova", "Test", "Demo"], "es": ["Ejemplo", "Muestra", "Prueba", "Demo"],
+                "nl": ["Voorbeeld", "Test", "Demo", "Proef"], "pl": ["Przykład", "Wzór", "Test", "Demo"]}
+_TLD = ["com", "de", "hu", "eu", "io", "net", "fr", "it", "es", "nl", "pl", "co.uk", "org", "shop"]
+
+
+def _word(rng, lang, syllables=None):
+    onsets, vowels, codas = _SYL[lang]
+    n = syllables or rng.choice([1, 2, 2, 2, 3, 3, 4])
+    w = "".join(rng.choice(onsets) + rng.choice(vowels) + (rng.choice(codas) if k == n - 1 or rng.random() < 0.25 else "")
+                for k in range(n))
+    if rng.random() < 0.2:
+        w = rng.choice(vowels) + w
+    return w.capitalize()
+
+
+def _lists_of(lang):
+    stems = LX.NAME_STEMS.get(lang) or data.NAME_STEMS[lang]
+    trades = LX.NAME_TRADES.get(lang) or data.NAME_TRADES[lang]
+    return stems, trades
+
+
+def _any_word(rng, lang):
+    """A capitalised word: made up (most often), or a stem / trade / street word of any language."""
+    r = rng.random()
+    if r < 0.6:
+        return _word(rng, lang)
+    other = rng.choice(LX.LANGS) if rng.random() < 0.3 else lang
+    stems, trades = _lists_of(other)
+    if r < 0.8:
+        return rng.choice(stems)
+    if r < 0.9:
+        return rng.choice(trades)
+    street = rng.choice(LX.STREETS.get(other) or data.STREETS[other]).split()
+    return max(street, key=len).capitalize()
+
+
+def surname(rng, lang):
+    return _word(rng, lang, rng.choice([2, 2, 3]))
+
+
+def person(rng, lang):
+    """A made-up person's name in the language's order (family name first in Hungarian)."""
+    first, last = _word(rng, lang, rng.choice([1, 2, 2, 3])), surname(rng, lang)
+    if rng.random() < 0.15:
+        first = first[0] + "."
+    return "%s %s" % (last, first) if lang == "hu" else "%s %s" % (first, last)
+
+
+def company(rng, lang, role=None):
+    """A made-up company name. role ("seller" / "buyer") lets the role words of that side serve as the name,
+    as sample and test invoices do."""
+    forms = _FORMS[lang] if rng.random() < 0.9 else _FORMS[rng.choice(LX.LANGS)]
+    form = rng.choice(forms)
+    stems, trades = _lists_of(lang)
+    r = rng.random()
+    if r < 0.22:
+        name = "%s %s" % (_any_word(rng, lang), form)
+    elif r < 0.42:
+        name = "%s %s %s" % (_any_word(rng, lang), rng.choice(trades) if rng.random() < 0.6 else _any_word(rng, lang), form)
+    elif r < 0.50:
+        name = "%s %s %s %s" % (_any_word(rng, lang), _any_word(rng, lang), rng.choice(trades), form)
+    elif r < 0.58:
+        name = "%s & %s %s" % (surname(rng, lang), surname(rng, lang), form)
+    elif r < 0.64:
+        name = "%s %s" % (person(rng, lang), form)
+    elif r < 0.74 and role:
+        words = [w for w in LX.L[role][lang] if " " not in w and "/" not in w] or LX.L[role][lang]
+        w = rng.choice(words)
+        name = "%s %s" % (w, form) if rng.random() < 0.7 else "%s %s %s" % (w, _any_word(rng, lang), form)
+    elif r < 0.80:
+        name = "%s %s %s" % (rng.choice(_PLACEHOLDER[lang]), rng.choice(trades) if rng.random() < 0.5 else _any_word(rng, lang), form)
+    elif r < 0.84:
+        name = "%s.%s" % (_word(rng, "en", rng.choice([2, 3])).lower(), rng.choice(_TLD))
+    elif r < 0.88:
+        letters = "".join(rng.choice("ABCDEFGHIJKLMNOPRSTUVWZ") for _ in range(rng.choice([2, 3, 3, 4])))
+        name = "%s %s" % (letters, form) if rng.random() < 0.5 else "%s %s %s" % (letters, rng.choice(trades), form)
+    elif r < 0.92:
+        name = "%s %s" % (_any_word(rng, lang), _any_word(rng, lang))
+    else:
+        name = "%s %s %s" % (rng.choice(stems), rng.choice(trades), form)
+    if lang == "fr" and rng.random() < 0.25:
+        parts = name.rsplit(" ", 1)
+        if parts[-1] in _FORMS["fr"]:
+            name = "%s %s" % (parts[-1], parts[0])
+    if rng.random() < 0.12:
+        name = name.upper()
+    return name
+
+
+def invoice_number(rng, lang, year):
+    """Invoice numbers of many shapes: prefixes of made-up letters, years, separators, zero-padded runs."""
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    pre = "".join(rng.choice(letters) for _ in range(rng.choice([0, 1, 2, 2, 3, 3, 4])))
+    sep = rng.choice(["-", "/", "", "", "_", ".", " "])
+    w = rng.choice([3, 4, 5, 6, 6, 7, 8, 9, 10, 12])
+    n = rng.randrange(1, 10 ** w)
+    num = ("%0*d" % (w, n)) if rng.random() < 0.6 else "%d" % n
+    yy = rng.choice(["%d" % year, "%02d" % (year % 100)])
+    pats = [pre + sep + num, pre + sep + yy + sep + num, yy + sep + num, num, pre + num,
+            "%s%s%s%s%02d%s%s" % (pre, sep, yy, sep, rng.randrange(1, 13), sep, num),
+            "%s%s%s%s%s" % (pre, sep, num, sep, "".join(rng.choice(letters) for _ in range(rng.choice([1, 2]))))]
+    s = rng.choice(pats).strip("-/._ ")
+    return s or num
