@@ -827,6 +827,10 @@ bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
     if (m < next.size()) next[m++] = s;
   };
   if (is_ground_space(cp)) {
+    // A copied value does not start with whitespace: the span is its characters, not the blank before
+    // them (the root, state 0, is only ever a start). Whitespace at its end is left to the model (a ban
+    // there kept values that met a space going on through the document).
+    if (g.n == 1 && g.st[0] == 0) return false;
     if (g.sp) return true;  // a run of value whitespace counts once
     for (std::size_t k = 0; k < g.n; ++k) add(sam_next(g.st[k], ' '));
     g.sp = 1;
@@ -918,13 +922,14 @@ bool GroundingIndex::copy_partial_ok(const GroundState& g) const {
   }
   if (g.esc >= 2) {
     // \uXXXX with esc - 2 digits read: some code point with those leading digits must fit (the grammar
-    // writes \u00XX for control characters only, so the ASCII ones are checked one by one).
+    // writes \u00XX for control characters only, so those are checked one by one: at a value's start,
+    // where whitespace may not come, none of them fits).
     const unsigned rest = 4u * (6u - g.esc);
     const std::uint32_t lo = g.cp << rest, hi = (g.cp + 1) << rest;
-    if (lo >= 0x80) return true;
-    for (std::uint32_t c = lo; c < std::min<std::uint32_t>(hi, 0x80); ++c)
+    if (lo >= 0x20) return true;  // (not reached: the grammar writes no other \u escape)
+    for (std::uint32_t c = lo; c < std::min<std::uint32_t>(hi, 0x20); ++c)
       if (feasible(static_cast<char32_t>(c))) return true;
-    return hi > 0x80;
+    return false;
   }
   if (g.need > 0) {
     // The bytes read so far of the character, rebuilt from its bits.
@@ -974,7 +979,10 @@ GroundingIndex::Step GroundingIndex::step(GroundState& g, std::uint8_t b) const 
   }
   switch (static_cast<SourceKind>(g.kind)) {
     case SourceKind::kCopy:
-      if (b == '"' && g.esc == 0 && g.need == 0) { g = GroundState{}; return Step::kExit; }
+      if (b == '"' && g.esc == 0 && g.need == 0) {
+        g = GroundState{};
+        return Step::kExit;
+      }
       return copy_byte(g, b) ? Step::kOk : Step::kDead;
     case SourceKind::kDate: {
       if (b == '"') {

@@ -14,8 +14,10 @@
 //    are completed before they are matched); a whitespace character of the value must meet a
 //    whitespace run of the document, and a whitespace run of the document may also be skipped
 //    (an IBAN printed `HU42 1177 3016` may be written `HU4211773016`); runs of value whitespace count
-//    as one. The state is the set of automaton states the value reaches (at most kMaxStates; a set
-//    cut there only makes the mask stricter, never looser). The value ends at its closing quote.
+//    as one; the value does not start with whitespace (a span is the characters, not the blank
+//    before them). The state is the set of automaton states the value reaches (at most
+//    kMaxStates; a set cut there only makes the mask stricter, never looser). The value ends at its
+//    closing quote.
 //  - number / date: the written text must follow the candidate trie; a number ends at the first byte
 //    that cannot continue a JSON number (it must then be a complete candidate), a date string at its
 //    closing quote. A number region whose first byte cannot start a number (`null`) ends at once.

@@ -360,7 +360,10 @@ def main():
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "quarry-extract-11m", "tokenizer.json"),
                     help="tokenizer.json used to count tokens ('' to skip counting and length filtering)")
     ap.add_argument("--max-tokens", type=int, default=3072, help="drop examples longer than this (train.py's --max-len)")
+    ap.add_argument("--party-labels", type=float, default=freeform.PARTY_LABELS,
+                    help="share of free-layout invoices with labelled party lines (Name: / Address:)")
     a = ap.parse_args()
+    freeform.PARTY_LABELS = a.party_labels
     mix = {k: float(v) for k, v in (x.split("=") for x in a.mix.split(","))}
     total_share = sum(mix.values())
     mix = {k: v / total_share for k, v in mix.items()}

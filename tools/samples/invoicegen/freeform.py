@@ -47,6 +47,9 @@ from html import escape as E
 from . import data, ids, lexicon as LX, model, names
 
 FORMATS = ("pdf", "html", "txt")
+# Share of documents whose party lines carry labels ("Name: ...", "Address: ..."). Kept here so that a
+# corpus stressing them can raise it (build_corpus.py --party-labels).
+PARTY_LABELS = 0.3
 
 
 # --- numbers, dates, money -------------------------------------------------------------------------
@@ -412,7 +415,7 @@ def render_blocks(inv, rng):
     """The invoice as pages of blocks, and what it prints: (pages, expected, printed, features)."""
     lang = inv.lang
     lay = Draw(rng, lang)
-    lay.party_labels = rng.random() < 0.3
+    lay.party_labels = rng.random() < PARTY_LABELS
     st = Style(rng, lang, inv.currency)
     features = ["free", inv.doc_type, inv.regime, inv.currency]
     # which facts are printed
@@ -465,6 +468,8 @@ def render_blocks(inv, rng):
     contacts = "%s +%d %s %s  %s info@%s.example" % (lay.label("phone", False), rng.randrange(30, 49), ids.digits(rng, 2), ids.digits(rng, 7),
                                                    lay.label("email", False), inv.seller.name.split()[0].lower().replace("'", ""))
     arrangement = rng.choice(["stack", "side", "side", "meta_right", "footer_seller"])
+    if lay.party_labels and rng.random() < 0.5:  # labelled parties are most often printed side by side
+        arrangement = "side"
     kv_mode = rng.choice(["colon", "colon", "left", "above", "table"])
     title_pos = rng.choice(["top", "top", "after_parties"])
     sl, bl = lay.label("seller", False), lay.label("buyer", False)
@@ -620,9 +625,10 @@ def render_blocks(inv, rng):
                 row.append(st.amount(taxable + vat))
             brows.append(row)
         if rng.random() < 0.5:  # a sum row closing the summary: the invoice totals may be printed only there
-            row = [lay.label("sum_row", False), st.amount(inv.net), st.amount(inv.vat)]
+            money = st.money if rng.random() < 0.4 else st.amount
+            row = [lay.label("sum_row", False), money(inv.net), money(inv.vat)]
             if with_gross:
-                row.append(st.amount(inv.gross))
+                row.append(money(inv.gross))
             brows.append(row)
             if with_gross and rng.random() < 0.4:
                 totals = totals[n_core:]
