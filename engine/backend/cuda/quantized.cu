@@ -437,19 +437,6 @@ __global__ void __launch_bounds__(256) dequantize_kernel(QuantArgs q, const std:
   }
 }
 
-/// An attribute of the current device, or `fallback` where it cannot be read.
-int device_attribute(cudaDeviceAttr attr, int fallback) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) return fallback;
-  return v;
-}
-
-/// Streaming multiprocessors of the current device (read once).
-int sm_count() {
-  static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 132);
-  return n;
-}
-
 /// The widest input the integer-activation GEMV takes on this device: its shared memory at m = 8 must fit
 /// the device's opt-in limit per block (less than Hopper's on consumer and older cards), so that a weight
 /// takes the same path at every m (decode and verify steps agree). Read once.
