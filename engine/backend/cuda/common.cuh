@@ -96,6 +96,19 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 
 inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+/// An attribute of the current device, or `fallback` where it cannot be read.
+inline int device_attribute(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) return fallback;
+  return v;
+}
+
+/// Streaming multiprocessors of the current device (read once).
+inline int sm_count() {
+  static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 132);
+  return n;
+}
+
 // ------------------------------------------------------------------ programmatic dependent launch (PDL)
 //
 // On compute capability 9.0 and later a kernel may be launched before the kernel ahead of it in the

@@ -295,11 +295,6 @@ unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::si
 
 // ---------------------------------------------------------------------------------------------- GEMV
 
-
-/// The GEMV family (m <= 8 rows of x): one warp per output column, each lane reading 8 weights per chunk
-/// with UNROLL chunks in flight before the FMAs; x is read through the L1 (small, reused by every warp).
-/// MODE 0: y = x.W^T over up to three weights of the same width (q, k, v in one launch); MODE 1: y +=
-/// x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate, seg[1] up, output seg[0].y).
 /// Values k0 .. k0 + 7 of row n of a quantized weight (QuantArgs), dequantized as the CPU does. k0 is a
 /// multiple of 8; cols the row width.
 template <int TYPE>
@@ -347,6 +342,16 @@ __device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::s
   }
 }
 
+/// The GEMV family (m <= 8 rows of x). MODE 0: y = x.W^T over up to three weights of the same width (q, k,
+/// v in one launch); MODE 1: y += x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate,
+/// seg[1] up, output seg[0].y). Both kernels sum a column alike: a lane its 8 columns of each 256-column step
+/// in order, the steps in order (one FMA chain per column and x row), then the warp's shuffle tree, so a row
+/// of x gets the same bits alone (decode) as beside others (verify steps, batched decode).
+///
+/// gemv_kernel: one warp per output column, each lane reading 8 weights per chunk with UNROLL chunks in
+/// flight before the FMAs; x is read through the L1 (small, reused by every warp). It runs m = 1 (64
+/// registers, 4 blocks an SM) and, at any m, the packed types the quantized GEMV does not take (and, with
+/// QUARRY_GEMV_ROWS=0, float weights at m > 1 too: one block an SM there, 150-255 registers).
 template <int M, int TYPE, int MODE, int UNROLL>
 __global__ void __launch_bounds__(256, M == 1 ? 4 : 1) gemv_kernel(GemvArgs a) {  // m = 1: 64 registers, 4 blocks an SM
   constexpr int NW = MODE == 2 ? 2 : 1;
@@ -435,19 +440,270 @@ __global__ void __launch_bounds__(256, M == 1 ? 4 : 1) gemv_kernel(GemvArgs a) {
 #ifndef QUARRY_GEMV_UNROLL
 #define QUARRY_GEMV_UNROLL 4
 #endif
-/// 16-byte weight loads each lane keeps in flight in the one-weight GEMVs (q/k/v, o, down).
+/// 16-byte weight loads each lane keeps in flight in the one-weight GEMVs (q/k/v, o, down) at m = 1.
 constexpr int kGemvUnroll = QUARRY_GEMV_UNROLL;
+
+/// 8 float weights of a row as their 16-byte load gives them (two loads for f32).
+template <int TYPE>
+struct Packed8 {
+  uint4 u;
+};
+template <>
+struct Packed8<kF32> {
+  float4 lo, hi;
+};
+
+/// Weights off .. off + 7 of w (off a multiple of 8).
+template <int TYPE>
+__device__ __forceinline__ void load_packed(const void* w, std::size_t off, Packed8<TYPE>& p) {
+  if constexpr (TYPE == kF32) {
+    const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(w) + off);
+    p.lo = __ldg(f);
+    p.hi = __ldg(f + 1);
+  } else {
+    p.u = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w) + off));
+  }
+}
+
+/// Values 4h .. 4h + 3 of p as f32 (as load8 widens them).
+template <int TYPE>
+__device__ __forceinline__ void unpack4(const Packed8<TYPE>& p, int h, float (&f)[4]) {
+  if constexpr (TYPE == kF32) {
+    const float4 v = h ? p.hi : p.lo;
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  } else {
+    const std::uint32_t words[2] = {h ? p.u.z : p.u.x, h ? p.u.w : p.u.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (TYPE == kBF16) {
+        f[2 * i] = __uint_as_float(words[i] << 16);
+        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      } else {
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+      }
+    }
+  }
+}
+
+/// A point that ptxas moves no instruction across: a branch it cannot resolve (the calling lane is always in
+/// __activemask(), so the trap never runs; a vote, a compare and a branch). Within one basic block ptxas
+/// issues every x load of a step ahead of the sums, which at 5 or more x rows takes more registers than 2
+/// blocks an SM leave (spills); a fence every few rows bounds it.
+__device__ __forceinline__ void schedule_fence() {
+  if (__activemask() == 0u) __trap();
+}
+
+/// Warps of a GEMV over n output columns, R a warp.
+template <int R>
+__host__ __device__ __forceinline__ std::size_t gemv_warps(std::size_t n) {
+  return (n + R - 1) / R;
+}
+
+/// gemv_rows_kernel (float weights, m > 1): a warp takes R consecutive output columns of one segment and
+/// reads each x value once for its NW x R column sums: at one column a warp the L1 serves 2 m bytes of x
+/// per weight byte (each float4 load of x using half of every 32-byte sector it touches), about all it can
+/// at m = 4 while the weights stream at the memory's speed. A lane keeps the 16-byte weight
+/// loads of UNROLL steps packed (4 registers each) and widens them half a step at a time against a float4
+/// of each x row, with a schedule_fence before every FENCE-th row (0: none), so that BLOCKS blocks fit an
+/// SM without spills (gemv_plan). Loads and sums in groups as gemv_kernel's (the first group before
+/// pdl_enter, the loop, the short last group).
+template <int M, int TYPE, int MODE, int R, int UNROLL, int BLOCKS, int FENCE>
+__global__ void __launch_bounds__(256, BLOCKS) gemv_rows_kernel(GemvArgs a) {
+  constexpr int NW = MODE == 2 ? 2 : 1;
+  using Group = Packed8<TYPE>[NW][R];
+  std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);  // the warp, then its first column in segment s
+  int s = 0;
+  if constexpr (MODE != 2) {
+    while (s + 1 < a.n_seg && j >= gemv_warps<R>(a.seg[s].n)) j -= gemv_warps<R>(a.seg[s++].n);
+  }
+  j *= R;
+  const std::size_t n = a.seg[s].n, k = a.k;
+  const bool active = j < n;
+  const void* w[NW];
+#pragma unroll
+  for (int q = 0; q < NW; ++q) w[q] = a.seg[s + q].w;  // MODE 2: s = 0, gate and up
+  std::size_t row[R];  // each column's first weight (a column past n reads the last one, not written)
+#pragma unroll
+  for (int c = 0; c < R; ++c) row[c] = (j + c < n ? j + c : n - 1) * k;
+  float acc[NW][R][M];
+#pragma unroll
+  for (int q = 0; q < NW; ++q)
+#pragma unroll
+    for (int c = 0; c < R; ++c)
+#pragma unroll
+      for (int r = 0; r < M; ++r) acc[q][c][r] = 0.f;
+  auto load = [&](std::size_t at, Group& p) {
+#pragma unroll
+    for (int q = 0; q < NW; ++q)
+#pragma unroll
+      for (int c = 0; c < R; ++c) load_packed<TYPE>(w[q], row[c] + at, p[q][c]);
+  };
+  auto sum = [&](std::size_t at, const Group& p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float wf[NW][R][4];
+#pragma unroll
+      for (int q = 0; q < NW; ++q)
+#pragma unroll
+        for (int c = 0; c < R; ++c) unpack4<TYPE>(p[q][c], h, wf[q][c]);
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        if (FENCE > 0 && r > 0 && r % FENCE == 0) schedule_fence();
+        float xv[4];
+        load_x<4>(a, r, at + 4 * h, xv);
+#pragma unroll
+        for (int q = 0; q < NW; ++q)
+#pragma unroll
+          for (int c = 0; c < R; ++c)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[q][c][r] = fmaf(xv[i], wf[q][c][i], acc[q][c][r]);
+      }
+    }
+  };
+  constexpr std::size_t kStep = 32 * 8;
+  std::size_t k0 = static_cast<std::size_t>(threadIdx.x & 31) * 8;
+  const bool first = k0 + (UNROLL - 1) * kStep < k;
+  Group g0[UNROLL];
+  if (active && first)
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load(k0 + u * kStep, g0[u]);
+  pdl_enter();  // the weights above are read-only; x and y belong to the kernels around this one
+  if (!active) return;
+  if (first) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) sum(k0 + u * kStep, g0[u]);
+    k0 += UNROLL * kStep;
+  }
+  for (; k0 + (UNROLL - 1) * kStep < k; k0 += UNROLL * kStep) {
+    Group g[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load(k0 + u * kStep, g[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) sum(k0 + u * kStep, g[u]);
+  }
+  if (k0 < k) {
+    Group g[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL - 1; ++u)
+      if (k0 + u * kStep < k) load(k0 + u * kStep, g[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL - 1; ++u)
+      if (k0 + u * kStep < k) sum(k0 + u * kStep, g[u]);
+  }
+  float* y = a.seg[s].y + j;
+  const std::size_t ldy = a.seg[s].ldy;
+  const bool lane0 = (threadIdx.x & 31) == 0;
+#pragma unroll
+  for (int c = 0; c < R; ++c) {
+    const bool store = lane0 && j + c < n;
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float v = warp_sum(acc[0][c][r]);
+      if constexpr (MODE == 2) {
+        const float u = warp_sum(acc[NW - 1][c][r]);
+        if (store) y[r * ldy + c] = v / (1.f + expf(-v)) * u;
+      } else if constexpr (MODE == 1) {
+        if (store) y[r * ldy + c] += v;
+      } else {
+        if (store) y[r * ldy + c] = v;
+      }
+    }
+  }
+}
+
+// m > 1 with float weights: gemv_rows_kernel (1), or gemv_kernel as before it (0, for A/B runs); the most
+// columns a warp of gemv_rows_kernel takes (1, 2 or 4); and whether its 4-column warps keep two steps in
+// flight at m >= 4 (1: 8 loads a lane, 64 KB an SM, fences from m = 6) or one (0: 32 KB, no fences).
+#ifndef QUARRY_GEMV_ROWS
+#define QUARRY_GEMV_ROWS 1
+#endif
+#ifndef QUARRY_GEMV_COLS
+#define QUARRY_GEMV_COLS 4
+#endif
+#ifndef QUARRY_GEMV_DEEP
+#define QUARRY_GEMV_DEEP 1
+#endif
+
+/// gemv_rows_kernel's UNROLL, BLOCKS and FENCE.
+struct GemvPlan {
+  int unroll, blocks, fence;
+};
+
+/// The plans by m = 2 .. 8. The widest warps (4 columns, SwiGLU 2), which run the weights tall enough to fill
+/// the SMs: about 64 KB of weight loads in flight an SM (as m = 1 has: 4 blocks of 4 loads a lane), then the
+/// most blocks whose registers fit without spills (the __launch_bounds__ minimum: ptxas keeps a thread to 64
+/// registers at 4 blocks, 80 at 3, 128 at 2), then the fewest fences that keep them (none, then 4, 2, 1 rows
+/// apart). The narrower ones run weights that give an SM 1.5 blocks at most: 2 blocks, the fewest fences.
+/// From ptxas -v (CUDA 13.0, sm_90) over every combination; f32 weights (two loads of 8) have their own.
+constexpr GemvPlan kGemvPlans[2][6][7] = {
+    {
+        // bf16, f16
+        {{1, 4, 0}, {1, 3, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 4}, {2, 2, 2}, {2, 2, 2}},  // 4 columns
+        {{1, 4, 0}, {1, 3, 0}, {1, 2, 0}, {1, 2, 0}, {1, 2, 0}, {1, 2, 0}, {1, 2, 2}},  // 4, QUARRY_GEMV_DEEP=0
+        {{2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 4}, {2, 2, 4}},  // 2 columns
+        {{4, 2, 0}, {4, 2, 0}, {4, 2, 2}, {4, 2, 4}, {4, 2, 4}, {4, 2, 4}, {4, 2, 4}},  // 1 column
+        {{1, 4, 0}, {1, 4, 0}, {1, 4, 1}, {2, 2, 4}, {2, 2, 0}, {2, 2, 4}, {2, 2, 2}},  // SwiGLU, 2 columns
+        {{2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 4}},  // SwiGLU, 1 column
+    },
+    {
+        // f32
+        {{1, 3, 0}, {1, 3, 1}, {2, 2, 0}, {2, 2, 4}, {2, 2, 4}, {2, 2, 1}, {2, 2, 2}},
+        {{1, 3, 0}, {1, 3, 1}, {1, 2, 0}, {1, 2, 0}, {1, 2, 0}, {1, 2, 4}, {1, 2, 2}},
+        {{2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 4}, {2, 2, 0}, {2, 2, 4}, {2, 2, 4}},
+        {{4, 2, 0}, {4, 2, 2}, {4, 2, 2}, {4, 2, 4}, {4, 2, 4}, {4, 2, 4}, {4, 2, 4}},
+        {{1, 4, 0}, {1, 4, 1}, {1, 3, 1}, {2, 2, 4}, {2, 2, 4}, {2, 2, 4}, {2, 2, 2}},
+        {{2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 0}, {2, 2, 4}, {2, 2, 4}, {2, 2, 4}},
+    },
+};
+
+/// The plan of gemv_rows_kernel<m, type, mode, r> (m = 2 .. 8, r = 4, 2 or 1; r = 4 not in mode 2).
+constexpr GemvPlan gemv_plan(int m, int type, int mode, int r) {
+  const int i = mode == 2 ? (r == 2 ? 4 : 5) : r == 4 ? (QUARRY_GEMV_DEEP ? 0 : 1) : r == 2 ? 2 : 3;
+  return kGemvPlans[type == kF32 ? 1 : 0][i][m - 2];
+}
+
+template <int M, int TYPE, int MODE, int R>
+void gemv_rows_launch(const GemvArgs& a, cudaStream_t s) {
+  constexpr GemvPlan p = gemv_plan(M, TYPE, MODE, R);
+  std::size_t warps = 0;
+  if (MODE == 2) warps = gemv_warps<R>(a.seg[0].n);
+  else
+    for (int i = 0; i < a.n_seg; ++i) warps += gemv_warps<R>(a.seg[i].n);
+  launch_kernel("gemv", gemv_rows_kernel<M, TYPE, MODE, R, p.unroll, p.blocks, p.fence>, ceil_div(warps, 8), 256, 0, s,
+                a);
+}
+
+template <int M, int TYPE, int MODE>
+void gemv_mode(const GemvArgs& a, cudaStream_t s) {
+  if constexpr (M > 1 && TYPE < kQ8 && QUARRY_GEMV_ROWS) {
+    // The most columns a warp (4, SwiGLU 2) that still give about every SM a block (4 columns on a
+    // 4,096-row weight of an H100: 128 blocks).
+    constexpr int kMax = MODE == 2 ? 2 : 4, kCols = kMax < QUARRY_GEMV_COLS ? kMax : QUARRY_GEMV_COLS;
+    const std::size_t rows = gemv_output_rows(a, MODE), fill = static_cast<std::size_t>(sm_count()) * 8 * 3 / 4;
+    if constexpr (kCols >= 4)
+      if (rows >= 4 * fill) return gemv_rows_launch<M, TYPE, MODE, 4>(a, s);
+    if constexpr (kCols >= 2)
+      if (rows >= 2 * fill) return gemv_rows_launch<M, TYPE, MODE, 2>(a, s);
+    gemv_rows_launch<M, TYPE, MODE, 1>(a, s);
+  } else {
+    const unsigned grid = ceil_div(gemv_output_rows(a, MODE), 8);
+    launch_kernel("gemv", gemv_kernel<M, TYPE, MODE, MODE == 2 ? 2 : kGemvUnroll>, grid, 256, 0, s, a);
+  }
+}
 
 template <int M, int TYPE>
 void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
-  const unsigned grid = ceil_div(gemv_output_rows(a, mode), 8);
   switch (mode) {
-    case 0: launch_kernel("gemv", gemv_kernel<M, TYPE, 0, kGemvUnroll>, grid, 256, 0, s, a); break;
-    case 1: launch_kernel("gemv", gemv_kernel<M, TYPE, 1, kGemvUnroll>, grid, 256, 0, s, a); break;
+    case 0: return gemv_mode<M, TYPE, 0>(a, s);
+    case 1: return gemv_mode<M, TYPE, 1>(a, s);
     default:  // SwiGLU: float weights only (swiglu_args keeps packed ones on the plain products)
-      if constexpr (TYPE < kQ8) launch_kernel("gemv", gemv_kernel<M, TYPE, 2, 2>, grid, 256, 0, s, a);
+      if constexpr (TYPE < kQ8) return gemv_mode<M, TYPE, 2>(a, s);
       else throw std::invalid_argument("gemv: the fused SwiGLU takes float weights only");
-      break;
   }
 }
 

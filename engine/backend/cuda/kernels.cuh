@@ -139,7 +139,7 @@ struct GemvArgs {
   int n_seg = 1;
 };
 #ifdef __CUDACC__
-/// x[i, at .. at + N - 1] as both GEMVs read it (N = 8 or 16; at a multiple of 4, x 16-byte aligned), rounded
+/// x[i, at .. at + N - 1] as the GEMVs read it (N a multiple of 4, as is at; x 16-byte aligned), rounded
 /// to bf16 under bf16 compute (round_x).
 template <int N>
 __device__ __forceinline__ void load_x(const GemvArgs& a, int i, std::size_t at, float (&xv)[N]) {

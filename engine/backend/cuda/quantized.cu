@@ -211,13 +211,25 @@ constexpr std::size_t iq_smem_bytes(std::size_t m, std::size_t k) { return m * (
 /// m = 8, 192 KB, within an H100's or H200's 227 KB per block).
 constexpr std::size_t kIqMaxK = 16384;
 
+/// Blocks an SM that gemv_quant_kernel<M, QT, MODE, R, ., IQ> asks of ptxas (__launch_bounds__: at most 128
+/// registers a thread at 2). Two wherever ptxas -v (CUDA 13.0, sm_90) shows no spills at 128; one (no cap:
+/// up to 254 registers) for the f32-product instantiations that spill there: 4-bit weights at m > 1 (the
+/// SwiGLU at every m, the plain product at m = 4 .. 7), 8-bit ones with 2 rows a warp at m = 4 and 8, FP8's
+/// plain product at m = 8.
+constexpr int quant_blocks(int m, int qt, int mode, int r, bool iq) {
+  if (m == 1 || iq) return 2;
+  if (qt == kQ4 || qt == kG4) return mode == 2 || (m >= 4 && m <= 7) ? 1 : 2;
+  return (r == 2 && (m == 4 || m == 8)) || (qt == kFP8 && m == 8 && mode == 0) ? 1 : 2;
+}
+
 /// y = x . W^T (or += with a.accumulate-style mode 1; or SwiGLU in mode 2) for M rows of x, R output rows
 /// per warp, U loads per row in flight per lane. MODE 0: modes 0 and 1 (accumulate set: mode 1); MODE 2:
 /// gate (seg 0) and up (seg 1) of the same R rows, y = silu(gate) * up into seg 0. IQ (bf16 compute with
 /// integer weights): the activations, rounded to bf16, are quantized to int8 per 16 columns (quantize16)
 /// and the products are integer dot products (dp4a), as the CPU's bf16 compute quantizes them per group.
 template <int M, int QT, int MODE, int R, int U, bool IQ>
-__global__ void __launch_bounds__(kThreads, M == 1 ? 2 : 1) gemv_quant_kernel(GemvArgs a, bool accumulate) {
+__global__ void __launch_bounds__(kThreads, quant_blocks(M, QT, MODE, R, IQ)) gemv_quant_kernel(GemvArgs a,
+                                                                                                  bool accumulate) {
   constexpr int V = kVals<QT>;
   constexpr int NW = MODE == 2 ? 2 : 1;
   constexpr bool kNeedXs = QT == kQ4 || kGptq<QT>;
@@ -435,19 +447,6 @@ __global__ void __launch_bounds__(256) dequantize_kernel(QuantArgs q, const std:
       dst[e] = make_uint4(h[0], h[1], h[2], h[3]);
     }
   }
-}
-
-/// An attribute of the current device, or `fallback` where it cannot be read.
-int device_attribute(cudaDeviceAttr attr, int fallback) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) return fallback;
-  return v;
-}
-
-/// Streaming multiprocessors of the current device (read once).
-int sm_count() {
-  static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 132);
-  return n;
 }
 
 /// The widest input the integer-activation GEMV takes on this device: its shared memory at m = 8 must fit
