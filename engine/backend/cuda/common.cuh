@@ -58,6 +58,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// The two 16-bit floats (bf16 or f16) of a 32-bit word as f32, the low half first: exact.
+template <int TYPE>
+__device__ __forceinline__ void widen_pair(std::uint32_t word, float& lo, float& hi) {
+  if constexpr (TYPE == kBF16) {
+    lo = __uint_as_float(word << 16);
+    hi = __uint_as_float(word & 0xffff0000u);
+  } else {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&word));
+    lo = v.x;
+    hi = v.y;
+  }
+}
+
 /// 8 consecutive weights of row `row` at column k0 as floats (one 16-byte load for bf16 / f16, two
 /// for f32).
 template <int TYPE>
@@ -70,17 +83,7 @@ __device__ __forceinline__ void load8(const void* w, std::size_t off, float (&f)
     const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w) + off));
     const std::uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (TYPE == kBF16) {
-        f[2 * i] = __uint_as_float(words[i] << 16);
-        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        const __half2 h = *reinterpret_cast<const __half2*>(&words[i]);
-        const float2 v = __half22float2(h);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-      }
-    }
+    for (int i = 0; i < 4; ++i) widen_pair<TYPE>(words[i], f[2 * i], f[2 * i + 1]);
   }
 }
 

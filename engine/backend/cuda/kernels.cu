@@ -477,16 +477,7 @@ __device__ __forceinline__ void unpack4(const Packed8<TYPE>& p, int h, float (&f
   } else {
     const std::uint32_t words[2] = {h ? p.u.z : p.u.x, h ? p.u.w : p.u.y};
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if constexpr (TYPE == kBF16) {
-        f[2 * i] = __uint_as_float(words[i] << 16);
-        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-      }
-    }
+    for (int i = 0; i < 2; ++i) widen_pair<TYPE>(words[i], f[2 * i], f[2 * i + 1]);
   }
 }
 
@@ -553,7 +544,9 @@ __global__ void __launch_bounds__(256, BLOCKS) gemv_rows_kernel(GemvArgs a) {
         for (int c = 0; c < R; ++c) unpack4<TYPE>(p[q][c], h, wf[q][c]);
 #pragma unroll
       for (int r = 0; r < M; ++r) {
-        if (FENCE > 0 && r > 0 && r % FENCE == 0) schedule_fence();
+        if constexpr (FENCE > 0) {
+          if (r > 0 && r % FENCE == 0) schedule_fence();
+        }
         float xv[4];
         load_x<4>(a, r, at + 4 * h, xv);
 #pragma unroll
