@@ -979,10 +979,7 @@ GroundingIndex::Step GroundingIndex::step(GroundState& g, std::uint8_t b) const 
   }
   switch (static_cast<SourceKind>(g.kind)) {
     case SourceKind::kCopy:
-      if (b == '"' && g.esc == 0 && g.need == 0) {
-        g = GroundState{};
-        return Step::kExit;
-      }
+      if (b == '"' && g.esc == 0 && g.need == 0) { g = GroundState{}; return Step::kExit; }
       return copy_byte(g, b) ? Step::kOk : Step::kDead;
     case SourceKind::kDate: {
       if (b == '"') {

@@ -166,10 +166,7 @@ class Style:
 
 # --- the invoice -------------------------------------------------------------------------------------
 
-def _lists(lang):
-    if lang in LX.NAME_STEMS:
-        return LX.NAME_STEMS[lang], LX.NAME_TRADES[lang], LX.LEGAL_FORMS[lang], LX.STREETS[lang], LX.CITIES[lang], LX.ITEMS[lang], LX.UNITS[lang]
-    return data.NAME_STEMS[lang], data.NAME_TRADES[lang], data.LEGAL_FORMS[lang], data.STREETS[lang], data.CITIES[lang], data.ITEMS[lang], data.UNITS[lang]
+_lists = LX.word_lists
 
 
 def _iban(rng, country):
@@ -362,6 +359,8 @@ class Draw:
         self.case = rng.choice(["as", "as", "as", "upper", "title"])
         self.sep = rng.choice([":", ":", ":", "", " :" if lang == "fr" else ":", "#" if rng.random() < 0.2 else ":"])
         self.labels = {}
+        # party lines labelled ("Name: ...", "Address: ...") or bare
+        self.party_labels = rng.random() < PARTY_LABELS
 
     def colon(self):
         return self.sep if self.sep and self.sep != "#" else ""
@@ -380,7 +379,7 @@ class Draw:
 
 
 def party_lines(p, lay, st, show):
-    if getattr(lay, "party_labels", False):  # "Name: ...", "Address: street, postal code city"
+    if lay.party_labels:  # "Name: ...", "Address: street, postal code city"
         out = ["%s %s" % (lay.label("party_name"), p.name)]
         if show["address"]:
             town = "%s %s" % (p.postal_code, p.city)
@@ -415,7 +414,6 @@ def render_blocks(inv, rng):
     """The invoice as pages of blocks, and what it prints: (pages, expected, printed, features)."""
     lang = inv.lang
     lay = Draw(rng, lang)
-    lay.party_labels = rng.random() < PARTY_LABELS
     st = Style(rng, lang, inv.currency)
     features = ["free", inv.doc_type, inv.regime, inv.currency]
     # which facts are printed

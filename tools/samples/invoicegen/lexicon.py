@@ -4,6 +4,7 @@ languages (hu, de, en, fr, it, es, nl, pl), the noise blocks of business documen
 registration lines, terms, bank blocks), and the company / address / goods lists of the four
 languages that data.py does not cover. Every word list was written for this generator; every
 company, person and address produced from them is made up."""
+from . import data
 
 LANGS = ("hu", "de", "en", "fr", "it", "es", "nl", "pl")
 COUNTRY = {"hu": "HU", "de": "DE", "en": "GB", "fr": "FR", "it": "IT", "es": "ES", "nl": "NL", "pl": "PL"}
@@ -464,3 +465,12 @@ L["exchange_rate"] = {"hu": ["Árfolyam", "Átváltási árfolyam", "MNB árfoly
                       "en": ["Exchange rate", "Rate of exchange", "FX rate"], "fr": ["Taux de change", "Cours"],
                       "it": ["Tasso di cambio", "Cambio"], "es": ["Tipo de cambio", "Cambio"], "nl": ["Wisselkoers", "Koers"],
                       "pl": ["Kurs waluty", "Kurs NBP", "Kurs"]}
+
+
+def word_lists(lang):
+    """(name stems, name trades, legal forms, streets, cities, items, units) of a language: this module's
+    lists for it, else data.py's."""
+    if lang in NAME_STEMS:
+        return NAME_STEMS[lang], NAME_TRADES[lang], LEGAL_FORMS[lang], STREETS[lang], CITIES[lang], ITEMS[lang], UNITS[lang]
+    return (data.NAME_STEMS[lang], data.NAME_TRADES[lang], data.LEGAL_FORMS[lang], data.STREETS[lang], data.CITIES[lang],
+            data.ITEMS[lang], data.UNITS[lang])

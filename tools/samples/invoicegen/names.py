@@ -10,7 +10,7 @@ any language, people's names, role words used as names ("Supplier Ltd", "Kunde A
 invoices are full of them), placeholder words ("Sample", "Muster", "Minta"), web domains and initials, in
 any letter case. Every name produced is made up."""
 
-from . import data, lexicon as LX
+from . import lexicon as LX
 
 # Syllable material per language: onsets, vowels, codas. Written for this generator.
 _SYL = {
@@ -58,24 +58,18 @@ def _word(rng, lang, syllables=None):
     return w.capitalize()
 
 
-def _lists_of(lang):
-    stems = LX.NAME_STEMS.get(lang) or data.NAME_STEMS[lang]
-    trades = LX.NAME_TRADES.get(lang) or data.NAME_TRADES[lang]
-    return stems, trades
-
-
 def _any_word(rng, lang):
     """A capitalised word: made up (most often), or a stem / trade / street word of any language."""
     r = rng.random()
     if r < 0.6:
         return _word(rng, lang)
     other = rng.choice(LX.LANGS) if rng.random() < 0.3 else lang
-    stems, trades = _lists_of(other)
+    stems, trades, _, streets, _, _, _ = LX.word_lists(other)
     if r < 0.8:
         return rng.choice(stems)
     if r < 0.9:
         return rng.choice(trades)
-    street = rng.choice(LX.STREETS.get(other) or data.STREETS[other]).split()
+    street = rng.choice(streets).split()
     return max(street, key=len).capitalize()
 
 
@@ -96,7 +90,7 @@ def company(rng, lang, role=None):
     as sample and test invoices do."""
     forms = _FORMS[lang] if rng.random() < 0.9 else _FORMS[rng.choice(LX.LANGS)]
     form = rng.choice(forms)
-    stems, trades = _lists_of(lang)
+    stems, trades = LX.word_lists(lang)[:2]
     r = rng.random()
     if r < 0.22:
         name = "%s %s" % (_any_word(rng, lang), form)
