@@ -20,7 +20,8 @@
 // Usage: bench_engine [--device cpu|cuda] [--preset qwen3-0.6b|...|qwen3.5-122b-a10b] [--layers N] [--dtype bf16]
 //                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
-//                     [--greedy-on-backend auto|on|off] [--work DIR] [--out DIR]
+//                     [--greedy-on-backend auto|on|off] [--eager on|off] [--work DIR] [--out DIR]
+//                     (--eager on: no decode step recorded and replayed, EngineOptions::enforce_eager)
 //        bench_engine --kie models/quarry-extract-11m [--device cuda] [--mtp 4] [--runs 3] [--out DIR]
 //        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
 //                     [--concurrency 4]
@@ -122,6 +123,7 @@ struct Options {
   /// --greedy-on-backend auto|on|off: EngineOptions::greedy_on_backend (greedy rows' argmax where the
   /// logits are, only the ids downloaded)
   EngineOptions::GreedyOnBackend greedy = EngineOptions::GreedyOnBackend::automatic;
+  bool eager = false;  ///< --eager on: EngineOptions::enforce_eager (no recorded decode steps)
 };
 
 /// The engine options every measurement here shares: device, threads, compute, greedy sampling.
@@ -131,6 +133,7 @@ EngineOptions engine_options(const Options& o) {
   eo.n_threads = o.threads;
   eo.compute = parse_compute(o.compute);
   eo.greedy_on_backend = o.greedy;
+  eo.enforce_eager = o.eager;
   return eo;
 }
 
@@ -602,8 +605,8 @@ int main(int argc, char** argv) {
   const std::string usage =  // the usage is this file's header comment
       "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
       "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
-      "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--runs N] [--work DIR]\n"
-      "         [--out DIR]\n"
+      "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--eager on|off] [--runs N]\n"
+      "         [--work DIR] [--out DIR]\n"
       "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
       "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
       "       bench_engine --tp 1,2,4 ...                  (tensor-parallel degrees against each other)\n"
@@ -637,6 +640,9 @@ int main(int argc, char** argv) {
       else if (v == "on") o.greedy = EngineOptions::GreedyOnBackend::on;
       else if (v == "off") o.greedy = EngineOptions::GreedyOnBackend::off;
       else throw std::invalid_argument("takes auto, on or off");
+    } else if (a == "--eager") {
+      if (v != "on" && v != "off") throw std::invalid_argument("takes on or off");
+      o.eager = v == "on";
     } else if (a == "--quant") {
       std::stringstream ss(v);
       std::string item;

@@ -203,8 +203,19 @@ constexpr std::size_t kStateSlotsPerChunk = 8;
 
 void KvStorage::ensure_state_slots(std::size_t n_slots) {
   if (spec_.state_floats == 0 || !state_backend_) return;
+  const std::size_t had = state_chunks_.size();
   while (state_chunks_.size() * kStateSlotsPerChunk < n_slots)
     state_chunks_.push_back(state_backend_->alloc(kStateSlotsPerChunk * spec_.state_floats * sizeof(float)));
+  if (state_chunks_.size() == had) return;
+  std::vector<float*> table(state_chunks_.size() * kStateSlotsPerChunk);
+  for (std::size_t slot = 0; slot < table.size(); ++slot) table[slot] = recurrent_state(slot);
+  state_table_ = DeviceBuffer();
+  state_table_ = state_backend_->alloc(table.size() * sizeof(float*));
+  state_backend_->upload(state_table_.data(), table.data(), table.size() * sizeof(float*));
+}
+
+float* const* KvStorage::state_table() const {
+  return state_table_.bytes() ? static_cast<float* const*>(state_table_.data()) : nullptr;
 }
 
 float* KvStorage::recurrent_state(std::size_t slot) const {
@@ -259,14 +270,15 @@ void Backend::sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_c
 
 void Backend::gated_delta_net(const GatedDeltaNetShape& s, const float* qkv, std::size_t ldqkv, const float* a,
                               const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
-                              const float* dt_bias, const StagedBatch& batch, std::span<float* const> states,
-                              float* out, std::size_t ldo) {
+                              const float* dt_bias, const StagedBatch& batch, const KvStorage& kv,
+                              std::size_t state_offset, float* out, std::size_t ldo) {
   const std::size_t T = batch.n_tokens;
   if (T == 0) return;
   const std::size_t nk = s.n_k_heads, nv = s.n_v_heads, dk = s.k_head_dim, dv = s.v_head_dim, K = s.conv_kernel;
   if (nk == 0 || nv == 0 || dk == 0 || dv == 0 || K < 1 || nv % nk != 0)
     throw std::invalid_argument("gated_delta_net: bad shape (heads, head dims, conv kernel; nv a multiple of nk)");
-  if (states.size() < batch.n_seqs) throw std::invalid_argument("gated_delta_net: one state per sequence needed");
+  if (batch.n_seqs > 0 && !batch.host_state_slots)
+    throw std::invalid_argument("gated_delta_net: the batch was staged without recurrent-state slots");
   const std::size_t C = s.conv_dim(), conv_floats = (K - 1) * C, S_floats = nv * dk * dv;
   HostView x(*this, qkv, (T - 1) * ldqkv + C);
   HostView av(*this, a, (T - 1) * ldab + nv), bv(*this, b, (T - 1) * ldab + nv);
@@ -274,7 +286,11 @@ void Backend::gated_delta_net(const GatedDeltaNetShape& s, const float* qkv, std
   HostView o(*this, out, (T - 1) * ldo + nv * dv);
   std::vector<HostView> st;
   st.reserve(batch.n_seqs);
-  for (std::size_t i = 0; i < batch.n_seqs; ++i) st.emplace_back(*this, states[i], conv_floats + S_floats);
+  for (std::size_t i = 0; i < batch.n_seqs; ++i) {
+    const float* state = kv.recurrent_state(static_cast<std::size_t>(batch.host_state_slots[i]));
+    if (!state) throw std::invalid_argument("gated_delta_net: the KV storage keeps no recurrent state");
+    st.emplace_back(*this, state + state_offset, conv_floats + S_floats);
+  }
   std::vector<float> y(C), kv_mem(dv), delta(dv);
   const std::size_t ratio = nv / nk;
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));

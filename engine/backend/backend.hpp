@@ -203,6 +203,11 @@ class KvStorage {
   virtual float* recurrent_state(std::size_t slot) const;
   /// Copies slot `from`'s state over slot `to`'s (save, restore, fork).
   virtual void copy_recurrent_state(std::size_t to, std::size_t from);
+  /// The state of every usable slot: [n_slots] pointers in the backend's memory (slot -> recurrent_state),
+  /// null without state. Device kernels find a staged sequence's state through it (StagedBatch::state_slots),
+  /// so that a recorded step reads the slots of the batch it replays. The table is reallocated (a new
+  /// address) when ensure_state_slots adds slots.
+  virtual float* const* state_table() const;
 
  protected:
   /// `backend`: allocates and copies the recurrent state (null: a storage without state).
@@ -212,6 +217,7 @@ class KvStorage {
  private:
   Backend* state_backend_ = nullptr;
   std::vector<DeviceBuffer> state_chunks_;
+  DeviceBuffer state_table_;  ///< float* [slots of state_chunks_]
 };
 
 /// The token batch of one forward call, as the host describes it (the flat batch of engine/core/batch.hpp
@@ -223,6 +229,8 @@ struct BatchInputs {
   std::span<const std::int32_t> block_tables; ///< [n_seqs, max_blocks], unused entries -1
   std::size_t max_blocks = 0;
   std::span<const std::int32_t> logit_rows;   ///< batch rows whose logits are wanted, increasing
+  /// Hybrid models: [n_seqs] each row's recurrent-state slot (KvStorage::state_table), or empty.
+  std::span<const std::int32_t> state_slots;
 };
 
 /// A batch staged in device memory by Backend::stage(); valid until the next stage() on that backend.
@@ -234,9 +242,11 @@ struct StagedBatch {
   const std::int32_t* seq_index = nullptr;    ///< device [n_tokens]
   const std::int32_t* block_tables = nullptr; ///< device [n_seqs, max_blocks]
   const std::int32_t* logit_rows = nullptr;   ///< device [n_logits]
+  const std::int32_t* state_slots = nullptr;  ///< device [n_seqs] (hybrid models), else null
   /// Host copies (every backend keeps them, for ops whose launch depends on them).
   const std::int32_t* host_positions = nullptr;
   const std::int32_t* host_seq_index = nullptr;
+  const std::int32_t* host_state_slots = nullptr;  ///< [n_seqs] or null
   /// Backend-private data of the staged batch (the CPU keeps each token's block-table row pointer).
   const void* backend_data = nullptr;
 };
@@ -330,9 +340,10 @@ class Backend : public std::enable_shared_from_this<Backend> {
   ///          S = exp(g) S;  S += k (beta (v - S^T k))^T;  out[t, h] = S^T q.
   /// qkv [n_tokens, conv_dim] (stride ldqkv), a and b [n_tokens, nv] (strides ldab), conv_weight
   /// [conv_dim, K], A_log and dt_bias [nv] (f32, device); out [n_tokens, nv * dv] (stride ldo).
-  /// `states` (host array of device pointers, one per row of the batch's block tables = staged
-  /// seq_index): each sequence's state of this layer, gated_delta_net_state_floats() floats laid out as
-  /// conv window [K - 1, conv_dim] then S [nv, dk, dv]; a token at position 0 zeroes its state first.
+  /// The state of the sequence in row s of the batch's block tables (staged seq_index) is
+  /// kv.state_table()[batch.state_slots[s]] + state_offset: this layer's gated_delta_net_state_floats()
+  /// floats, laid out as conv window [K - 1, conv_dim] then S [nv, dk, dv]; a token at position 0 zeroes
+  /// its state first. Throws std::invalid_argument for a bad shape or a batch staged without state slots.
   struct GatedDeltaNetShape {
     std::size_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
     std::size_t conv_dim() const { return 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim; }
@@ -342,8 +353,14 @@ class Backend : public std::enable_shared_from_this<Backend> {
   }
   virtual void gated_delta_net(const GatedDeltaNetShape& shape, const float* qkv, std::size_t ldqkv, const float* a,
                                const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
-                               const float* dt_bias, const StagedBatch& batch, std::span<float* const> states,
-                               float* out, std::size_t ldo);
+                               const float* dt_bias, const StagedBatch& batch, const KvStorage& kv,
+                               std::size_t state_offset, float* out, std::size_t ldo);
+  /// Whether gated_delta_net of this shape runs on the device without the host (so that a forward with
+  /// it can be recorded, begin_capture).
+  virtual bool gated_delta_net_on_device(const GatedDeltaNetShape& shape) const {
+    (void)shape;
+    return false;
+  }
   /// x[i] = value for i < n.
   virtual void fill(float* x, std::size_t n, float value) = 0;
   /// Waits for every op issued before.

@@ -49,6 +49,7 @@ class ForwardBatch {
 
  private:
   std::vector<std::size_t> state_slots_;
+  std::vector<std::int32_t> staged_state_slots_;  ///< state_slots_ as BatchInputs::state_slots takes them
   // The host inputs (kept for staging on other backends).
   std::vector<TokenId> tokens_;
   std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;

@@ -292,8 +292,15 @@ class HybridQwen final : public RankModel {
                        candidates);
   }
 
-  // The token mixing's default ops go through the host; nothing here is recorded.
-  bool supports_capture(std::size_t) const override { return false; }
+  // Recordable where the backend runs the token mixing and the experts on the device (the recurrent
+  // states are found through the staged slots, KvStorage::state_table).
+  bool supports_capture(std::size_t n_tokens) const override {
+    if (!backend_->gated_delta_net_on_device(shape_)) return false;
+    for (const auto& L : layers_)
+      if (L.sparse() && !backend_->moe_on_device(*L.moe.experts, n_tokens)) return false;
+    if (mtp_ && mtp_->layer.sparse() && !backend_->moe_on_device(*mtp_->layer.moe.experts, n_tokens)) return false;
+    return true;
+  }
   bool supports_lm_head_groups() const override {
     return !tp_.active() && backend_->supports_matmul_groups(lm_head());
   }
@@ -431,11 +438,8 @@ class HybridQwen final : public RankModel {
     be.rms_norm(x, h, T, H, H, L.input_norm.as<float>(), eps);
     const Backend::MatmulOut outs[] = {{L.qkv.w.get(), qkv, C}, {L.z.w.get(), z, VD}, {L.b.w.get(), bb, nv}, {L.a.w.get(), aa, nv}};
     be.matmul_many(h, T, H, outs);
-    std::vector<float*> states;
-    states.reserve(batch.state_slots().size());
-    for (const std::size_t slot : batch.state_slots()) states.push_back(kv.recurrent_state(slot) + L.state_offset);
     be.gated_delta_net(shape_, qkv, C, aa, bb, nv, L.conv_weight.as<float>(), L.A_log.as<float>(), L.dt_bias.as<float>(),
-                       batch.staged(), states, core, VD);
+                       batch.staged(), kv, L.state_offset, core, VD);
     // Gated RMSNorm per value head: RMSNorm(core) * w * silu(z).
     be.rms_norm(core, core, T * nv, dv, dv, L.norm.as<float>(), eps);
     be.silu_mul(z, VD, core, VD, core, VD, T, VD);

@@ -117,6 +117,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   ro.max_kv_tokens = options_.max_kv_tokens;
   ro.kv_cache_mb = options_.kv_cache_mb;
   ro.mtp_layers = mtp_depth_;
+  ro.enforce_eager = options_.enforce_eager;
   // A model with recurrent state (hybrid) resumes a cached prefix only from a snapshot of its state:
   // taken every state_snapshot_tokens positions of a prompt, where prefill chunks end.
   const KvSpec spec = model->kv_spec();

@@ -114,6 +114,9 @@ struct EngineOptions {
   /// schema locations annotated `x-quarry-source` can only be what the document says
   /// (engine/grammar/grounding.hpp). false ignores the annotation.
   bool grounding = true;
+  /// Run every forward call op by op: no decode step is recorded and replayed (CUDA graphs), as vLLM's
+  /// enforce_eager. For debugging and for measuring what the recording saves; output unchanged.
+  bool enforce_eager = false;
   /// Optional log sink for one-line messages (model loaded, cache sizes); the engine has no logger.
   std::function<void(std::string_view)> log = {};
 };

@@ -6,7 +6,8 @@
 
 namespace quarry::engine {
 
-ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions& options) : model_(std::move(model)) {
+ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions& options)
+    : model_(std::move(model)), eager_(options.enforce_eager) {
   const KvSpec spec = model_->cache_spec(options.mtp_layers);
   std::size_t kv_tokens = options.max_kv_tokens;
   if (options.kv_cache_mb > 0) {
@@ -67,7 +68,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
   const ForwardBatch fb(be, batch, *kv_, V);
   const ForwardOutputs outs{nl ? dev_logits_.as<float>() : nullptr, want_hidden ? dev_hidden_.as<float>() : nullptr};
   bool restricted = false;
-  const bool recordable = model_->can_record() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
+  const bool recordable = !eager_ && model_->can_record() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
   if (!recordable) {
     restricted = model_->forward(fb, *kv_, outs, lm_head_groups);
   } else {

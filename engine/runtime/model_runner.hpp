@@ -25,6 +25,7 @@ struct ModelRunnerOptions {
   /// copies, the prefix snapshots); kv_cache_mb covers them first and the K/V blocks get the rest.
   std::size_t state_slots = 0;
   std::size_t mtp_layers = 0;         ///< MTP draft depths with a KV layer
+  bool enforce_eager = false;         ///< never record and replay (EngineOptions::enforce_eager)
   PrefixCacheOptions prefix;
 };
 
@@ -79,6 +80,7 @@ class ModelRunner {
                       GreedyRows* greedy);
 
   std::unique_ptr<Model> model_;
+  bool eager_ = false;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_, hidden_;
   std::vector<TokenId> argmax_;

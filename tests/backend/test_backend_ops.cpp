@@ -957,8 +957,17 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
     // 6..8 of sequence 0 and 3 of sequence 1 (the state carries over), then sequence 1 restarts at 0.
     const std::vector<std::vector<std::int32_t>> call_pos = {{0, 0, 1, 1, 2, 2, 3, 4, 5}, {6, 3, 7, 8}, {0, 1}};
     const std::vector<std::vector<std::int32_t>> call_seq = {{0, 1, 0, 1, 0, 1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1}};
+    // Each sequence's state in a slot of a KV storage, as the second of two layers' (state_offset):
+    // sequence s in slot 2 - s, so that a kernel taking the row for the slot fails.
     const std::size_t state = Backend::gated_delta_net_state_floats(sh);
-    auto states_buf = dev_.zeros(2 * state, 0.f);
+    KvSpec spec;
+    spec.n_layers = 1;
+    spec.n_kv_heads = 1;
+    spec.head_dim = 16;
+    spec.state_floats = 2 * state;
+    auto kv = under_test_->make_kv_storage(spec, 1);
+    kv->ensure_state_slots(3);
+    for (std::size_t slot = 0; slot < 3; ++slot) under_test_->fill(kv->recurrent_state(slot), 2 * state, 0.f);
     const auto w = randn(C * sh.conv_kernel, 41, 0.5f), A_log = randn(nv, 42, 0.5f), dt = randn(nv, 43, 0.5f);
     auto wb = dev_.put(w), alb = dev_.put(A_log), dtb = dev_.put(dt);
     std::vector<float> all_qkv, all_a, all_b;
@@ -982,12 +991,13 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
       in.seq_index = rows;
       in.block_tables = tables;
       in.max_blocks = 16;
+      std::vector<std::int32_t> slots;
+      for (auto sq : seqs) slots.push_back(2 - sq);
+      in.state_slots = slots;
       const StagedBatch& st = under_test_->stage(in);
-      std::vector<float*> states;
-      for (auto sq : seqs) states.push_back(states_buf.as<float>() + static_cast<std::size_t>(sq) * state);
       auto xb = dev_.put(qkv), ab = dev_.put(a), bb = dev_.put(b), ob = dev_.zeros(T * VD);
       under_test_->gated_delta_net(sh, xb.as<float>(), C, ab.as<float>(), bb.as<float>(), nv, wb.as<float>(),
-                                   alb.as<float>(), dtb.as<float>(), st, states, ob.as<float>(), VD);
+                                   alb.as<float>(), dtb.as<float>(), st, *kv, state, ob.as<float>(), VD);
       const auto o = dev_.get(ob, T * VD);
       got.insert(got.end(), o.begin(), o.end());
       all_qkv.insert(all_qkv.end(), qkv.begin(), qkv.end());

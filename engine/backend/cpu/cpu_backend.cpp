@@ -185,6 +185,7 @@ class CpuBackend final : public Backend {
     seq_index_.assign(in.seq_index.begin(), in.seq_index.end());
     tables_.assign(in.block_tables.begin(), in.block_tables.end());
     logit_rows_.assign(in.logit_rows.begin(), in.logit_rows.end());
+    state_slots_.assign(in.state_slots.begin(), in.state_slots.end());
     const std::size_t n = tokens_.size();
     // Each token's block-table row; tokens of one sequence share the pointer, which the attention
     // kernels use to find runs of one sequence's consecutive tokens.
@@ -204,6 +205,7 @@ class CpuBackend final : public Backend {
     staged_.logit_rows = logit_rows_.data();
     staged_.host_positions = positions_.data();
     staged_.host_seq_index = seq_index_.data();
+    staged_.state_slots = staged_.host_state_slots = state_slots_.empty() ? nullptr : state_slots_.data();
     staged_.backend_data = token_tables_.data();
     return staged_;
   }
@@ -368,7 +370,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   QuantScratch quant_scratch_;
   std::vector<TokenId> tokens_;
-  std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;
+  std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_, state_slots_;
   std::vector<const std::int32_t*> token_tables_;
   StagedBatch staged_;
 };

@@ -332,21 +332,19 @@ class CudaBackend final : public Backend {
     launch_sigmoid_mul(gate, ldg, gate_cols, x, ldx, rows, n, stream_);
   }
 
+  bool gated_delta_net_on_device(const GatedDeltaNetShape& shape) const override {
+    return gated_delta_supported(shape.k_head_dim, shape.conv_kernel) && shape.n_k_heads > 0 &&
+           shape.n_v_heads % shape.n_k_heads == 0;
+  }
   void gated_delta_net(const GatedDeltaNetShape& shape, const float* qkv, std::size_t ldqkv, const float* a,
                        const float* b, std::size_t ldab, const float* conv_weight, const float* A_log,
-                       const float* dt_bias, const StagedBatch& batch, std::span<float* const> states, float* out,
-                       std::size_t ldo) override {
-    if (!gated_delta_supported(shape.k_head_dim, shape.conv_kernel) || shape.n_k_heads == 0 ||
-        shape.n_v_heads % shape.n_k_heads != 0 || states.size() < batch.n_seqs)
-      return Backend::gated_delta_net(shape, qkv, ldqkv, a, b, ldab, conv_weight, A_log, dt_bias, batch, states, out,
-                                      ldo);
+                       const float* dt_bias, const StagedBatch& batch, const KvStorage& kv, std::size_t state_offset,
+                       float* out, std::size_t ldo) override {
+    if (!gated_delta_net_on_device(shape) || !batch.state_slots || !kv.state_table())
+      return Backend::gated_delta_net(shape, qkv, ldqkv, a, b, ldab, conv_weight, A_log, dt_bias, batch, kv,
+                                      state_offset, out, ldo);
     if (batch.n_tokens == 0) return;
-    // The sequences' state pointers and the conv output share one scratch allocation.
     const std::size_t C = shape.conv_dim();
-    const std::size_t ptr_bytes = (batch.n_seqs * sizeof(float*) + 255) / 256 * 256;
-    auto* base = static_cast<unsigned char*>(delta_scratch_.get(ptr_bytes + batch.n_tokens * C * sizeof(float)));
-    check(cudaMemcpyAsync(base, states.data(), batch.n_seqs * sizeof(float*), cudaMemcpyHostToDevice, stream_),
-          "gated_delta_net states");
     GatedDeltaArgs g;
     g.qkv = qkv;
     g.ldqkv = ldqkv;
@@ -358,8 +356,10 @@ class CudaBackend final : public Backend {
     g.dt_bias = dt_bias;
     g.positions = batch.positions;
     g.seq_index = batch.seq_index;
-    g.states = reinterpret_cast<float* const*>(base);
-    g.conv_out = reinterpret_cast<float*>(base + ptr_bytes);
+    g.state_table = kv.state_table();
+    g.state_slots = batch.state_slots;
+    g.state_offset = state_offset;
+    g.conv_out = static_cast<float*>(delta_scratch_.get(batch.n_tokens * C * sizeof(float)));
     g.out = out;
     g.ldo = ldo;
     g.n_tokens = batch.n_tokens;
@@ -370,7 +370,6 @@ class CudaBackend final : public Backend {
     g.k_head_dim = shape.k_head_dim;
     g.v_head_dim = shape.v_head_dim;
     g.conv_kernel = static_cast<int>(shape.conv_kernel);
-    // (A copy from pageable host memory returns once the data is staged: `states` may go away after it.)
     launch_gated_delta_net(g, batch.n_seqs, stream_);
   }
 
@@ -486,6 +485,7 @@ class CudaBackend final : public Backend {
     const std::size_t T = in.tokens.size(), nt = in.block_tables.size(), nl = in.logit_rows.size();
     host_positions_.assign(in.positions.begin(), in.positions.end());
     host_seq_.assign(in.seq_index.begin(), in.seq_index.end());
+    host_state_slots_.assign(in.state_slots.begin(), in.state_slots.end());
     // Attention work items: runs of consecutive positions of one sequence; long runs (prefill) become
     // flash tiles of up to 64 tokens, the rest go to the split kernel.
     fa_tiles_.clear();
@@ -507,8 +507,8 @@ class CudaBackend final : public Backend {
       }
       t = e;
     }
-    const std::size_t nf = fa_tiles_.size(), ns = simt_tokens_.size();
-    const std::size_t ints = 3 * T + nt + nl + nf + ns;
+    const std::size_t nf = fa_tiles_.size(), ns = simt_tokens_.size(), nss = host_state_slots_.size();
+    const std::size_t ints = 3 * T + nt + nl + nf + ns + nss;
     // The previous upload from the pinned buffer must be done before it is overwritten.
     check(cudaEventSynchronize(staged_event_), "stage");
     if (pinned_ints_ < ints) {
@@ -526,6 +526,7 @@ class CudaBackend final : public Backend {
     std::copy(in.logit_rows.begin(), in.logit_rows.end(), p + 3 * T + nt);
     std::copy(fa_tiles_.begin(), fa_tiles_.end(), p + 3 * T + nt + nl);
     std::copy(simt_tokens_.begin(), simt_tokens_.end(), p + 3 * T + nt + nl + nf);
+    std::copy(host_state_slots_.begin(), host_state_slots_.end(), p + 3 * T + nt + nl + nf + ns);
     auto* dev = static_cast<std::int32_t*>(stage_buf_.get(std::max<std::size_t>(ints, 1) * sizeof(std::int32_t)));
     check(cudaMemcpyAsync(dev, p, ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), "stage");
     check(cudaEventRecord(staged_event_, stream_), "stage");
@@ -542,6 +543,10 @@ class CudaBackend final : public Backend {
     staged_.logit_rows = dev + 3 * T + nt;
     staged_.host_positions = host_positions_.data();
     staged_.host_seq_index = host_seq_.data();
+    if (nss) {
+      staged_.state_slots = dev + 3 * T + nt + nl + nf + ns;
+      staged_.host_state_slots = host_state_slots_.data();
+    }
     attn_.fa_tiles = dev + 3 * T + nt + nl;
     attn_.n_fa_tiles = static_cast<int>(nf / 2);
     attn_.simt_tokens = dev + 3 * T + nt + nl + nf;
@@ -913,7 +918,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::int32_t* pinned_ = nullptr;
   std::size_t pinned_ints_ = 0;
-  std::vector<std::int32_t> host_positions_, host_seq_, fa_tiles_, simt_tokens_;
+  std::vector<std::int32_t> host_positions_, host_seq_, host_state_slots_, fa_tiles_, simt_tokens_;
   std::int32_t simt_max_position_ = 0;
   AttnBatch attn_;  ///< the staged batch's flash tiles and split-kernel tokens (StagedBatch::backend_data)
   std::uint64_t generation_ = 0;  ///< bumped by every device allocation and free (recordings go stale)

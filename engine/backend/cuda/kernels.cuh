@@ -264,7 +264,9 @@ struct GatedDeltaArgs {
   const float* conv_weight = nullptr, *A_log = nullptr, *dt_bias = nullptr;
   const std::int32_t* positions = nullptr;  ///< [n_tokens]
   const std::int32_t* seq_index = nullptr;  ///< [n_tokens]
-  float* const* states = nullptr;           ///< [n_seqs] each sequence's state of the layer
+  float* const* state_table = nullptr;      ///< KvStorage::state_table(): slot -> state
+  const std::int32_t* state_slots = nullptr;  ///< [n_seqs] each sequence's slot (StagedBatch::state_slots)
+  std::size_t state_offset = 0;             ///< floats into a slot's state: this layer's
   float* conv_out = nullptr;                ///< scratch [n_tokens, conv_dim]
   float* out = nullptr;                     ///< [n_tokens, nv dv] at ldo
   std::size_t ldo = 0;
