@@ -356,16 +356,21 @@ void Backend::gated_delta_net(const GatedDeltaNetShape& s, const float* qkv, std
 }
 
 void Backend::moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k,
-                        bool renormalize, std::int32_t* ids, float* weights) {
+                        bool renormalize, bool shared_expert, std::int32_t* ids, float* weights) {
   if (n_tokens == 0) return;
   if (k == 0 || k > n_experts) throw std::invalid_argument("moe_route: k must be in 1..n_experts");
-  std::vector<float> p(n_tokens * n_experts);
+  const std::size_t ld = n_experts + (shared_expert ? 1 : 0), kout = k + (shared_expert ? 1 : 0);
+  std::vector<float> p(n_tokens * ld);
   download(p.data(), logits, p.size() * sizeof(float));
-  std::vector<std::int32_t> out_ids(n_tokens * k);
-  std::vector<float> out_w(n_tokens * k);
+  std::vector<std::int32_t> out_ids(n_tokens * kout);
+  std::vector<float> out_w(n_tokens * kout);
   std::vector<std::uint32_t> order(n_experts);
   for (std::size_t t = 0; t < n_tokens; ++t) {
-    float* row = p.data() + t * n_experts;
+    float* row = p.data() + t * ld;
+    if (shared_expert) {
+      out_ids[t * kout + k] = static_cast<std::int32_t>(n_experts);
+      out_w[t * kout + k] = 1.0f / (1.0f + std::exp(-row[n_experts]));
+    }
     const float mx = *std::max_element(row, row + n_experts);
     float sum = 0.f;
     for (std::size_t e = 0; e < n_experts; ++e) sum += (row[e] = std::exp(row[e] - mx));
@@ -377,8 +382,8 @@ void Backend::moe_route(const float* logits, std::size_t n_tokens, std::size_t n
     for (std::size_t j = 0; j < k; ++j) top += row[order[j]];
     std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));  // ascending expert id
     for (std::size_t j = 0; j < k; ++j) {
-      out_ids[t * k + j] = static_cast<std::int32_t>(order[j]);
-      out_w[t * k + j] = renormalize ? row[order[j]] / top : row[order[j]];
+      out_ids[t * kout + j] = static_cast<std::int32_t>(order[j]);
+      out_w[t * kout + j] = renormalize ? row[order[j]] / top : row[order[j]];
     }
   }
   upload(ids, out_ids.data(), out_ids.size() * sizeof(std::int32_t));

@@ -301,8 +301,13 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// over the experts in f32, the k largest probabilities (the lower id first on a tie), divided by their
   /// sum when `renormalize` (norm_topk_prob). Writes ids (int32) and weights (f32), [n_tokens, k] each,
   /// each token's k in ascending expert id. All pointers in device memory.
+  /// With `shared_expert` (a shared expert run as expert n_experts of the ExpertSet, HF Qwen3NextSparseMoeBlock's
+  /// shared_expert with its shared_expert_gate): each logits row holds n_experts + 1 values, the last the
+  /// shared expert's gate logit g, and each token gets k + 1 pairs, the k routed ones then (n_experts,
+  /// sigmoid(g)); ids and weights are [n_tokens, k + 1]. moe_experts over them adds the shared expert's
+  /// output after the routed ones, as HF adds it to theirs.
   virtual void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k,
-                         bool renormalize, std::int32_t* ids, float* weights);
+                         bool renormalize, bool shared_expert, std::int32_t* ids, float* weights);
   /// Floats of scratch moe_experts needs for n_tokens tokens routed to k experts each.
   static std::size_t moe_scratch_floats(std::size_t n_tokens, std::size_t k, std::size_t hidden,
                                         std::size_t intermediate);

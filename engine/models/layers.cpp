@@ -286,16 +286,18 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
 
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
                Collective* tp, const float* extra) {
-  const std::size_t H = c.hidden_size, E = w.gate.size(), K = w.top_k;
+  // With the shared expert in the set (w.shared_expert), its gate is the router's last row and its pair
+  // the last of each token's K + 1.
+  const std::size_t H = c.hidden_size, E = w.gate.size(), R = w.router->rows, K = w.top_k + (w.shared_expert ? 1 : 0);
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
-  float* logits = ws.get(kRouter, T * E);
+  float* logits = ws.get(kRouter, T * R);
   float* routing = ws.get(kRouting, 2 * T * K);  // ids (int32) [T, K], then weights [T, K]
   auto* ids = reinterpret_cast<std::int32_t*>(routing);
   float* scratch = ws.get(kMoeScratch, Backend::moe_scratch_floats(T, K, H, w.experts->intermediate()));
   b.rms_norm(x, h, T, H, H, w.post_norm.as<float>(), eps);
-  b.matmul(h, T, H, *w.router, E, logits, E);
-  b.moe_route(logits, T, E, K, w.norm_topk_prob, ids, routing + T * K);
+  b.matmul(h, T, H, *w.router, R, logits, R);
+  b.moe_route(logits, T, E, w.top_k, w.norm_topk_prob, w.shared_expert, ids, routing + T * K);
   if (!tp) {
     b.moe_experts(*w.experts, h, H, T, ids, routing + T * K, K, x, H, scratch);
     if (extra) b.add(x, extra, T * H);

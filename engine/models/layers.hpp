@@ -103,6 +103,10 @@ struct MoeWeights {
   std::unique_ptr<ExpertSet> experts;                   ///< the same, as the backend addresses them
   std::size_t top_k = 0;
   bool norm_topk_prob = false;
+  /// A shared expert runs as the last expert of `experts` (which then holds gate.size() + 1), its gate as
+  /// the last row of `router` ([num_experts + 1, hidden]): Backend::moe_route's shared_expert. Its weights
+  /// are the model's; bytes() and active_bytes() count the routed experts only.
+  bool shared_expert = false;
   /// Every expert's bytes (what the model holds).
   std::size_t bytes() const;
   /// What one token reads: the router, the norm and top_k experts (experts are equal in size).
@@ -189,7 +193,9 @@ void swiglu_block(Backend& b, Workspace& ws, const MlpWeights& w, const ModelCon
 /// x [T, hidden] += the MoE block of h = post_norm(x) (HF Qwen3MoeSparseMoeBlock): router logits h R^T,
 /// softmax over the experts in f32, the top_k largest (renormalised to sum 1 when norm_topk_prob)
 /// (Backend::moe_route), each token's experts' SwiGLU outputs weighted and summed in expert order, added
-/// to x (Backend::moe_experts). `extra` [T, hidden] (optional: a shared expert's output) is added too;
+/// to x (Backend::moe_experts); a shared expert in the set (MoeWeights::shared_expert) is the last of
+/// each token's pairs, weighted by sigmoid of its gate. `extra` [T, hidden] (optional: a shared expert's
+/// output computed apart) is added too;
 /// under tensor parallelism it is this rank's partial sum, reduced with the experts' in the one all-reduce.
 void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig& c, float* x, std::size_t T,
                Collective* tp = nullptr, const float* extra = nullptr);

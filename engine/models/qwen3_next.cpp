@@ -142,7 +142,9 @@ struct Layer {
     std::size_t n = linear ? lin.bytes() : attn.bytes();
     if (!sparse()) return n + mlp.bytes();
     n += moe.active_bytes();
-    if (shared.w_gate) n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() + shared_gate->bytes();
+    // (A shared expert run in the set has its gate in the router's bytes.)
+    if (shared.w_gate)
+      n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() + (moe.shared_expert ? 0 : shared_gate->bytes());
     return n;
   }
 };
@@ -341,11 +343,51 @@ class HybridQwen final : public RankModel {
         L.shared.w_up = w.row_slice(p + "mlp.shared_expert.up_proj.weight", S, H, s0, n);
         L.shared.w_down = w.col_slice(p + "mlp.shared_expert.down_proj.weight", H, S, s0, n);
         L.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", 1, H);
+        share_expert_set(p, L);
       }
     } else {
       L.mlp = layers::load_swiglu(w, p, cfg_);
     }
     (L.sparse() ? L.moe.post_norm : L.mlp.post_norm) = vector_plus(w, p + "post_attention_layernorm.weight", {H}, 1.0f);
+  }
+
+  /// Runs the shared expert as the last expert of the layer's set, its gate as the router's last row
+  /// (layers::MoeWeights::shared_expert; one routing, one pass of the gather-GEMVs and one weighted sum
+  /// for both, instead of four more products and two adds a step), where it can: one rank, router and
+  /// gate stored in the same float dtype, the shared expert of the routed experts' shape and type.
+  void share_expert_set(const std::string& p, Layer& L) {
+    auto& m = L.moe;
+    const std::size_t H = cfg_.hidden_size, E = m.gate.size();
+    const std::string router = p + "mlp.gate.weight", gate = p + "mlp.shared_expert_gate.weight";
+    if (tp_.active() || E == 0 || !store_->has(router) || !store_->has(gate)) return;
+    const TensorView& r = store_->get(router, {E, H});
+    const TensorView& g = store_->get(gate, {1, H});
+    if (r.dtype != g.dtype || !(r.dtype == DType::f32 || r.dtype == DType::f16 || r.dtype == DType::bf16)) return;
+    const auto same = [](const Weight& a, const Weight& b) { return a.rows == b.rows && a.cols == b.cols; };
+    if (!same(*L.shared.w_gate, *m.gate[0]) || !same(*L.shared.w_up, *m.up[0]) || !same(*L.shared.w_down, *m.down[0]))
+      return;
+    std::vector<const Weight*> gs, us, ds;
+    for (std::size_t e = 0; e < E; ++e) {
+      gs.push_back(m.gate[e].get());
+      us.push_back(m.up[e].get());
+      ds.push_back(m.down[e].get());
+    }
+    gs.push_back(L.shared.w_gate.get());
+    us.push_back(L.shared.w_up.get());
+    ds.push_back(L.shared.w_down.get());
+    std::unique_ptr<ExpertSet> set;
+    try {
+      set = backend_->make_expert_set(gs, us, ds);
+    } catch (const std::invalid_argument&) {
+      return;  // another dtype or packing than the routed experts': computed apart
+    }
+    const std::size_t row = H * dtype_size(r.dtype);
+    std::vector<unsigned char>& host = keep_.emplace_back((E + 1) * row);
+    std::memcpy(host.data(), r.data, E * row);
+    std::memcpy(host.data() + E * row, g.data, row);
+    m.router = backend_->load_matrix(host.data(), r.dtype, E + 1, H, WeightUse::matmul, compute_);
+    m.experts = std::move(set);
+    m.shared_expert = true;
   }
 
   /// This rank's linear-attention heads: key heads [k0, k0 + nk) of NK and their value heads [v0, v0 + nv)
@@ -479,7 +521,7 @@ class HybridQwen final : public RankModel {
     }
     const std::size_t H = cfg_.hidden_size;
     float* shared = nullptr;
-    if (L.shared.w_gate) {  // sigmoid(h g^T) * SwiGLU_shared(h), from the same h as the routed experts
+    if (L.shared.w_gate && !L.moe.shared_expert) {  // sigmoid(h g^T) * SwiGLU_shared(h), from the same h as the routed experts
       const std::size_t S = L.shared.w_gate->rows;
       const float eps = static_cast<float>(cfg_.rms_norm_eps);
       float* h = ws_.get(layers::kH, T * H);

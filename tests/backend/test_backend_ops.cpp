@@ -772,19 +772,24 @@ TEST_F(BackendOps, SiluMulAddFillCopyGather) {
 
 TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
   // 16 experts of width 96 over hidden 256, top 4: token counts on both sides of the CUDA gather-GEMV
-  // limit (16), weights in f32 and bf16, exact and bf16 compute, with and without renormalisation.
+  // limit (16), weights in f32 and bf16, exact and bf16 compute, with and without renormalisation, and
+  // with a shared expert run as expert E (its gate logit last in each row, its pair last: weight
+  // sigmoid(logit)).
   const std::size_t E = 16, K = 4, H = 256, I = 96;
   std::uint64_t seed = 900;
   for (const DType dt : {DType::f32, DType::bf16})
     for (const Compute compute : {Compute::exact, Compute::bf16})
-      for (const std::size_t T : {1u, 5u, 20u}) {
+      for (const std::size_t T : {1u, 5u, 20u})
+        for (const std::size_t S : {0u, 1u}) {
         const bool renorm = T != 5;
+        const std::size_t L = E + S, KO = K + S;  // logits a row, pairs a token
         const Compute resolved = under_test_->resolve_compute(compute, dt);
-        const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) + " T=" + std::to_string(T);
+        const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) + " T=" + std::to_string(T) +
+                                 (S ? " shared expert" : "");
         std::vector<HostWeight> gate, up, down;
         std::vector<std::unique_ptr<Weight>> owned;
         std::vector<const Weight*> g, u, d;
-        for (std::size_t e = 0; e < E; ++e) {
+        for (std::size_t e = 0; e < L; ++e) {
           gate.push_back(make_weight(I, H, dt, seed++));
           up.push_back(make_weight(I, H, dt, seed++));
           down.push_back(make_weight(H, I, dt, seed++));
@@ -797,21 +802,21 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
         }
         auto set = under_test_->make_expert_set(g, u, d);
         // Routing: logits with distinct values, so that the top K is unambiguous.
-        const auto logits = randn(T * E, seed++, 2.f);
+        const auto logits = randn(T * L, seed++, 2.f);
         auto lb = dev_.put(logits);
-        auto ib = dev_.put_ints(std::vector<std::int32_t>(T * K, -1));
-        auto wb = dev_.zeros(T * K);
-        under_test_->moe_route(lb.as<float>(), T, E, K, renorm, ib.as<std::int32_t>(), wb.as<float>());
-        std::vector<std::int32_t> ids(T * K);
+        auto ib = dev_.put_ints(std::vector<std::int32_t>(T * KO, -1));
+        auto wb = dev_.zeros(T * KO);
+        under_test_->moe_route(lb.as<float>(), T, E, K, renorm, S == 1, ib.as<std::int32_t>(), wb.as<float>());
+        std::vector<std::int32_t> ids(T * KO);
         under_test_->download(ids.data(), ib.data(), ids.size() * sizeof(std::int32_t));
-        const auto weights = dev_.get(wb, T * K);
-        std::vector<double> want_w(T * K);
-        std::vector<std::int32_t> want_ids(T * K);
+        const auto weights = dev_.get(wb, T * KO);
+        std::vector<double> want_w(T * KO);
+        std::vector<std::int32_t> want_ids(T * KO);
         for (std::size_t t = 0; t < T; ++t) {
           std::vector<double> p(E);
           double mx = -1e300, sum = 0;
-          for (std::size_t e = 0; e < E; ++e) mx = std::max(mx, static_cast<double>(logits[t * E + e]));
-          for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(logits[t * E + e] - mx));
+          for (std::size_t e = 0; e < E; ++e) mx = std::max(mx, static_cast<double>(logits[t * L + e]));
+          for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(logits[t * L + e] - mx));
           std::vector<std::int32_t> order(E);
           for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<std::int32_t>(e);
           std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
@@ -819,8 +824,12 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
           double top = 0;
           for (std::size_t j = 0; j < K; ++j) top += p[order[j]] / sum;
           for (std::size_t j = 0; j < K; ++j) {
-            want_ids[t * K + j] = order[j];
-            want_w[t * K + j] = p[order[j]] / sum / (renorm ? top : 1.0);
+            want_ids[t * KO + j] = order[j];
+            want_w[t * KO + j] = p[order[j]] / sum / (renorm ? top : 1.0);
+          }
+          if (S) {
+            want_ids[t * KO + K] = static_cast<std::int32_t>(E);
+            want_w[t * KO + K] = 1 / (1 + std::exp(-static_cast<double>(logits[t * L + E])));
           }
         }
         ASSERT_EQ(ids, want_ids) << what;
@@ -828,13 +837,13 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
         // Experts: x = x0 + sum_j w_j down_e(silu(gate_e h) * up_e h).
         const auto h = randn(T * H, seed++), x0 = randn(T * H, seed++);
         auto hb = dev_.put(h), xb = dev_.put(x0);
-        auto scratch = dev_.zeros(Backend::moe_scratch_floats(T, K, H, I));
-        under_test_->moe_experts(*set, hb.as<float>(), H, T, ib.as<std::int32_t>(), wb.as<float>(), K, xb.as<float>(), H,
-                                 scratch.as<float>());
+        auto scratch = dev_.zeros(Backend::moe_scratch_floats(T, KO, H, I));
+        under_test_->moe_experts(*set, hb.as<float>(), H, T, ib.as<std::int32_t>(), wb.as<float>(), KO, xb.as<float>(),
+                                 H, scratch.as<float>());
         std::vector<double> ref(x0.begin(), x0.end());
         for (std::size_t t = 0; t < T; ++t)
-          for (std::size_t j = 0; j < K; ++j) {
-            const std::size_t e = static_cast<std::size_t>(want_ids[t * K + j]);
+          for (std::size_t j = 0; j < KO; ++j) {
+            const std::size_t e = static_cast<std::size_t>(want_ids[t * KO + j]);
             std::vector<double> act(I);
             for (std::size_t r = 0; r < I; ++r) {
               double a = 0, b = 0;
@@ -847,7 +856,7 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
             for (std::size_t c = 0; c < H; ++c) {
               double y = 0;
               for (std::size_t r = 0; r < I; ++r) y += act[r] * down[e].values[c * I + r];
-              ref[t * H + c] += want_w[t * K + j] * y;
+              ref[t * H + c] += want_w[t * KO + j] * y;
             }
           }
         // The error of what was added (x0 would hide it).

@@ -24,7 +24,7 @@ inline const std::vector<std::string>& fixture_models() {
                                              "tiny_moe_f32_fused",   "tiny_moe_bf16",
                                              "tiny_moe_bf16_fused",  "tiny_next_f32",
                                              "tiny_next_bf16",       "tiny_qwen35_f32",
-                                             "tiny_qwen35moe_f32"};
+                                             "tiny_qwen35moe_f32", "tiny_qwen35moe_shared_f32"};
   return m;
 }
 

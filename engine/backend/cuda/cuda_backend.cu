@@ -293,11 +293,11 @@ class CudaBackend final : public Backend {
   }
 
   void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
-                 std::int32_t* ids, float* weights) override {
+                 bool shared_expert, std::int32_t* ids, float* weights) override {
     if (k == 0 || k > n_experts) throw std::invalid_argument("moe_route: k must be in 1..n_experts");
     if (k > kMaxMoeTopK || n_experts > kMaxMoeExperts)
-      return Backend::moe_route(logits, n_tokens, n_experts, k, renormalize, ids, weights);
-    launch_moe_route(logits, n_tokens, n_experts, k, renormalize, ids, weights, stream_);
+      return Backend::moe_route(logits, n_tokens, n_experts, k, renormalize, shared_expert, ids, weights);
+    launch_moe_route(logits, n_tokens, n_experts, k, renormalize, shared_expert, ids, weights, stream_);
   }
 
   void moe_experts(const ExpertSet& experts, const float* h, std::size_t ldh, std::size_t n_tokens,
@@ -321,7 +321,6 @@ class CudaBackend final : public Backend {
     a.down = set.down_table();
     a.round_x = set.round_x;
     a.act = scratch;                                  // [n_tokens k, inter]
-    a.y = scratch + n_tokens * k * set.intermediate();  // [n_tokens k, hidden]
     a.x = x;
     a.ldx = ldx;
     launch_moe_experts(a, set.type, stream_);
@@ -779,10 +778,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  /// The GEMV arguments of one launch for up to three weights of the same width and type (q, k, v of a
+  /// The GEMV arguments of one launch for up to four weights of the same width and type (q, k, v of a
   /// decode step); false where the GEMV does not apply.
   bool many_args(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs, GemvArgs& a) const {
-    bool fused = m > 0 && m <= 8 && !outs.empty() && outs.size() <= 3;
+    bool fused = m > 0 && m <= 8 && !outs.empty() && outs.size() <= kGemvMaxSegments;
     for (const auto& o : outs) {
       const CudaWeight& w = cuda_weight(*o.w);
       const CudaWeight& w0 = cuda_weight(*outs[0].w);

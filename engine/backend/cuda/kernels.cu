@@ -342,7 +342,7 @@ __device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::s
   }
 }
 
-/// The GEMV family (m <= 8 rows of x). MODE 0: y = x.W^T over up to three weights of the same width (q, k,
+/// The GEMV family (m <= 8 rows of x). MODE 0: y = x.W^T over up to four weights of the same width (q, k,
 /// v in one launch); MODE 1: y += x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate,
 /// seg[1] up, output seg[0].y). Both kernels sum a column alike: a lane its 8 columns of each 256-column step
 /// in order, the steps in order (one FMA chain per column and x row), then the warp's shuffle tree, so a row

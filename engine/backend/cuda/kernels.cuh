@@ -42,12 +42,13 @@ constexpr std::size_t kMaxMoeTopK = 32;
 constexpr std::size_t kMoeGemvMaxTokens = 16;
 /// The most experts moe_route_kernel takes (their probabilities in 48 KB of shared memory).
 constexpr std::size_t kMaxMoeExperts = 12288;
-/// Backend::moe_route on the device (one warp per token): ids / weights [n_tokens, k], ascending id.
+/// Backend::moe_route on the device (one warp per token): ids / weights [n_tokens, k], ascending id (with
+/// shared_expert: [n_tokens, k + 1], the shared expert's pair last).
 void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
-                      std::int32_t* ids, float* weights, cudaStream_t s);
-/// Backend::moe_experts for a few tokens: gather-GEMVs over each (token, expert) pair (gate and up with
-/// the SwiGLU into act [n_tokens k, inter], down into y [n_tokens k, hidden]), then each token's weighted
-/// sum added to x. Expert weights through device tables of pointers (gate, up, down [n_experts] each).
+                      bool shared_expert, std::int32_t* ids, float* weights, cudaStream_t s);
+/// Backend::moe_experts for a few tokens: gather-GEMVs over each (token, expert) pair, gate and up with
+/// the SwiGLU into act [n_tokens k, inter], then down over each token's pairs in order, their weighted sum
+/// added to x. Expert weights through device tables of pointers (gate, up, down [n_experts] each).
 /// hidden and inter multiples of 8, ldh a multiple of 4, h and act 16-byte aligned.
 struct MoeGemvArgs {
   const float* h = nullptr;
@@ -59,7 +60,6 @@ struct MoeGemvArgs {
   const void* const* down = nullptr;
   bool round_x = false;
   float* act = nullptr;
-  float* y = nullptr;
   float* x = nullptr;
   std::size_t ldx = 0;
 };
@@ -131,11 +131,13 @@ struct GemvSeg {
 };
 /// A GEMV launch over m <= 8 rows of x [m, k] at stride ldx; with round_x the activations are rounded
 /// to bf16 first (bf16 compute, as the tensor-core path rounds them).
+/// Weights of the same width one GEMV launch takes (q, k, v; a linear-attention layer's qkv, z, b, a).
+constexpr int kGemvMaxSegments = 4;
 struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
   bool round_x = false;
-  GemvSeg seg[3];
+  GemvSeg seg[kGemvMaxSegments];
   int n_seg = 1;
 };
 #ifdef __CUDACC__
@@ -173,7 +175,7 @@ inline std::size_t gemv_output_rows(const GemvArgs& a, int mode) {
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
 /// Whether the quantized GEMV (quantized.cu) takes a weight of QType `type` and width k: a whole 16-byte
 /// load of each row's values lies inside one scale block / group (no g_idx), rows 16-byte aligned. It
-/// takes every mode and up to three segments; other quantized weights take the general GEMV (one segment,
+/// takes every mode and up to kGemvMaxSegments segments; other quantized weights take the general GEMV (one segment,
 /// modes 0 and 1).
 bool gemv_quant_supported(const QuantArgs& q, int type, std::size_t k);
 /// launch_gemv for a quantized type that gemv_quant_supported accepts (every segment).

@@ -17,11 +17,12 @@ namespace {
 /// One warp per token: softmax over the experts (in shared memory), then k rounds of a warp arg-max
 /// (the lower id on a tie), the chosen sorted by id; weights renormalised by their sum (added in the
 /// order chosen: descending probability) when asked.
-__global__ void moe_route_kernel(const float* logits, int n_experts, int k, bool renormalize, std::int32_t* ids,
-                                 float* weights) {
+__global__ void moe_route_kernel(const float* logits, int n_experts, int k, bool renormalize, bool shared_expert,
+                                 std::int32_t* ids, float* weights) {
   extern __shared__ float p[];
   const int t = blockIdx.x, lane = threadIdx.x;
-  const float* row = logits + static_cast<std::size_t>(t) * n_experts;
+  const int ld = n_experts + (shared_expert ? 1 : 0), kout = k + (shared_expert ? 1 : 0);
+  const float* row = logits + static_cast<std::size_t>(t) * ld;
   float mx = -INFINITY;
   for (int e = lane; e < n_experts; e += 32) {
     p[e] = row[e];
@@ -70,8 +71,12 @@ __global__ void moe_route_kernel(const float* logits, int n_experts, int k, bool
       chosen_p[b - 1] = tp;
     }
   for (int j = 0; j < k; ++j) {
-    ids[static_cast<std::size_t>(t) * k + j] = chosen_id[j];
-    weights[static_cast<std::size_t>(t) * k + j] = renormalize ? chosen_p[j] / top : chosen_p[j];
+    ids[static_cast<std::size_t>(t) * kout + j] = chosen_id[j];
+    weights[static_cast<std::size_t>(t) * kout + j] = renormalize ? chosen_p[j] / top : chosen_p[j];
+  }
+  if (shared_expert) {
+    ids[static_cast<std::size_t>(t) * kout + k] = n_experts;
+    weights[static_cast<std::size_t>(t) * kout + k] = 1.0f / (1.0f + expf(-row[n_experts]));
   }
 }
 
@@ -136,17 +141,11 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   if (lane == 0) act[pair * inter + j] = g / (1.f + expf(-g)) * u;
 }
 
-/// y[p, j] = act[p] . down_{ids[p]}[j] for every pair p: a warp per output column of one pair.
+/// a . w[row .. row + inter) summed by one warp (every lane gets the sum): a lane its 8 columns of each
+/// 256-column step, two steps in flight.
 template <int TYPE>
-__global__ void __launch_bounds__(256) moe_down_kernel(const float* act, const std::int32_t* ids, const void* const* down,
-                                                       std::size_t hidden, std::size_t inter, bool round_x, float* y) {
-  const std::size_t pair = blockIdx.y;
-  const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (j >= hidden) return;
-  const void* w = down[ids[pair]];
-  const float* a = act + pair * inter;
-  const std::size_t row = j * inter;
+__device__ __forceinline__ float warp_dot(const void* w, std::size_t row, const float* a, std::size_t inter,
+                                          bool round_x, int lane) {
   float acc = 0.f;
   std::size_t k0 = static_cast<std::size_t>(lane) * 8;
   for (; k0 + 256 < inter; k0 += 512) {
@@ -167,23 +166,26 @@ __global__ void __launch_bounds__(256) moe_down_kernel(const float* act, const s
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc = fmaf(av[i], wv[i], acc);
   }
-  acc = warp_sum(acc);
-  if (lane == 0) y[pair * hidden + j] = acc;
+  return warp_sum(acc);
 }
 
-/// x[t, c] += sum over q < k, in q order (ascending expert id: HF's order of addition), of
-/// weights[t k + q] * y[t k + q, c].
-__global__ void moe_sum_kernel(const float* y, const float* weights, int k, std::size_t hidden, float* x,
-                               std::size_t ldx) {
+/// x[t, j] += sum over q < k, in q order, of weights[t k + q] * (act[t k + q] . down_{ids[t k + q]}[j]): a
+/// warp per output column of one token walking its pairs in order (HF's order of addition: ascending
+/// expert id, a shared expert last), the token's sum then added to x.
+template <int TYPE>
+__global__ void __launch_bounds__(256) moe_down_sum_kernel(const float* act, const std::int32_t* ids, const float* weights,
+                                                           int k, const void* const* down, std::size_t hidden,
+                                                           std::size_t inter, bool round_x, float* x, std::size_t ldx) {
   const std::size_t t = blockIdx.y;
-  const std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (c >= hidden) return;
-  float acc = 0.f;
+  const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (j >= hidden) return;
+  float total = 0.f;
   for (int q = 0; q < k; ++q) {
     const std::size_t pair = t * static_cast<std::size_t>(k) + q;
-    acc += weights[pair] * y[pair * hidden + c];
+    total += weights[pair] * warp_dot<TYPE>(down[ids[pair]], j * inter, act + pair * inter, inter, round_x, lane);
   }
-  x[t * ldx + c] += acc;
+  if (lane == 0) x[t * ldx + j] += total;
 }
 
 template <int TYPE>
@@ -192,21 +194,18 @@ void moe_experts_typed(const MoeGemvArgs& a, cudaStream_t s) {
   moe_gate_up_kernel<TYPE><<<dim3(ceil_div(a.inter, 8), pairs), 256, 0, s>>>(
       a.h, a.ldh, a.ids, static_cast<int>(a.k), a.gate, a.up, a.hidden, a.inter, a.round_x, a.act);
   check_launch("moe_gate_up");
-  moe_down_kernel<TYPE><<<dim3(ceil_div(a.hidden, 8), pairs), 256, 0, s>>>(a.act, a.ids, a.down, a.hidden, a.inter,
-                                                                         a.round_x, a.y);
-  check_launch("moe_down");
-  moe_sum_kernel<<<dim3(ceil_div(a.hidden, 256), static_cast<unsigned>(a.n_tokens)), 256, 0, s>>>(
-      a.y, a.weights, static_cast<int>(a.k), a.hidden, a.x, a.ldx);
-  check_launch("moe_sum");
+  moe_down_sum_kernel<TYPE><<<dim3(ceil_div(a.hidden, 8), static_cast<unsigned>(a.n_tokens)), 256, 0, s>>>(
+      a.act, a.ids, a.weights, static_cast<int>(a.k), a.down, a.hidden, a.inter, a.round_x, a.x, a.ldx);
+  check_launch("moe_down_sum");
 }
 
 }  // namespace
 
 void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
-                      std::int32_t* ids, float* weights, cudaStream_t s) {
+                      bool shared_expert, std::int32_t* ids, float* weights, cudaStream_t s) {
   if (n_tokens == 0) return;
   moe_route_kernel<<<static_cast<unsigned>(n_tokens), 32, n_experts * sizeof(float), s>>>(
-      logits, static_cast<int>(n_experts), static_cast<int>(k), renormalize, ids, weights);
+      logits, static_cast<int>(n_experts), static_cast<int>(k), renormalize, shared_expert, ids, weights);
   check_launch("moe_route");
 }
 
