@@ -85,13 +85,17 @@ const CudaWeight& cuda_weight(const engine::Weight& w) { return static_cast<cons
 /// An MoE layer's experts with device tables of their weights' addresses (the gather kernels' input).
 class CudaExpertSet final : public ExpertSet {
  public:
-  DeviceBuffer tables;  ///< const void* [3][n_experts]: gate, up, down
-  int type = kBF16;
+  DeviceBuffer tables;   ///< const void* [3][n_experts]: gate, up, down
+  DeviceBuffer qtables;  ///< quantized experts: QuantArgs [3][n_experts], gate, up, down
+  int type = kBF16;      ///< WType, or the experts' QType
   bool round_x = false;
   bool gemv_ok = false;  ///< the shapes the gather-GEMV kernels take
   const void* const* gate_table() const { return tables.as<const void* const>(); }
   const void* const* up_table() const { return gate_table() + n_experts(); }
   const void* const* down_table() const { return gate_table() + 2 * n_experts(); }
+  const QuantArgs* qgate_table() const { return qtables.bytes() ? qtables.as<const QuantArgs>() : nullptr; }
+  const QuantArgs* qup_table() const { return qtables.bytes() ? qgate_table() + n_experts() : nullptr; }
+  const QuantArgs* qdown_table() const { return qtables.bytes() ? qgate_table() + 2 * n_experts() : nullptr; }
 };
 
 /// K and V of every layer, allocated at once for the capacity: per layer K then V, each
@@ -269,22 +273,38 @@ class CudaBackend final : public Backend {
     set->down = std::move(down);
     const std::size_t E = set->n_experts();
     std::vector<const void*> table(3 * E);
+    std::vector<QuantArgs> qtable(first_quantized(*set) ? 3 * E : 0);
     bool same = true;
     const CudaWeight& first = cuda_weight(*set->gate[0]);
     for (std::size_t e = 0; e < E; ++e) {
       const CudaWeight* w[3] = {&cuda_weight(*set->gate[e]), &cuda_weight(*set->up[e]), &cuda_weight(*set->down[e])};
       for (int i = 0; i < 3; ++i) {
         table[i * E + e] = w[i]->data;
-        same = same && !w[i]->qtype && w[i]->device_dtype == first.device_dtype &&
-               w[i]->bf16_compute == first.bf16_compute && reinterpret_cast<std::uintptr_t>(w[i]->data) % 16 == 0;
+        if (!qtable.empty()) qtable[i * E + e] = w[i]->q;
+        same = same && w[i]->qtype == first.qtype && w[i]->device_dtype == first.device_dtype &&
+               w[i]->bf16_compute == first.bf16_compute && reinterpret_cast<std::uintptr_t>(w[i]->data) % 16 == 0 &&
+               (!w[i]->qtype || expert_quant_ok(*w[i]));
       }
     }
     set->tables = alloc(table.size() * sizeof(const void*));
     upload(set->tables.data(), table.data(), table.size() * sizeof(const void*));
-    set->type = wtype(first.device_dtype);
+    if (!qtable.empty()) {
+      set->qtables = alloc(qtable.size() * sizeof(QuantArgs));
+      upload(set->qtables.data(), qtable.data(), qtable.size() * sizeof(QuantArgs));
+    }
+    set->type = first.qtype ? first.qtype : wtype(first.device_dtype);
     set->round_x = first.bf16_compute;
     set->gemv_ok = same && set->hidden() % 8 == 0 && set->intermediate() % 8 == 0;
     return set;
+  }
+
+  static bool first_quantized(const CudaExpertSet& set) { return cuda_weight(*set.gate[0]).qtype != 0; }
+  /// Whether the gather-GEMVs read a quantized expert weight (load8q: 8 values of a row at a time, the
+  /// 8-byte loads of the 8-bit layouts aligned).
+  static bool expert_quant_ok(const CudaWeight& w) {
+    if (w.cols % 8 != 0) return false;
+    if (w.qtype == kG8 || w.qtype == kG4) return w.q.words_per_row % 2 == 0 && w.q.group_size > 0;
+    return w.q.block_cols > 0 && w.q.block_rows > 0;
   }
 
   bool moe_on_device(const ExpertSet& experts, std::size_t n_tokens) const override {
@@ -319,6 +339,9 @@ class CudaBackend final : public Backend {
     a.gate = set.gate_table();
     a.up = set.up_table();
     a.down = set.down_table();
+    a.qgate = set.qgate_table();
+    a.qup = set.qup_table();
+    a.qdown = set.qdown_table();
     a.round_x = set.round_x;
     a.act = scratch;                                  // [n_tokens k, inter]
     a.x = x;

@@ -295,53 +295,6 @@ unsigned grid_for(std::size_t n) { return static_cast<unsigned>(std::min<std::si
 
 // ---------------------------------------------------------------------------------------------- GEMV
 
-/// Values k0 .. k0 + 7 of row n of a quantized weight (QuantArgs), dequantized as the CPU does. k0 is a
-/// multiple of 8; cols the row width.
-template <int TYPE>
-__device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::size_t k0, std::size_t cols,
-                                       float (&f)[8]) {
-  if constexpr (TYPE == kQ8 || TYPE == kFP8 || TYPE == kQ4) {
-    std::uint32_t w[2];
-    if constexpr (TYPE == kQ4) {
-      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + (n * cols + k0) / 8);
-    } else {
-      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint8_t*>(q.data) + n * cols + k0));
-      w[0] = u.x;
-      w[1] = u.y;
-    }
-    const float* srow = q.scales + (n / q.block_rows) * q.sc_cols;
-    const bool one = q.block_cols % 8 == 0;
-    const float s0 = __ldg(srow + k0 / q.block_cols);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float v;
-      if constexpr (TYPE == kQ4) v = static_cast<float>(static_cast<int>((w[0] >> (4 * i)) & 15u) - 8);
-      else if constexpr (TYPE == kQ8) v = static_cast<float>(static_cast<std::int8_t>((w[i / 4] >> (8 * (i % 4))) & 255u));
-      else v = fp8_e4m3_to_float((w[i / 4] >> (8 * (i % 4))) & 255u);
-      f[i] = v * (one ? s0 : __ldg(srow + (k0 + i) / q.block_cols));
-    }
-  } else {  // GPTQ, repacked per output row
-    std::uint32_t w[2];
-    if constexpr (TYPE == kG4) {
-      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 8);
-    } else {
-      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 4));
-      w[0] = u.x;
-      w[1] = u.y;
-    }
-    const float* srow = q.scales + n * q.n_groups;
-    const std::int16_t* zrow = q.zeros + n * q.n_groups;
-    const bool one = !q.g_idx && q.group_size % 8 == 0;
-    const int g0 = q.g_idx ? 0 : static_cast<int>(k0 / q.group_size);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int g = one ? g0 : q.g_idx ? __ldg(q.g_idx + k0 + i) : static_cast<int>((k0 + i) / q.group_size);
-      const int v = TYPE == kG4 ? static_cast<int>((w[0] >> (4 * i)) & 15u) : static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 255u);
-      f[i] = static_cast<float>(v - __ldg(zrow + g)) * __ldg(srow + g);
-    }
-  }
-}
-
 /// The GEMV family (m <= 8 rows of x). MODE 0: y = x.W^T over up to four weights of the same width (q, k,
 /// v in one launch); MODE 1: y += x.W^T (the residual); MODE 2: y = silu(x.Wg^T) * (x.Wu^T) (seg[0] gate,
 /// seg[1] up, output seg[0].y). Both kernels sum a column alike: a lane its 8 columns of each 256-column step

@@ -48,8 +48,10 @@ void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_e
                       bool shared_expert, std::int32_t* ids, float* weights, cudaStream_t s);
 /// Backend::moe_experts for a few tokens: gather-GEMVs over each (token, expert) pair, gate and up with
 /// the SwiGLU into act [n_tokens k, inter], then down over each token's pairs in order, their weighted sum
-/// added to x. Expert weights through device tables of pointers (gate, up, down [n_experts] each).
-/// hidden and inter multiples of 8, ldh a multiple of 4, h and act 16-byte aligned.
+/// added to x. Expert weights through device tables of pointers (gate, up, down [n_experts] each) or, for
+/// quantized experts (`type` a QType), of their QuantArgs. hidden and inter multiples of 8, ldh a multiple
+/// of 4, h and act 16-byte aligned.
+struct QuantArgs;
 struct MoeGemvArgs {
   const float* h = nullptr;
   std::size_t ldh = 0, n_tokens = 0, k = 0, hidden = 0, inter = 0;
@@ -58,6 +60,10 @@ struct MoeGemvArgs {
   const void* const* gate = nullptr;
   const void* const* up = nullptr;
   const void* const* down = nullptr;
+  /// Quantized experts (a QType launch): each expert's QuantArgs [n_experts] (the pointer tables unused).
+  const QuantArgs* qgate = nullptr;
+  const QuantArgs* qup = nullptr;
+  const QuantArgs* qdown = nullptr;
   bool round_x = false;
   float* act = nullptr;
   float* x = nullptr;
@@ -100,6 +106,54 @@ struct QuantArgs {
 /// Weight types of the kernels beyond the float ones (WType).
 enum QType : int { kQ8 = 10, kFP8 = 11, kQ4 = 12, kG8 = 13, kG4 = 14 };
 inline bool quantized_type(int t) { return t >= kQ8; }
+#ifdef __CUDACC__
+/// Values k0 .. k0 + 7 of row n of a quantized weight (QuantArgs), dequantized as the CPU does. k0 is a
+/// multiple of 8; cols the row width.
+template <int TYPE>
+__device__ __forceinline__ void load8q(const QuantArgs& q, std::size_t n, std::size_t k0, std::size_t cols,
+                                       float (&f)[8]) {
+  if constexpr (TYPE == kQ8 || TYPE == kFP8 || TYPE == kQ4) {
+    std::uint32_t w[2];
+    if constexpr (TYPE == kQ4) {
+      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + (n * cols + k0) / 8);
+    } else {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint8_t*>(q.data) + n * cols + k0));
+      w[0] = u.x;
+      w[1] = u.y;
+    }
+    const float* srow = q.scales + (n / q.block_rows) * q.sc_cols;
+    const bool one = q.block_cols % 8 == 0;
+    const float s0 = __ldg(srow + k0 / q.block_cols);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float v;
+      if constexpr (TYPE == kQ4) v = static_cast<float>(static_cast<int>((w[0] >> (4 * i)) & 15u) - 8);
+      else if constexpr (TYPE == kQ8) v = static_cast<float>(static_cast<std::int8_t>((w[i / 4] >> (8 * (i % 4))) & 255u));
+      else v = fp8_e4m3_to_float((w[i / 4] >> (8 * (i % 4))) & 255u);
+      f[i] = v * (one ? s0 : __ldg(srow + (k0 + i) / q.block_cols));
+    }
+  } else {  // GPTQ, repacked per output row
+    std::uint32_t w[2];
+    if constexpr (TYPE == kG4) {
+      w[0] = __ldg(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 8);
+    } else {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const std::uint32_t*>(q.data) + n * q.words_per_row + k0 / 4));
+      w[0] = u.x;
+      w[1] = u.y;
+    }
+    const float* srow = q.scales + n * q.n_groups;
+    const std::int16_t* zrow = q.zeros + n * q.n_groups;
+    const bool one = !q.g_idx && q.group_size % 8 == 0;
+    const int g0 = q.g_idx ? 0 : static_cast<int>(k0 / q.group_size);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int g = one ? g0 : q.g_idx ? __ldg(q.g_idx + k0 + i) : static_cast<int>((k0 + i) / q.group_size);
+      const int v = TYPE == kG4 ? static_cast<int>((w[0] >> (4 * i)) & 15u) : static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 255u);
+      f[i] = static_cast<float>(v - __ldg(zrow + g)) * __ldg(srow + g);
+    }
+  }
+}
+#endif
 /// f(std::integral_constant<int, QT>{}) for a QType; std::invalid_argument naming `what` for any other.
 template <class F>
 void with_quant_type(int type, const char* what, F&& f) {

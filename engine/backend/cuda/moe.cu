@@ -90,12 +90,36 @@ __device__ __forceinline__ void load_x8(const float* x, std::size_t at, bool rou
     for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i]);
 }
 
+/// One expert weight as a warp reads it: a float matrix (row j at j * cols) or a quantized one (q).
+template <int TYPE>
+struct ExpertWeight {
+  const void* w;
+  QuantArgs q;
+  std::size_t cols;
+  /// Values k0 .. k0 + 7 of row j (as the dense GEMVs widen or dequantize them).
+  __device__ __forceinline__ void load(std::size_t j, std::size_t k0, float (&f)[8]) const {
+    if constexpr (TYPE >= kQ8) load8q<TYPE>(q, j, k0, cols, f);
+    else load8<TYPE>(w, j * cols + k0, f);
+  }
+};
+/// Expert e of a set's table (float weights: the data pointers; quantized: their QuantArgs).
+template <int TYPE>
+__device__ __forceinline__ ExpertWeight<TYPE> expert(const void* const* table, const QuantArgs* qtable, int e,
+                                                     std::size_t cols) {
+  ExpertWeight<TYPE> x{};
+  if constexpr (TYPE >= kQ8) x.q = qtable[e];
+  else x.w = table[e];
+  x.cols = cols;
+  return x;
+}
+
 /// act[p, j] = silu(h[t] . gate_e[j]) * (h[t] . up_e[j]) for pair p = t k + q routed to expert e =
 /// ids[p]: a block of 8 warps per 8 columns j of one pair, a warp per column, both weights streamed
-/// once with 16-byte loads, two chunks of each in flight per lane.
+/// once (float: 16-byte loads; quantized: the dense GEMV's load8q), two chunks of each in flight per lane.
 template <int TYPE>
 __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::size_t ldh, const std::int32_t* ids,
                                                           int k, const void* const* gate, const void* const* up,
+                                                          const QuantArgs* qgate, const QuantArgs* qup,
                                                           std::size_t hidden, std::size_t inter, bool round_x,
                                                           float* act) {
   const std::size_t pair = blockIdx.y, t = pair / static_cast<std::size_t>(k);
@@ -103,18 +127,17 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   const int lane = threadIdx.x & 31;
   if (j >= inter) return;
   const int e = ids[pair];
-  const void* gw = gate[e];
-  const void* uw = up[e];
+  const auto gw = expert<TYPE>(gate, qgate, e, hidden);
+  const auto uw = expert<TYPE>(up, qup, e, hidden);
   const float* x = h + t * ldh;
-  const std::size_t row = j * hidden;
   float g = 0.f, u = 0.f;
   std::size_t k0 = static_cast<std::size_t>(lane) * 8;
   for (; k0 + 256 < hidden; k0 += 512) {
     float wg[2][8], wu[2][8], xv[2][8];
-    load8<TYPE>(gw, row + k0, wg[0]);
-    load8<TYPE>(uw, row + k0, wu[0]);
-    load8<TYPE>(gw, row + k0 + 256, wg[1]);
-    load8<TYPE>(uw, row + k0 + 256, wu[1]);
+    gw.load(j, k0, wg[0]);
+    uw.load(j, k0, wu[0]);
+    gw.load(j, k0 + 256, wg[1]);
+    uw.load(j, k0 + 256, wu[1]);
     load_x8(x, k0, round_x, xv[0]);
     load_x8(x, k0 + 256, round_x, xv[1]);
 #pragma unroll
@@ -127,8 +150,8 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   }
   if (k0 < hidden) {
     float wg[8], wu[8], xv[8];
-    load8<TYPE>(gw, row + k0, wg);
-    load8<TYPE>(uw, row + k0, wu);
+    gw.load(j, k0, wg);
+    uw.load(j, k0, wu);
     load_x8(x, k0, round_x, xv);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -141,17 +164,17 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(const float* h, std::s
   if (lane == 0) act[pair * inter + j] = g / (1.f + expf(-g)) * u;
 }
 
-/// a . w[row .. row + inter) summed by one warp (every lane gets the sum): a lane its 8 columns of each
-/// 256-column step, two steps in flight.
+/// a . (row j of w) summed by one warp (every lane gets the sum): a lane its 8 columns of each 256-column
+/// step, two steps in flight.
 template <int TYPE>
-__device__ __forceinline__ float warp_dot(const void* w, std::size_t row, const float* a, std::size_t inter,
-                                          bool round_x, int lane) {
+__device__ __forceinline__ float warp_dot(const ExpertWeight<TYPE>& w, std::size_t j, const float* a,
+                                          std::size_t inter, bool round_x, int lane) {
   float acc = 0.f;
   std::size_t k0 = static_cast<std::size_t>(lane) * 8;
   for (; k0 + 256 < inter; k0 += 512) {
     float wv[2][8], av[2][8];
-    load8<TYPE>(w, row + k0, wv[0]);
-    load8<TYPE>(w, row + k0 + 256, wv[1]);
+    w.load(j, k0, wv[0]);
+    w.load(j, k0 + 256, wv[1]);
     load_x8(a, k0, round_x, av[0]);
     load_x8(a, k0 + 256, round_x, av[1]);
 #pragma unroll
@@ -161,7 +184,7 @@ __device__ __forceinline__ float warp_dot(const void* w, std::size_t row, const 
   }
   if (k0 < inter) {
     float wv[8], av[8];
-    load8<TYPE>(w, row + k0, wv);
+    w.load(j, k0, wv);
     load_x8(a, k0, round_x, av);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc = fmaf(av[i], wv[i], acc);
@@ -174,8 +197,9 @@ __device__ __forceinline__ float warp_dot(const void* w, std::size_t row, const 
 /// expert id, a shared expert last), the token's sum then added to x.
 template <int TYPE>
 __global__ void __launch_bounds__(256) moe_down_sum_kernel(const float* act, const std::int32_t* ids, const float* weights,
-                                                           int k, const void* const* down, std::size_t hidden,
-                                                           std::size_t inter, bool round_x, float* x, std::size_t ldx) {
+                                                           int k, const void* const* down, const QuantArgs* qdown,
+                                                           std::size_t hidden, std::size_t inter, bool round_x,
+                                                           float* x, std::size_t ldx) {
   const std::size_t t = blockIdx.y;
   const std::size_t j = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -183,7 +207,8 @@ __global__ void __launch_bounds__(256) moe_down_sum_kernel(const float* act, con
   float total = 0.f;
   for (int q = 0; q < k; ++q) {
     const std::size_t pair = t * static_cast<std::size_t>(k) + q;
-    total += weights[pair] * warp_dot<TYPE>(down[ids[pair]], j * inter, act + pair * inter, inter, round_x, lane);
+    total += weights[pair] * warp_dot<TYPE>(expert<TYPE>(down, qdown, ids[pair], inter), j, act + pair * inter,
+                                            inter, round_x, lane);
   }
   if (lane == 0) x[t * ldx + j] += total;
 }
@@ -192,10 +217,10 @@ template <int TYPE>
 void moe_experts_typed(const MoeGemvArgs& a, cudaStream_t s) {
   const unsigned pairs = static_cast<unsigned>(a.n_tokens * a.k);
   moe_gate_up_kernel<TYPE><<<dim3(ceil_div(a.inter, 8), pairs), 256, 0, s>>>(
-      a.h, a.ldh, a.ids, static_cast<int>(a.k), a.gate, a.up, a.hidden, a.inter, a.round_x, a.act);
+      a.h, a.ldh, a.ids, static_cast<int>(a.k), a.gate, a.up, a.qgate, a.qup, a.hidden, a.inter, a.round_x, a.act);
   check_launch("moe_gate_up");
   moe_down_sum_kernel<TYPE><<<dim3(ceil_div(a.hidden, 8), static_cast<unsigned>(a.n_tokens)), 256, 0, s>>>(
-      a.act, a.ids, a.weights, static_cast<int>(a.k), a.down, a.hidden, a.inter, a.round_x, a.x, a.ldx);
+      a.act, a.ids, a.weights, static_cast<int>(a.k), a.down, a.qdown, a.hidden, a.inter, a.round_x, a.x, a.ldx);
   check_launch("moe_down_sum");
 }
 
@@ -214,7 +239,8 @@ void launch_moe_experts(const MoeGemvArgs& a, int type, cudaStream_t s) {
   switch (type) {
     case kF32: return moe_experts_typed<kF32>(a, s);
     case kF16: return moe_experts_typed<kF16>(a, s);
-    default: return moe_experts_typed<kBF16>(a, s);
+    case kBF16: return moe_experts_typed<kBF16>(a, s);
+    default: with_quant_type(type, "moe_experts", [&](auto qt) { moe_experts_typed<decltype(qt)::value>(a, s); });
   }
 }
 
