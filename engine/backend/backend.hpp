@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -525,6 +526,9 @@ class Backend : public std::enable_shared_from_this<Backend> {
  protected:
   /// Frees memory handed out by alloc() (called by DeviceBuffer).
   virtual void free(void* data) noexcept = 0;
+  /// Runs fn(begin, end) over ranges covering [0, n) and waits: the host loops of the default ops
+  /// (gated_delta_net's heads) spread over a backend's threads. The default runs fn(0, n) here.
+  virtual void run_parallel(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn);
   friend class DeviceBuffer;
   /// argmax_rows()'s check of its masks: std::invalid_argument unless they are empty or rows x
   /// mask_words words with mask_words >= ceil(n / 32).

@@ -959,13 +959,34 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
       {{1, 2, 128, 128, 4}, "Qwen3-Next heads: dk 128, dv 128"},
       {{2, 2, 24, 32, 3}, "dk 24, kernel 3 (the host path on a GPU)"},
   };
-  for (const auto& c : cases) {
+  // Calls over two sequences. Short runs (decode, verify steps): positions 0..5 of sequence 0 and 0..2
+  // of sequence 1 interleaved, then 6..8 of sequence 0 and 3 of sequence 1 (the state carries over),
+  // then sequence 1 restarts at 0. Long runs (prefill): sequence 0's positions 0..149 beside sequence 1's
+  // 0..11 and, in the same call, its restart 0..8; then 150..179 and 9..10.
+  struct Calls {
+    std::vector<std::vector<std::int32_t>> pos, seq;
+  };
+  std::vector<Calls> patterns = {{{{0, 0, 1, 1, 2, 2, 3, 4, 5}, {6, 3, 7, 8}, {0, 1}},
+                                  {{0, 1, 0, 1, 0, 1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1}}}};
+  Calls long_runs{{{}, {}}, {{}, {}}};
+  const auto add = [&](std::size_t call, std::int32_t from, std::int32_t to, std::int32_t sq) {
+    for (std::int32_t i = from; i < to; ++i) {
+      long_runs.pos[call].push_back(i);
+      long_runs.seq[call].push_back(sq);
+    }
+  };
+  add(0, 0, 150, 0);
+  add(0, 0, 12, 1);
+  add(0, 0, 9, 1);
+  add(1, 150, 180, 0);
+  add(1, 9, 11, 1);
+  patterns.push_back(long_runs);
+  for (const auto& pattern : patterns)
+    for (const auto& c : cases) {
     const auto& sh = c.shape;
     const std::size_t C = sh.conv_dim(), nv = sh.n_v_heads, VD = nv * sh.v_head_dim;
-    // Two calls over two sequences: positions 0..5 of sequence 0 and 0..2 of sequence 1 interleaved, then
-    // 6..8 of sequence 0 and 3 of sequence 1 (the state carries over), then sequence 1 restarts at 0.
-    const std::vector<std::vector<std::int32_t>> call_pos = {{0, 0, 1, 1, 2, 2, 3, 4, 5}, {6, 3, 7, 8}, {0, 1}};
-    const std::vector<std::vector<std::int32_t>> call_seq = {{0, 1, 0, 1, 0, 1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1}};
+    const auto& call_pos = pattern.pos;
+    const auto& call_seq = pattern.seq;
     // Each sequence's state in a slot of a KV storage, as the second of two layers' (state_offset):
     // sequence s in slot 2 - s, so that a kernel taking the row for the slot fails.
     const std::size_t state = Backend::gated_delta_net_state_floats(sh);
@@ -1016,7 +1037,7 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
       all_seq.insert(all_seq.end(), call_seq[call].begin(), call_seq[call].end());
     }
     const auto ref = ref_gated_delta(sh, all_qkv, all_a, all_b, w, A_log, dt, all_pos, all_seq, 2);
-    EXPECT_LT(nmse(got, ref), 1e-10) << c.what;
+    EXPECT_LT(nmse(got, ref), 1e-10) << c.what << (call_pos.size() == 2 ? ", long runs" : "");
   }
 }
 
@@ -1228,6 +1249,7 @@ TEST_F(BackendOps, ProbesGiveFinitePositiveFigures) {
     EXPECT_TRUE(std::isfinite(v) && v > 0);
   EXPECT_FALSE(under_test_->description().empty());
 }
+
 
 }  // namespace
 }  // namespace quarry::engine

@@ -361,6 +361,9 @@ class CpuBackend final : public Backend {
 
  protected:
   void free(void* data) noexcept override { ::operator delete(data, std::align_val_t(256)); }
+  void run_parallel(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn) override {
+    pool_.parallel_for(n, fn);
+  }
 
  private:
   static const std::int32_t* const* tables_of(const StagedBatch& b) {
