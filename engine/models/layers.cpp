@@ -288,7 +288,8 @@ void moe_block(Backend& b, Workspace& ws, const MoeWeights& w, const ModelConfig
                Collective* tp, const float* extra) {
   // With the shared expert in the set (w.shared_expert), its gate is the router's last row and its pair
   // the last of each token's K + 1.
-  const std::size_t H = c.hidden_size, E = w.gate.size(), R = w.router->rows, K = w.top_k + (w.shared_expert ? 1 : 0);
+  const std::size_t H = c.hidden_size, E = w.gate.size(), R = w.router->rows;
+  const std::size_t K = w.top_k + (w.shared_expert ? 1 : 0);
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = ws.get(kH, T * H);
   float* logits = ws.get(kRouter, T * R);

@@ -144,7 +144,8 @@ struct Layer {
     n += moe.active_bytes();
     // (A shared expert run in the set has its gate in the router's bytes.)
     if (shared.w_gate)
-      n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() + (moe.shared_expert ? 0 : shared_gate->bytes());
+      n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() +
+           (moe.shared_expert ? 0 : shared_gate->bytes());
     return n;
   }
 };
@@ -521,7 +522,8 @@ class HybridQwen final : public RankModel {
     }
     const std::size_t H = cfg_.hidden_size;
     float* shared = nullptr;
-    if (L.shared.w_gate && !L.moe.shared_expert) {  // sigmoid(h g^T) * SwiGLU_shared(h), from the same h as the routed experts
+    // A shared expert not in the set: sigmoid(h g^T) * SwiGLU_shared(h), from the same h as the routed experts.
+    if (L.shared.w_gate && !L.moe.shared_expert) {
       const std::size_t S = L.shared.w_gate->rows;
       const float eps = static_cast<float>(cfg_.rms_norm_eps);
       float* h = ws_.get(layers::kH, T * H);
