@@ -44,10 +44,7 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
     std::copy(table.begin(), table.end(), tables.begin() + static_cast<std::ptrdiff_t>(s * max_blocks));
   }
   if (kv.spec().state_floats > 0)
-    for (const SeqId s : seqs) {
-      state_slots_.push_back(kv.state_slot(s));
-      staged_state_slots_.push_back(static_cast<std::int32_t>(state_slots_.back()));
-    }
+    for (const SeqId s : seqs) state_slots_.push_back(static_cast<std::int32_t>(kv.state_slot(s)));
   tokens_.assign(b.tokens.begin(), b.tokens.end());
   positions_.assign(b.positions.begin(), b.positions.end());
   seq_index_ = std::move(seq_index);
@@ -58,7 +55,7 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
 }
 
 ForwardBatch::ForwardBatch(const ForwardBatch& o, Backend& backend)
-    : state_slots_(o.state_slots_), staged_state_slots_(o.staged_state_slots_), tokens_(o.tokens_), positions_(o.positions_), seq_index_(o.seq_index_), tables_(o.tables_),
+    : state_slots_(o.state_slots_), tokens_(o.tokens_), positions_(o.positions_), seq_index_(o.seq_index_), tables_(o.tables_),
       logit_rows_(o.logit_rows_), max_blocks_(o.max_blocks_) {
   stage(backend);
 }
@@ -71,7 +68,7 @@ void ForwardBatch::stage(Backend& backend) {
   in.block_tables = tables_;
   in.max_blocks = max_blocks_;
   in.logit_rows = logit_rows_;
-  in.state_slots = staged_state_slots_;
+  in.state_slots = state_slots_;
   staged_ = &backend.stage(in);
   n_tokens_ = tokens_.size();
   n_logits_ = logit_rows_.size();

@@ -45,11 +45,10 @@ class ForwardBatch {
   /// Hybrid models: each sequence's recurrent-state slot (KvCache::state_slot), one per row of the staged
   /// block tables (staged().seq_index); empty when the cache keeps no state. The model reads the states
   /// from the KV storage it computes on (KvStorage::recurrent_state).
-  std::span<const std::size_t> state_slots() const { return state_slots_; }
+  std::span<const std::int32_t> state_slots() const { return state_slots_; }
 
  private:
-  std::vector<std::size_t> state_slots_;
-  std::vector<std::int32_t> staged_state_slots_;  ///< state_slots_ as BatchInputs::state_slots takes them
+  std::vector<std::int32_t> state_slots_;  ///< as BatchInputs::state_slots takes them
   // The host inputs (kept for staging on other backends).
   std::vector<TokenId> tokens_;
   std::vector<std::int32_t> positions_, seq_index_, tables_, logit_rows_;

@@ -142,10 +142,9 @@ struct Layer {
     std::size_t n = linear ? lin.bytes() : attn.bytes();
     if (!sparse()) return n + mlp.bytes();
     n += moe.active_bytes();
-    // (A shared expert run in the set has its gate in the router's bytes.)
-    if (shared.w_gate)
-      n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes() +
-           (moe.shared_expert ? 0 : shared_gate->bytes());
+    // (A shared expert run in the set has its gate in the router: no shared_gate.)
+    if (shared.w_gate) n += shared.w_gate->bytes() + shared.w_up->bytes() + shared.w_down->bytes();
+    if (shared_gate) n += shared_gate->bytes();
     return n;
   }
 };
@@ -389,6 +388,7 @@ class HybridQwen final : public RankModel {
     m.router = backend_->load_matrix(host.data(), r.dtype, E + 1, H, WeightUse::matmul, compute_);
     m.experts = std::move(set);
     m.shared_expert = true;
+    L.shared_gate.reset();  // its row is the router's last
   }
 
   /// This rank's linear-attention heads: key heads [k0, k0 + nk) of NK and their value heads [v0, v0 + nv)

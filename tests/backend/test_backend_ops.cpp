@@ -781,92 +781,93 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
     for (const Compute compute : {Compute::exact, Compute::bf16})
       for (const std::size_t T : {1u, 5u, 20u})
         for (const std::size_t S : {0u, 1u}) {
-        const bool renorm = T != 5;
-        const std::size_t L = E + S, KO = K + S;  // logits a row, pairs a token
-        const Compute resolved = under_test_->resolve_compute(compute, dt);
-        const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) + " T=" + std::to_string(T) +
-                                 (S ? " shared expert" : "");
-        std::vector<HostWeight> gate, up, down;
-        std::vector<std::unique_ptr<Weight>> owned;
-        std::vector<const Weight*> g, u, d;
-        for (std::size_t e = 0; e < L; ++e) {
-          gate.push_back(make_weight(I, H, dt, seed++));
-          up.push_back(make_weight(I, H, dt, seed++));
-          down.push_back(make_weight(H, I, dt, seed++));
-          for (auto* hw : {&gate.back(), &up.back(), &down.back()}) {
-            owned.push_back(under_test_->load_matrix(hw->bytes.data(), dt, hw->rows, hw->cols, WeightUse::matmul, resolved));
+          const bool renorm = T != 5;
+          const std::size_t L = E + S, KO = K + S;  // logits a row, pairs a token
+          const Compute resolved = under_test_->resolve_compute(compute, dt);
+          const std::string what = std::string(dtype_name(dt)) + " " + compute_name(resolved) +
+                                   " T=" + std::to_string(T) + (S ? " shared expert" : "");
+          std::vector<HostWeight> gate, up, down;
+          std::vector<std::unique_ptr<Weight>> owned;
+          std::vector<const Weight*> g, u, d;
+          for (std::size_t e = 0; e < L; ++e) {
+            gate.push_back(make_weight(I, H, dt, seed++));
+            up.push_back(make_weight(I, H, dt, seed++));
+            down.push_back(make_weight(H, I, dt, seed++));
+            for (auto* hw : {&gate.back(), &up.back(), &down.back()}) {
+              owned.push_back(
+                  under_test_->load_matrix(hw->bytes.data(), dt, hw->rows, hw->cols, WeightUse::matmul, resolved));
+            }
+            g.push_back(owned[owned.size() - 3].get());
+            u.push_back(owned[owned.size() - 2].get());
+            d.push_back(owned[owned.size() - 1].get());
           }
-          g.push_back(owned[owned.size() - 3].get());
-          u.push_back(owned[owned.size() - 2].get());
-          d.push_back(owned[owned.size() - 1].get());
-        }
-        auto set = under_test_->make_expert_set(g, u, d);
-        // Routing: logits with distinct values, so that the top K is unambiguous.
-        const auto logits = randn(T * L, seed++, 2.f);
-        auto lb = dev_.put(logits);
-        auto ib = dev_.put_ints(std::vector<std::int32_t>(T * KO, -1));
-        auto wb = dev_.zeros(T * KO);
-        under_test_->moe_route(lb.as<float>(), T, E, K, renorm, S == 1, ib.as<std::int32_t>(), wb.as<float>());
-        std::vector<std::int32_t> ids(T * KO);
-        under_test_->download(ids.data(), ib.data(), ids.size() * sizeof(std::int32_t));
-        const auto weights = dev_.get(wb, T * KO);
-        std::vector<double> want_w(T * KO);
-        std::vector<std::int32_t> want_ids(T * KO);
-        for (std::size_t t = 0; t < T; ++t) {
-          std::vector<double> p(E);
-          double mx = -1e300, sum = 0;
-          for (std::size_t e = 0; e < E; ++e) mx = std::max(mx, static_cast<double>(logits[t * L + e]));
-          for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(logits[t * L + e] - mx));
-          std::vector<std::int32_t> order(E);
-          for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<std::int32_t>(e);
-          std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
-          std::sort(order.begin(), order.begin() + K);
-          double top = 0;
-          for (std::size_t j = 0; j < K; ++j) top += p[order[j]] / sum;
-          for (std::size_t j = 0; j < K; ++j) {
-            want_ids[t * KO + j] = order[j];
-            want_w[t * KO + j] = p[order[j]] / sum / (renorm ? top : 1.0);
+          auto set = under_test_->make_expert_set(g, u, d);
+          // Routing: logits with distinct values, so that the top K is unambiguous.
+          const auto logits = randn(T * L, seed++, 2.f);
+          auto lb = dev_.put(logits);
+          auto ib = dev_.put_ints(std::vector<std::int32_t>(T * KO, -1));
+          auto wb = dev_.zeros(T * KO);
+          under_test_->moe_route(lb.as<float>(), T, E, K, renorm, S == 1, ib.as<std::int32_t>(), wb.as<float>());
+          std::vector<std::int32_t> ids(T * KO);
+          under_test_->download(ids.data(), ib.data(), ids.size() * sizeof(std::int32_t));
+          const auto weights = dev_.get(wb, T * KO);
+          std::vector<double> want_w(T * KO);
+          std::vector<std::int32_t> want_ids(T * KO);
+          for (std::size_t t = 0; t < T; ++t) {
+            std::vector<double> p(E);
+            double mx = -1e300, sum = 0;
+            for (std::size_t e = 0; e < E; ++e) mx = std::max(mx, static_cast<double>(logits[t * L + e]));
+            for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(logits[t * L + e] - mx));
+            std::vector<std::int32_t> order(E);
+            for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<std::int32_t>(e);
+            std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
+            std::sort(order.begin(), order.begin() + K);
+            double top = 0;
+            for (std::size_t j = 0; j < K; ++j) top += p[order[j]] / sum;
+            for (std::size_t j = 0; j < K; ++j) {
+              want_ids[t * KO + j] = order[j];
+              want_w[t * KO + j] = p[order[j]] / sum / (renorm ? top : 1.0);
+            }
+            if (S) {
+              want_ids[t * KO + K] = static_cast<std::int32_t>(E);
+              want_w[t * KO + K] = 1 / (1 + std::exp(-static_cast<double>(logits[t * L + E])));
+            }
           }
-          if (S) {
-            want_ids[t * KO + K] = static_cast<std::int32_t>(E);
-            want_w[t * KO + K] = 1 / (1 + std::exp(-static_cast<double>(logits[t * L + E])));
-          }
-        }
-        ASSERT_EQ(ids, want_ids) << what;
-        EXPECT_LT(nmse(weights, want_w), 1e-12) << what;
-        // Experts: x = x0 + sum_j w_j down_e(silu(gate_e h) * up_e h).
-        const auto h = randn(T * H, seed++), x0 = randn(T * H, seed++);
-        auto hb = dev_.put(h), xb = dev_.put(x0);
-        auto scratch = dev_.zeros(Backend::moe_scratch_floats(T, KO, H, I));
-        under_test_->moe_experts(*set, hb.as<float>(), H, T, ib.as<std::int32_t>(), wb.as<float>(), KO, xb.as<float>(),
-                                 H, scratch.as<float>());
-        std::vector<double> ref(x0.begin(), x0.end());
-        for (std::size_t t = 0; t < T; ++t)
-          for (std::size_t j = 0; j < KO; ++j) {
-            const std::size_t e = static_cast<std::size_t>(want_ids[t * KO + j]);
-            std::vector<double> act(I);
-            for (std::size_t r = 0; r < I; ++r) {
-              double a = 0, b = 0;
-              for (std::size_t c = 0; c < H; ++c) {
-                a += h[t * H + c] * static_cast<double>(gate[e].values[r * H + c]);
-                b += h[t * H + c] * static_cast<double>(up[e].values[r * H + c]);
+          ASSERT_EQ(ids, want_ids) << what;
+          EXPECT_LT(nmse(weights, want_w), 1e-12) << what;
+          // Experts: x = x0 + sum_j w_j down_e(silu(gate_e h) * up_e h).
+          const auto h = randn(T * H, seed++), x0 = randn(T * H, seed++);
+          auto hb = dev_.put(h), xb = dev_.put(x0);
+          auto scratch = dev_.zeros(Backend::moe_scratch_floats(T, KO, H, I));
+          under_test_->moe_experts(*set, hb.as<float>(), H, T, ib.as<std::int32_t>(), wb.as<float>(), KO,
+                                   xb.as<float>(), H, scratch.as<float>());
+          std::vector<double> ref(x0.begin(), x0.end());
+          for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t j = 0; j < KO; ++j) {
+              const std::size_t e = static_cast<std::size_t>(want_ids[t * KO + j]);
+              std::vector<double> act(I);
+              for (std::size_t r = 0; r < I; ++r) {
+                double a = 0, b = 0;
+                for (std::size_t c = 0; c < H; ++c) {
+                  a += h[t * H + c] * static_cast<double>(gate[e].values[r * H + c]);
+                  b += h[t * H + c] * static_cast<double>(up[e].values[r * H + c]);
+                }
+                act[r] = a / (1 + std::exp(-a)) * b;
               }
-              act[r] = a / (1 + std::exp(-a)) * b;
+              for (std::size_t c = 0; c < H; ++c) {
+                double y = 0;
+                for (std::size_t r = 0; r < I; ++r) y += act[r] * down[e].values[c * I + r];
+                ref[t * H + c] += want_w[t * KO + j] * y;
+              }
             }
-            for (std::size_t c = 0; c < H; ++c) {
-              double y = 0;
-              for (std::size_t r = 0; r < I; ++r) y += act[r] * down[e].values[c * I + r];
-              ref[t * H + c] += want_w[t * KO + j] * y;
-            }
+          // The error of what was added (x0 would hide it).
+          auto got = dev_.get(xb, T * H);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            got[i] -= x0[i];
+            ref[i] -= x0[i];
           }
-        // The error of what was added (x0 would hide it).
-        auto got = dev_.get(xb, T * H);
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          got[i] -= x0[i];
-          ref[i] -= x0[i];
+          EXPECT_LT(nmse(got, ref), resolved == Compute::exact ? 1e-10 : 1e-4) << what;
         }
-        EXPECT_LT(nmse(got, ref), resolved == Compute::exact ? 1e-10 : 1e-4) << what;
-      }
 }
 
 // ------------------------------------------------------------------------------- hybrid token mixing
@@ -983,62 +984,62 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
   patterns.push_back(long_runs);
   for (const auto& pattern : patterns)
     for (const auto& c : cases) {
-    const auto& sh = c.shape;
-    const std::size_t C = sh.conv_dim(), nv = sh.n_v_heads, VD = nv * sh.v_head_dim;
-    const auto& call_pos = pattern.pos;
-    const auto& call_seq = pattern.seq;
-    // Each sequence's state in a slot of a KV storage, as the second of two layers' (state_offset):
-    // sequence s in slot 2 - s, so that a kernel taking the row for the slot fails.
-    const std::size_t state = Backend::gated_delta_net_state_floats(sh);
-    KvSpec spec;
-    spec.n_layers = 1;
-    spec.n_kv_heads = 1;
-    spec.head_dim = 16;
-    spec.state_floats = 2 * state;
-    auto kv = under_test_->make_kv_storage(spec, 1);
-    kv->ensure_state_slots(3);
-    for (std::size_t slot = 0; slot < 3; ++slot) under_test_->fill(kv->recurrent_state(slot), 2 * state, 0.f);
-    const auto w = randn(C * sh.conv_kernel, 41, 0.5f), A_log = randn(nv, 42, 0.5f), dt = randn(nv, 43, 0.5f);
-    auto wb = dev_.put(w), alb = dev_.put(A_log), dtb = dev_.put(dt);
-    std::vector<float> all_qkv, all_a, all_b;
-    std::vector<std::int32_t> all_pos, all_seq;
-    std::vector<float> got;
-    for (std::size_t call = 0; call < call_pos.size(); ++call) {
-      const std::size_t T = call_pos[call].size();
-      const auto qkv = randn(T * C, 50 + call), a = randn(T * nv, 60 + call), b = randn(T * nv, 70 + call);
-      // Rows of the staged tables: sequence ids in order of first appearance in the call.
-      std::vector<std::int32_t> rows(T), seqs;
-      for (std::size_t t = 0; t < T; ++t) {
-        auto it = std::find(seqs.begin(), seqs.end(), call_seq[call][t]);
-        if (it == seqs.end()) it = seqs.insert(seqs.end(), call_seq[call][t]);
-        rows[t] = static_cast<std::int32_t>(it - seqs.begin());
+      const auto& sh = c.shape;
+      const std::size_t C = sh.conv_dim(), nv = sh.n_v_heads, VD = nv * sh.v_head_dim;
+      const auto& call_pos = pattern.pos;
+      const auto& call_seq = pattern.seq;
+      // Each sequence's state in a slot of a KV storage, as the second of two layers' (state_offset):
+      // sequence s in slot 2 - s, so that a kernel taking the row for the slot fails.
+      const std::size_t state = Backend::gated_delta_net_state_floats(sh);
+      KvSpec spec;
+      spec.n_layers = 1;
+      spec.n_kv_heads = 1;
+      spec.head_dim = 16;
+      spec.state_floats = 2 * state;
+      auto kv = under_test_->make_kv_storage(spec, 1);
+      kv->ensure_state_slots(3);
+      for (std::size_t slot = 0; slot < 3; ++slot) under_test_->fill(kv->recurrent_state(slot), 2 * state, 0.f);
+      const auto w = randn(C * sh.conv_kernel, 41, 0.5f), A_log = randn(nv, 42, 0.5f), dt = randn(nv, 43, 0.5f);
+      auto wb = dev_.put(w), alb = dev_.put(A_log), dtb = dev_.put(dt);
+      std::vector<float> all_qkv, all_a, all_b;
+      std::vector<std::int32_t> all_pos, all_seq;
+      std::vector<float> got;
+      for (std::size_t call = 0; call < call_pos.size(); ++call) {
+        const std::size_t T = call_pos[call].size();
+        const auto qkv = randn(T * C, 50 + call), a = randn(T * nv, 60 + call), b = randn(T * nv, 70 + call);
+        // Rows of the staged tables: sequence ids in order of first appearance in the call.
+        std::vector<std::int32_t> rows(T), seqs;
+        for (std::size_t t = 0; t < T; ++t) {
+          auto it = std::find(seqs.begin(), seqs.end(), call_seq[call][t]);
+          if (it == seqs.end()) it = seqs.insert(seqs.end(), call_seq[call][t]);
+          rows[t] = static_cast<std::int32_t>(it - seqs.begin());
+        }
+        std::vector<TokenId> tokens(T, 0);
+        std::vector<std::int32_t> tables(seqs.size() * 16, -1);
+        BatchInputs in;
+        in.tokens = tokens;
+        in.positions = call_pos[call];
+        in.seq_index = rows;
+        in.block_tables = tables;
+        in.max_blocks = 16;
+        std::vector<std::int32_t> slots;
+        for (auto sq : seqs) slots.push_back(2 - sq);
+        in.state_slots = slots;
+        const StagedBatch& st = under_test_->stage(in);
+        auto xb = dev_.put(qkv), ab = dev_.put(a), bb = dev_.put(b), ob = dev_.zeros(T * VD);
+        under_test_->gated_delta_net(sh, xb.as<float>(), C, ab.as<float>(), bb.as<float>(), nv, wb.as<float>(),
+                                     alb.as<float>(), dtb.as<float>(), st, *kv, state, ob.as<float>(), VD);
+        const auto o = dev_.get(ob, T * VD);
+        got.insert(got.end(), o.begin(), o.end());
+        all_qkv.insert(all_qkv.end(), qkv.begin(), qkv.end());
+        all_a.insert(all_a.end(), a.begin(), a.end());
+        all_b.insert(all_b.end(), b.begin(), b.end());
+        all_pos.insert(all_pos.end(), call_pos[call].begin(), call_pos[call].end());
+        all_seq.insert(all_seq.end(), call_seq[call].begin(), call_seq[call].end());
       }
-      std::vector<TokenId> tokens(T, 0);
-      std::vector<std::int32_t> tables(seqs.size() * 16, -1);
-      BatchInputs in;
-      in.tokens = tokens;
-      in.positions = call_pos[call];
-      in.seq_index = rows;
-      in.block_tables = tables;
-      in.max_blocks = 16;
-      std::vector<std::int32_t> slots;
-      for (auto sq : seqs) slots.push_back(2 - sq);
-      in.state_slots = slots;
-      const StagedBatch& st = under_test_->stage(in);
-      auto xb = dev_.put(qkv), ab = dev_.put(a), bb = dev_.put(b), ob = dev_.zeros(T * VD);
-      under_test_->gated_delta_net(sh, xb.as<float>(), C, ab.as<float>(), bb.as<float>(), nv, wb.as<float>(),
-                                   alb.as<float>(), dtb.as<float>(), st, *kv, state, ob.as<float>(), VD);
-      const auto o = dev_.get(ob, T * VD);
-      got.insert(got.end(), o.begin(), o.end());
-      all_qkv.insert(all_qkv.end(), qkv.begin(), qkv.end());
-      all_a.insert(all_a.end(), a.begin(), a.end());
-      all_b.insert(all_b.end(), b.begin(), b.end());
-      all_pos.insert(all_pos.end(), call_pos[call].begin(), call_pos[call].end());
-      all_seq.insert(all_seq.end(), call_seq[call].begin(), call_seq[call].end());
+      const auto ref = ref_gated_delta(sh, all_qkv, all_a, all_b, w, A_log, dt, all_pos, all_seq, 2);
+      EXPECT_LT(nmse(got, ref), 1e-10) << c.what << (call_pos.size() == 2 ? ", long runs" : "");
     }
-    const auto ref = ref_gated_delta(sh, all_qkv, all_a, all_b, w, A_log, dt, all_pos, all_seq, 2);
-    EXPECT_LT(nmse(got, ref), 1e-10) << c.what << (call_pos.size() == 2 ? ", long runs" : "");
-  }
 }
 
 TEST_F(BackendOps, ArgmaxRowsFirstOfTies) {

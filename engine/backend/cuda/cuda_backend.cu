@@ -272,10 +272,10 @@ class CudaBackend final : public Backend {
     set->up = std::move(up);
     set->down = std::move(down);
     const std::size_t E = set->n_experts();
-    std::vector<const void*> table(3 * E);
-    std::vector<QuantArgs> qtable(first_quantized(*set) ? 3 * E : 0);
-    bool same = true;
     const CudaWeight& first = cuda_weight(*set->gate[0]);
+    std::vector<const void*> table(3 * E);
+    std::vector<QuantArgs> qtable(first.qtype ? 3 * E : 0);
+    bool same = true;
     for (std::size_t e = 0; e < E; ++e) {
       const CudaWeight* w[3] = {&cuda_weight(*set->gate[e]), &cuda_weight(*set->up[e]), &cuda_weight(*set->down[e])};
       for (int i = 0; i < 3; ++i) {
@@ -298,7 +298,6 @@ class CudaBackend final : public Backend {
     return set;
   }
 
-  static bool first_quantized(const CudaExpertSet& set) { return cuda_weight(*set.gate[0]).qtype != 0; }
   /// Whether the gather-GEMVs read a quantized expert weight (load8q: 8 values of a row at a time, the
   /// 8-byte loads of the 8-bit layouts aligned).
   static bool expert_quant_ok(const CudaWeight& w) {

@@ -323,6 +323,10 @@ struct GatedDeltaArgs {
   float* const* state_table = nullptr;      ///< KvStorage::state_table(): slot -> state
   const std::int32_t* state_slots = nullptr;  ///< [n_seqs] each sequence's slot (StagedBatch::state_slots)
   std::size_t state_offset = 0;             ///< floats into a slot's state: this layer's
+#ifdef __CUDACC__
+  /// The layer's state of the batch's sequence `seq`: conv window [K - 1, conv_dim], then S [nv, dk, dv].
+  __device__ float* state(int seq) const { return state_table[state_slots[seq]] + state_offset; }
+#endif
   float* conv_out = nullptr;                ///< scratch [n_tokens, conv_dim]
   float* out = nullptr;                     ///< [n_tokens, nv dv] at ldo
   std::size_t ldo = 0;

@@ -41,7 +41,7 @@ __global__ void conv_kernel(GatedDeltaArgs a) {
   const std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int K = a.conv_kernel;
-  float* window = a.state_table[a.state_slots[seq]] + a.state_offset;  // [K - 1, C] first in the state
+  float* window = a.state(seq);  // [K - 1, C] first in the state
   float win[kMaxConvKernel];
   for (int j = 0; j + 1 < K; ++j) win[j] = window[j * C + c];
   float w[kMaxConvKernel];
@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(256) delta_kernel(GatedDeltaArgs a) {
   const int kh = h / (nv / nk);
   const int col = col0 + lane;
   const bool live = col < dv;
-  float* S = a.state_table[a.state_slots[seq]] + a.state_offset + a.conv_floats +
-             static_cast<std::size_t>(h) * dk * dv;  // [dk, dv]
+  float* S = a.state(seq) + a.conv_floats + static_cast<std::size_t>(h) * dk * dv;  // [dk, dv]
   float s[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) s[r] = live ? S[static_cast<std::size_t>(group * ROWS + r) * dv + col] : 0.0f;
