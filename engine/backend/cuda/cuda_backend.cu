@@ -308,7 +308,25 @@ class CudaBackend final : public Backend {
 
   bool moe_on_device(const ExpertSet& experts, std::size_t n_tokens) const override {
     const auto& set = static_cast<const CudaExpertSet&>(experts);
+    return moe_gemv(set, n_tokens) || moe_grouped(set, n_tokens);
+  }
+  /// The gather-GEMV path (a few tokens).
+  static bool moe_gemv(const CudaExpertSet& set, std::size_t n_tokens) {
     return set.gemv_ok && n_tokens <= kMoeGemvMaxTokens && set.n_experts() <= kMaxMoeExperts;
+  }
+  /// The grouped tensor-core path (more tokens, bf16 compute), which needs the routing k only for its
+  /// limits: any k up to kMaxMoeTopK + 1 (a shared expert's pair) is checked.
+  static bool moe_grouped(const CudaExpertSet& set, std::size_t n_tokens) {
+    return set.gemv_ok && set.round_x && n_tokens > kMoeGemvMaxTokens &&
+           moe_grouped_supported(set.type, n_tokens * (kMaxMoeTopK + 1), set.n_experts()) &&
+           grouped_meta_fits(set, n_tokens, 1);
+  }
+  /// Whether moe_grouped's metadata fits the scratch beyond act and ys (moe_scratch_floats' gathered
+  /// inputs and SwiGLU scratch, which the grouped path does not use).
+  static bool grouped_meta_fits(const CudaExpertSet& set, std::size_t n_tokens, std::size_t k) {
+    const std::size_t pairs = n_tokens * k;
+    return moe_grouped_meta_ints(pairs, set.n_experts()) <=
+           pairs * std::max(set.hidden(), set.intermediate()) + 2 * pairs;
   }
 
   void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
@@ -323,9 +341,13 @@ class CudaBackend final : public Backend {
                    const std::int32_t* ids, const float* weights, std::size_t k, float* x, std::size_t ldx,
                    float* scratch) override {
     const auto& set = static_cast<const CudaExpertSet&>(experts);
-    if (!moe_on_device(set, n_tokens) || ldh % 4 != 0 || reinterpret_cast<std::uintptr_t>(h) % 16 != 0 ||
-        reinterpret_cast<std::uintptr_t>(scratch) % 16 != 0)
-      return Backend::moe_experts(experts, h, ldh, n_tokens, ids, weights, k, x, ldx, scratch);
+    const bool aligned = ldh % 4 == 0 && reinterpret_cast<std::uintptr_t>(h) % 16 == 0 &&
+                         reinterpret_cast<std::uintptr_t>(scratch) % 16 == 0;
+    const bool gemv = aligned && moe_gemv(set, n_tokens);
+    const bool grouped = aligned && !gemv && moe_grouped(set, n_tokens) &&
+                         moe_grouped_supported(set.type, n_tokens * k, set.n_experts()) &&
+                         grouped_meta_fits(set, n_tokens, k);
+    if (!gemv && !grouped) return Backend::moe_experts(experts, h, ldh, n_tokens, ids, weights, k, x, ldx, scratch);
     MoeGemvArgs a;
     a.h = h;
     a.ldh = ldh;
@@ -345,7 +367,12 @@ class CudaBackend final : public Backend {
     a.act = scratch;                                  // [n_tokens k, inter]
     a.x = x;
     a.ldx = ldx;
-    launch_moe_experts(a, set.type, stream_);
+    if (gemv) return launch_moe_experts(a, set.type, stream_);
+    // Grouped: act by slot, then ys [n_tokens k, hidden] by slot (16-byte aligned: inter % 8 == 0), then
+    // the grouping's int32 metadata.
+    float* ys = scratch + n_tokens * k * set.intermediate();
+    auto* meta = reinterpret_cast<std::int32_t*>(ys + n_tokens * k * set.hidden());
+    launch_moe_grouped(a, set.n_experts(), ys, meta, set.type, stream_);
   }
   void sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
                    std::size_t rows, std::size_t n) override {
@@ -380,7 +407,10 @@ class CudaBackend final : public Backend {
     g.state_table = kv.state_table();
     g.state_slots = batch.state_slots;
     g.state_offset = state_offset;
-    g.conv_out = static_cast<float*>(delta_scratch_.get(batch.n_tokens * C * sizeof(float)));
+    // Prefill (runs of whole sequences, enough tokens a chunk on average, not recorded): the chunked form.
+    const bool chunked = &batch == &staged_ && delta_ok_ && batch.n_tokens >= kDeltaChunkedMinTokens &&
+                         batch.n_tokens <= 65535 && delta_.n_chunks * 16 <= batch.n_tokens &&
+                         gated_delta_chunked_supported(shape.k_head_dim, shape.v_head_dim) && !capturing();
     g.out = out;
     g.ldo = ldo;
     g.n_tokens = batch.n_tokens;
@@ -391,7 +421,17 @@ class CudaBackend final : public Backend {
     g.k_head_dim = shape.k_head_dim;
     g.v_head_dim = shape.v_head_dim;
     g.conv_kernel = static_cast<int>(shape.conv_kernel);
+    const std::size_t conv_floats = batch.n_tokens * C;
+    const std::size_t work_floats = chunked ? gated_delta_chunked_work_floats(g, delta_.n_chunks) : 0;
+    g.conv_out = static_cast<float*>(delta_scratch_.get((conv_floats + work_floats) * sizeof(float)));
+    if (chunked) return launch_gated_delta_net_chunked(g, delta_, batch.n_seqs, g.conv_out + conv_floats, stream_);
     launch_gated_delta_net(g, batch.n_seqs, stream_);
+  }
+  /// Tokens a call needs before the chunked delta rule runs (fewer: token by token, as decode).
+  static constexpr std::size_t kDeltaChunkedMinTokens = 64;
+  bool capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
   }
 
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
@@ -529,7 +569,9 @@ class CudaBackend final : public Backend {
       t = e;
     }
     const std::size_t nf = fa_tiles_.size(), ns = simt_tokens_.size(), nss = host_state_slots_.size();
-    const std::size_t ints = 3 * T + nt + nl + nf + ns + nss;
+    build_delta_chunks(T, nss);
+    const std::size_t nd = delta_ints_.size();
+    const std::size_t ints = 3 * T + nt + nl + nf + ns + nss + nd;
     // The previous upload from the pinned buffer must be done before it is overwritten.
     check(cudaEventSynchronize(staged_event_), "stage");
     if (pinned_ints_ < ints) {
@@ -548,6 +590,7 @@ class CudaBackend final : public Backend {
     std::copy(fa_tiles_.begin(), fa_tiles_.end(), p + 3 * T + nt + nl);
     std::copy(simt_tokens_.begin(), simt_tokens_.end(), p + 3 * T + nt + nl + nf);
     std::copy(host_state_slots_.begin(), host_state_slots_.end(), p + 3 * T + nt + nl + nf + ns);
+    std::copy(delta_ints_.begin(), delta_ints_.end(), p + 3 * T + nt + nl + nf + ns + nss);
     auto* dev = static_cast<std::int32_t*>(stage_buf_.get(std::max<std::size_t>(ints, 1) * sizeof(std::int32_t)));
     check(cudaMemcpyAsync(dev, p, ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), "stage");
     check(cudaEventRecord(staged_event_, stream_), "stage");
@@ -574,7 +617,49 @@ class CudaBackend final : public Backend {
     attn_.n_simt_tokens = static_cast<int>(ns);
     attn_.simt_max_position = simt_max_position_;
     staged_.backend_data = &attn_;
+    delta_ = DeltaChunks{};
+    if (delta_ok_) {
+      const std::int32_t* d = dev + 3 * T + nt + nl + nf + ns + nss;
+      delta_.seq_runs = d;
+      delta_.seq_first_chunk = d + 2 * nss;
+      delta_.chunks = d + 3 * nss + 1;
+      delta_.n_chunks = (nd - 3 * nss - 1) / 3;
+    }
     return staged_;
+  }
+
+  /// The chunked delta rule's work list of a hybrid model's batch (DeltaChunks: each sequence's run, its
+  /// chunks of kDeltaChunk tokens), when every sequence of the batch is one run of consecutive positions;
+  /// delta_ok_ says whether it is.
+  void build_delta_chunks(std::size_t T, std::size_t n_seqs) {
+    delta_ints_.clear();
+    delta_ok_ = false;
+    if (n_seqs == 0 || T == 0) return;
+    std::vector<std::int32_t> runs(2 * n_seqs, 0);
+    std::vector<char> seen(n_seqs, 0);
+    for (std::size_t t = 0; t < T;) {
+      std::size_t e = t + 1;
+      while (e < T && host_seq_[e] == host_seq_[t] && host_positions_[e] == host_positions_[e - 1] + 1) ++e;
+      const auto sq = static_cast<std::size_t>(host_seq_[t]);
+      if (host_seq_[t] < 0 || sq >= n_seqs || seen[sq]) return;
+      seen[sq] = 1;
+      runs[2 * sq] = static_cast<std::int32_t>(t);
+      runs[2 * sq + 1] = static_cast<std::int32_t>(e - t);
+      t = e;
+    }
+    delta_ints_ = runs;
+    std::vector<std::int32_t> chunks;
+    for (std::size_t sq = 0; sq < n_seqs; ++sq) {
+      delta_ints_.push_back(static_cast<std::int32_t>(chunks.size() / 3));
+      for (std::int32_t a = 0; a < runs[2 * sq + 1]; a += kDeltaChunk) {
+        chunks.push_back(static_cast<std::int32_t>(sq));
+        chunks.push_back(runs[2 * sq] + a);
+        chunks.push_back(std::min<std::int32_t>(kDeltaChunk, runs[2 * sq + 1] - a));
+      }
+    }
+    delta_ints_.push_back(static_cast<std::int32_t>(chunks.size() / 3));
+    delta_ints_.insert(delta_ints_.end(), chunks.begin(), chunks.end());
+    delta_ok_ = true;
   }
 
   // ---- ops ----
@@ -940,6 +1025,9 @@ class CudaBackend final : public Backend {
   std::int32_t* pinned_ = nullptr;
   std::size_t pinned_ints_ = 0;
   std::vector<std::int32_t> host_positions_, host_seq_, host_state_slots_, fa_tiles_, simt_tokens_;
+  std::vector<std::int32_t> delta_ints_;  ///< build_delta_chunks: runs, first chunks, chunks
+  bool delta_ok_ = false;
+  DeltaChunks delta_;                     ///< its device copy in the staged batch
   std::int32_t simt_max_position_ = 0;
   AttnBatch attn_;  ///< the staged batch's flash tiles and split-kernel tokens (StagedBatch::backend_data)
   std::uint64_t generation_ = 0;  ///< bumped by every device allocation and free (recordings go stale)

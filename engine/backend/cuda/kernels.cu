@@ -81,6 +81,34 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
   for (std::size_t i = threadIdx.x + kNormPer * blockDim.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
 }
 
+/// rms_norm_kernel for narrow rows (dim <= kNarrowNorm: per-head norms, T x heads rows): a warp a row,
+/// 8 rows a block, the sum of squares in double (each lane's values in order, then the shuffle tree).
+constexpr std::size_t kNarrowNorm = 512;
+__global__ void __launch_bounds__(256) rms_norm_rows_kernel(const float* x, float* y, std::size_t rows, std::size_t dim,
+                                                            std::size_t ld, const float* w, float eps) {
+  pdl_enter();
+  const std::size_t row = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const float* xr = x + row * ld;
+  float* yr = y + row * ld;
+  float v[kNarrowNorm / 32];
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(kNarrowNorm / 32); ++j) {
+    const std::size_t i = lane + static_cast<std::size_t>(j) * 32;
+    v[j] = i < dim ? xr[i] : 0.f;
+    ss += static_cast<double>(v[j]) * v[j];
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float s = 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(kNarrowNorm / 32); ++j) {
+    const std::size_t i = lane + static_cast<std::size_t>(j) * 32;
+    if (i < dim) yr[i] = w[i] * (v[j] * s);
+  }
+}
+
 __global__ void rope_angles_kernel(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
                                    float* cos_out, float* sin_out) {
   pdl_enter();
@@ -812,6 +840,8 @@ void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* tab
 void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
                      float eps, cudaStream_t s) {
   if (rows == 0) return;
+  if (dim <= kNarrowNorm)
+    return launch_kernel("rms_norm", rms_norm_rows_kernel, ceil_div(rows, 8), 256, 0, s, x, y, rows, dim, ld, w, eps);
   launch_kernel("rms_norm", rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, y, dim, ld, w, eps);
 }
 

@@ -70,6 +70,20 @@ struct MoeGemvArgs {
   std::size_t ldx = 0;
 };
 void launch_moe_experts(const MoeGemvArgs& a, int type, cudaStream_t s);
+/// Int32 of launch_moe_grouped's metadata for `pairs` (token, expert) pairs over n_experts experts.
+std::size_t moe_grouped_meta_ints(std::size_t pairs, std::size_t n_experts);
+/// Whether launch_moe_grouped takes these experts (bf16 or packed weights, computed in bf16) and this many
+/// pairs (the tiles of one launch fit a grid).
+bool moe_grouped_supported(int type, std::size_t pairs, std::size_t n_experts);
+/// Backend::moe_experts for many tokens under bf16 compute, with no copy to the host: the pairs are grouped
+/// by expert on the device (counts, offsets, each pair's slot: vLLM's moe_align_block_size), then two
+/// grouped tensor-core products run over tiles of one expert's slots (bf16 operands, f32 accumulation;
+/// packed weights dequantized while their tile is loaded): gate and up with the SwiGLU into a.act
+/// [pairs, inter] by slot, down into ys [pairs, hidden] by slot; then moe_combine adds each token's
+/// weighted pairs to x in pair order. `meta`: moe_grouped_meta_ints(pairs, n_experts) int32. After vLLM's
+/// fused_moe (tiles of one expert over sorted pairs) and llama.cpp's mul_mat_id.
+void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, float* ys, std::int32_t* meta, int type,
+                        cudaStream_t s);
 /// Logits a block of the argmax's first pass scans (16 loads in flight per thread).
 constexpr std::size_t kArgmaxChunk = 4096;
 /// Keys of launch_argmax_rows's workspace for `rows` rows of n ids.
@@ -337,5 +351,30 @@ struct GatedDeltaArgs {
 /// Whether launch_gated_delta_net takes these head and kernel sizes (dk of 16, 32, 64, 128 or 256; K <= 8).
 bool gated_delta_supported(std::size_t k_head_dim, std::size_t conv_kernel);
 void launch_gated_delta_net(const GatedDeltaArgs& a, std::size_t n_seqs, cudaStream_t s);
+
+/// Tokens a chunk of the chunked delta rule takes (HF's chunk_size).
+constexpr int kDeltaChunk = 64;
+/// The chunked form's work list, built at stage time for a batch whose every sequence is one run of
+/// consecutive positions: per sequence its run and its first chunk, per chunk its tokens.
+struct DeltaChunks {
+  const std::int32_t* seq_runs = nullptr;         ///< [n_seqs][2]: first token, count (0: no token)
+  const std::int32_t* seq_first_chunk = nullptr;  ///< [n_seqs + 1]: chunks of sequence s are [f[s], f[s + 1])
+  const std::int32_t* chunks = nullptr;           ///< [n_chunks][3]: sequence, first token, count <= kDeltaChunk
+  std::size_t n_chunks = 0;
+};
+/// Whether launch_gated_delta_net_chunked takes these head sizes (dk, dv <= 128, multiples of 16).
+bool gated_delta_chunked_supported(std::size_t k_head_dim, std::size_t v_head_dim);
+/// Floats of launch_gated_delta_net_chunked's work buffer (beside a.conv_out).
+std::size_t gated_delta_chunked_work_floats(const GatedDeltaArgs& a, std::size_t n_chunks);
+/// launch_gated_delta_net in the chunked form of the delta rule (HF transformers'
+/// torch_chunk_gated_delta_rule; fla's chunk_gated_delta_rule, Yang et al. 2024, "Gated Delta Networks"):
+/// the conv a thread per (token, channel); then per (chunk of 64 tokens, value head) the WY form - the
+/// chunk's decays, the strictly lower triangular system solved by forward substitution, U = T (beta v) and
+/// W = T (beta exp(G) k), the causal q k^T block - all chunks at once; then per (sequence, value head, 32
+/// value columns) the state carried over the sequence's chunks: v_new = U - W S, out = exp(G) q S +
+/// (q k^T) v_new, S = exp(G_last) S + (exp(G_last - G) k)^T v_new. f32 throughout. `work`:
+/// gated_delta_chunked_work_floats floats.
+void launch_gated_delta_net_chunked(const GatedDeltaArgs& a, const DeltaChunks& c, std::size_t n_seqs, float* work,
+                                    cudaStream_t s);
 
 }  // namespace quarry::engine::cuda

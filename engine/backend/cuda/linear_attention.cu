@@ -12,7 +12,9 @@
 //     HF transformers' torch_recurrent_gated_delta_rule (fla's fused_recurrent_gated_delta_rule).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
@@ -140,7 +142,349 @@ __global__ void __launch_bounds__(256) delta_kernel(GatedDeltaArgs a) {
   }
 }
 
+// ------------------------------------------------------------------------------------- chunked form
+
+constexpr int kC = kDeltaChunk;
+constexpr int kLdA = kC + 1;  // the chunk's square matrices in shared memory
+
+/// Floats of one (chunk, value head) record of the work buffer: G [64], the causal q k^T block [64][64],
+/// U [64][dv], W [64][dk].
+__host__ __device__ inline std::size_t chunk_record(std::size_t dk, std::size_t dv) {
+  return kC + static_cast<std::size_t>(kC) * kC + kC * dv + kC * dk;
+}
+
+/// The conv for a batch of runs: a thread per (token, channel), the previous K - 1 inputs from the batch
+/// (the token's own run) or from the sequence's window (zeros after a restart at position 0). The same
+/// products in the same order as conv_kernel.
+__global__ void conv_tokens_kernel(GatedDeltaArgs a, DeltaChunks ch) {
+  const std::size_t C = a.conv_dim;
+  const std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const int t = blockIdx.y;
+  if (c >= C) return;
+  const int seq = a.seq_index[t], t0 = ch.seq_runs[2 * seq];
+  const int K = a.conv_kernel, d = t - t0;
+  const bool restart = a.positions[t0] == 0;
+  const float* window = a.state(seq);
+  const float xt = a.qkv[static_cast<std::size_t>(t) * a.ldqkv + c];
+  float acc = a.conv_weight[c * K + K - 1] * xt;
+  for (int jj = 0; jj + 1 < K; ++jj) {
+    const int j = K - 1 - jj;  // inputs back
+    float in;
+    if (j <= d) in = a.qkv[static_cast<std::size_t>(t - j) * a.ldqkv + c];
+    else in = restart ? 0.0f : window[static_cast<std::size_t>(K - 1 - (j - d)) * C + c];
+    acc += a.conv_weight[c * K + jj] * in;
+  }
+  a.conv_out[static_cast<std::size_t>(t) * C + c] = acc * sigmoid_f(acc);
+}
+
+/// Each sequence's conv window after its run: the last K - 1 inputs (from the run, or the old window where
+/// the run is shorter). After conv_tokens_kernel, which reads the old window.
+__global__ void conv_window_kernel(GatedDeltaArgs a, DeltaChunks ch) {
+  const std::size_t C = a.conv_dim;
+  const std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const int seq = blockIdx.y;
+  const int t0 = ch.seq_runs[2 * seq], len = ch.seq_runs[2 * seq + 1];
+  if (c >= C || len == 0) return;
+  const int K = a.conv_kernel;
+  const bool restart = a.positions[t0] == 0;
+  float* window = a.state(seq);
+  float win[kMaxConvKernel];
+  for (int jj = 0; jj + 1 < K; ++jj) {
+    const int r = len - (K - 1) + jj;  // relative to the run's first token
+    if (r >= 0) win[jj] = a.qkv[static_cast<std::size_t>(t0 + r) * a.ldqkv + c];
+    else win[jj] = restart ? 0.0f : window[static_cast<std::size_t>(K - 1 + r) * C + c];
+  }
+  for (int jj = 0; jj + 1 < K; ++jj) window[static_cast<std::size_t>(jj) * C + c] = win[jj];
+}
+
+/// Per (chunk, value head), 256 threads: q and k of the head's key head l2-normalised (q also scaled by
+/// dk^-1/2; written to qn / kn [n_tokens, nk, dk] by the first value head of each key head), G the
+/// cumulative log decays, A = -(beta k k^T * exp(G_i - G_j)) strictly below the diagonal, solved by
+/// forward substitution in place (HF's loop over rows), then U = (A + I) (beta v), W = (A + I)
+/// (beta exp(G) k) and the causal block (q k^T * exp(G_i - G_j)) on and below the diagonal, written to the
+/// chunk's record. Products of the chunk's 64 x 64 matrices in 4 x 4 tiles a thread.
+__global__ void __launch_bounds__(256) delta_chunk_prep_kernel(GatedDeltaArgs a, DeltaChunks ch, float* work,
+                                                              float* qn, float* kn) {
+  extern __shared__ float sm[];
+  const int dk = static_cast<int>(a.k_head_dim), dv = static_cast<int>(a.v_head_dim);
+  const int nk = static_cast<int>(a.n_k_heads), nv = static_cast<int>(a.n_v_heads);
+  const int ci = blockIdx.x, h = blockIdx.y, kh = h / (nv / nk);
+  const int t0 = ch.chunks[3 * ci + 1], L = ch.chunks[3 * ci + 2];
+  const int ldk = dk + 1, ldx = max(dk, dv) + 1;
+  float* ks = sm;               // [64][ldk]: k, then beta exp(G) k
+  float* xs = ks + kC * ldk;    // [64][ldx]: q, then beta v
+  float* A = xs + kC * ldx;     // [64][kLdA]
+  float* Q = A + kC * kLdA;     // [64][kLdA]
+  float* G = Q + kC * kLdA;     // [64]
+  float* beta = G + kC;         // [64]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const std::size_t C = a.conv_dim;
+  for (int idx = tid; idx < kC * dk; idx += 256) {
+    const int i = idx / dk, d = idx % dk;
+    float qv = 0.0f, kv = 0.0f;
+    if (i < L) {
+      const float* y = a.conv_out + static_cast<std::size_t>(t0 + i) * C;
+      qv = y[kh * dk + d];
+      kv = y[nk * dk + kh * dk + d];
+    }
+    xs[i * ldk + d] = qv;
+    ks[i * ldk + d] = kv;
+  }
+  if (tid < kC) {
+    float bt = 0.0f, gl = 0.0f;
+    if (tid < L) {
+      const std::size_t t = static_cast<std::size_t>(t0 + tid);
+      bt = sigmoid_f(a.b[t * a.ldab + h]);
+      gl = -expf(a.A_log[h]) * softplus_f(a.a[t * a.ldab + h] + a.dt_bias[h]);
+    }
+    beta[tid] = bt;
+    G[tid] = gl;
+  }
+  __syncthreads();
+  for (int i = warp; i < L; i += 8) {
+    float sq = 0.0f, sk = 0.0f;
+    for (int d = lane; d < dk; d += 32) {
+      sq += xs[i * ldk + d] * xs[i * ldk + d];
+      sk += ks[i * ldk + d] * ks[i * ldk + d];
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    const float fq = rsqrtf(sq + 1e-6f) * rsqrtf(static_cast<float>(dk)), fk = rsqrtf(sk + 1e-6f);
+    for (int d = lane; d < dk; d += 32) {
+      xs[i * ldk + d] *= fq;
+      ks[i * ldk + d] *= fk;
+    }
+  }
+  if (tid == 0) {  // the cumulative sum in order, as torch's cumsum on the chunk (padding adds 0)
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) G[i] = (acc += G[i]);
+  }
+  __syncthreads();
+  if (h % (nv / nk) == 0)
+    for (int idx = tid; idx < L * dk; idx += 256) {
+      const int i = idx / dk, d = idx % dk;
+      const std::size_t at = (static_cast<std::size_t>(t0 + i) * nk + kh) * dk + d;
+      qn[at] = xs[i * ldk + d];
+      kn[at] = ks[i * ldk + d];
+    }
+  const int ty = tid / 16, tx = tid % 16;
+  {
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int d = 0; d < dk; ++d) {
+      float ki[4], qi[4], kj[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        ki[r] = ks[(ty + 16 * r) * ldk + d];
+        qi[r] = xs[(ty + 16 * r) * ldk + d];
+        kj[r] = ks[(tx + 16 * r) * ldk + d];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          kk[r][q] = fmaf(ki[r], kj[q], kk[r][q]);
+          qk[r][q] = fmaf(qi[r], kj[q], qk[r][q]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int i = ty + 16 * r, j = tx + 16 * q;
+        const bool in = i < L && j < L;
+        const float decay = in && j <= i ? expf(G[i] - G[j]) : 0.0f;
+        A[i * kLdA + j] = in && j < i ? -beta[i] * kk[r][q] * decay : 0.0f;
+        Q[i * kLdA + j] = in && j <= i ? qk[r][q] * decay : 0.0f;
+      }
+  }
+  __syncthreads();
+  // Forward substitution, a row at a time: row i (its original values) plus its combination of the
+  // rows above (already final).
+  for (int i = 1; i < L; ++i) {
+    float v = 0.0f;
+    if (tid < i) {
+      v = A[i * kLdA + tid];
+      for (int m = tid + 1; m < i; ++m) v = fmaf(A[i * kLdA + m], A[m * kLdA + tid], v);
+    }
+    __syncthreads();
+    if (tid < i) A[i * kLdA + tid] = v;
+    __syncthreads();
+  }
+  // beta v into xs (q is done), beta exp(G) k in place.
+  for (int idx = tid; idx < kC * dv; idx += 256) {
+    const int i = idx / dv, c = idx % dv;
+    xs[i * ldx + c] =
+        i < L ? beta[i] * a.conv_out[static_cast<std::size_t>(t0 + i) * C + 2 * nk * dk + h * dv + c] : 0.0f;
+  }
+  for (int idx = tid; idx < kC * dk; idx += 256) {
+    const int i = idx / dk, d = idx % dk;
+    ks[i * ldk + d] *= beta[i] * expf(G[i]);
+  }
+  __syncthreads();
+  float* rec = work + (static_cast<std::size_t>(ci) * nv + h) * chunk_record(dk, dv);
+  float* Qw = rec + kC;
+  float* Uw = Qw + kC * kC;
+  float* Ww = Uw + kC * dv;
+  if (tid < kC) rec[tid] = G[tid];
+  for (int idx = tid; idx < kC * kC; idx += 256) Qw[idx] = Q[(idx / kC) * kLdA + idx % kC];
+  // (A + I) X for X = beta v (n = dv, ld ldx) and X = beta exp(G) k (n = dk, ld ldk): 4 rows x up to 8
+  // columns a thread.
+  auto solve_apply = [&](const float* X, int ld, int n, float* out) {
+    for (int c0 = 0; c0 < n; c0 += 128) {
+      float acc[4][8];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const int i = ty + 16 * r, c = c0 + tx + 16 * q;
+          acc[r][q] = c < n ? X[i * ld + c] : 0.0f;
+        }
+      for (int m = 0; m < L; ++m) {
+        float am[4], xm[8];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) am[r] = A[(ty + 16 * r) * kLdA + m];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const int c = c0 + tx + 16 * q;
+          xm[q] = c < n ? X[m * ld + c] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[r][q] = fmaf(am[r], xm[q], acc[r][q]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const int i = ty + 16 * r, c = c0 + tx + 16 * q;
+          if (i < L && c < n) out[i * n + c] = acc[r][q];
+        }
+    }
+  };
+  solve_apply(xs, ldx, dv, Uw);
+  solve_apply(ks, ldk, dk, Ww);
+}
+
+/// Per (sequence, value head, 32 value columns), 256 threads (a column a lane, 8 warps over rows): the
+/// state S [dk, 32 columns] in shared memory carried over the sequence's chunks in order (zero after a
+/// restart at position 0), then written back.
+__global__ void __launch_bounds__(256) delta_chunk_state_kernel(GatedDeltaArgs a, DeltaChunks ch, const float* work,
+                                                               const float* qn, const float* kn) {
+  extern __shared__ float sm[];
+  const int dk = static_cast<int>(a.k_head_dim), dv = static_cast<int>(a.v_head_dim);
+  const int nk = static_cast<int>(a.n_k_heads), nv = static_cast<int>(a.n_v_heads);
+  const int seq = blockIdx.z, h = blockIdx.y, kh = h / (nv / nk);
+  const int t0 = ch.seq_runs[2 * seq], len = ch.seq_runs[2 * seq + 1];
+  if (len == 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = blockIdx.x * 32 + lane;
+  const bool live = col < dv;
+  const int ldk = dk + 1;
+  float* S = sm;                 // [dk][32]
+  float* buf = S + dk * 32;      // [64][ldk]: W, then exp(G) q, then exp(G_last - G) k
+  float* vn = buf + kC * ldk;    // [64][32]
+  float* Qm = vn + kC * 32;      // [64][kLdA]
+  float* G = Qm + kC * kLdA;     // [64]
+  float* Sg = a.state(seq) + a.conv_floats + static_cast<std::size_t>(h) * dk * dv;
+  const bool restart = a.positions[t0] == 0;
+  for (int d = warp; d < dk; d += 8) S[d * 32 + lane] = live && !restart ? Sg[static_cast<std::size_t>(d) * dv + col] : 0.0f;
+  const std::size_t rec_floats = chunk_record(dk, dv);
+  for (int ci = ch.seq_first_chunk[seq]; ci < ch.seq_first_chunk[seq + 1]; ++ci) {
+    const int tc = ch.chunks[3 * ci + 1], L = ch.chunks[3 * ci + 2];
+    const float* rec = work + (static_cast<std::size_t>(ci) * nv + h) * rec_floats;
+    const float* Qw = rec + kC;
+    const float* Uw = Qw + kC * kC;
+    const float* Ww = Uw + kC * dv;
+    for (int idx = threadIdx.x; idx < L * dk; idx += 256) buf[(idx / dk) * ldk + idx % dk] = Ww[idx];
+    for (int idx = threadIdx.x; idx < kC * kC; idx += 256) Qm[(idx / kC) * kLdA + idx % kC] = Qw[idx];
+    if (threadIdx.x < kC) G[threadIdx.x] = rec[threadIdx.x];
+    __syncthreads();
+    // v_new = U - W S
+    for (int i = warp; i < L; i += 8) {
+      float dot = 0.0f;
+      for (int d = 0; d < dk; ++d) dot = fmaf(buf[i * ldk + d], S[d * 32 + lane], dot);
+      vn[i * 32 + lane] = live ? Uw[static_cast<std::size_t>(i) * dv + col] - dot : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < L * dk; idx += 256) {
+      const int i = idx / dk, d = idx % dk;
+      buf[i * ldk + d] = qn[(static_cast<std::size_t>(tc + i) * nk + kh) * dk + d] * expf(G[i]);
+    }
+    __syncthreads();
+    // out = exp(G) q S + (q k^T) v_new
+    for (int i = warp; i < L; i += 8) {
+      float o = 0.0f;
+      for (int d = 0; d < dk; ++d) o = fmaf(buf[i * ldk + d], S[d * 32 + lane], o);
+      for (int j = 0; j <= i; ++j) o = fmaf(Qm[i * kLdA + j], vn[j * 32 + lane], o);
+      if (live) a.out[static_cast<std::size_t>(tc + i) * a.ldo + static_cast<std::size_t>(h) * dv + col] = o;
+    }
+    __syncthreads();
+    const float g_last = G[L - 1];
+    for (int idx = threadIdx.x; idx < L * dk; idx += 256) {
+      const int i = idx / dk, d = idx % dk;
+      buf[i * ldk + d] = kn[(static_cast<std::size_t>(tc + i) * nk + kh) * dk + d] * expf(g_last - G[i]);
+    }
+    __syncthreads();
+    // S = exp(G_last) S + (exp(G_last - G) k)^T v_new
+    const float decay = expf(g_last);
+    for (int d = warp; d < dk; d += 8) {
+      float v = S[d * 32 + lane] * decay;
+      for (int i = 0; i < L; ++i) v = fmaf(buf[i * ldk + d], vn[i * 32 + lane], v);
+      S[d * 32 + lane] = v;
+    }
+    __syncthreads();
+  }
+  if (live)
+    for (int d = warp; d < dk; d += 8) Sg[static_cast<std::size_t>(d) * dv + col] = S[d * 32 + lane];
+}
+
+std::size_t prep_smem(std::size_t dk, std::size_t dv) {
+  return (kC * (dk + 1) + kC * (std::max(dk, dv) + 1) + 2 * kC * kLdA + 2 * kC) * sizeof(float);
+}
+std::size_t state_smem(std::size_t dk) {
+  return (dk * 32 + kC * (dk + 1) + kC * 32 + kC * kLdA + kC) * sizeof(float);
+}
+
 }  // namespace
+
+bool gated_delta_chunked_supported(std::size_t k_head_dim, std::size_t v_head_dim) {
+  return k_head_dim >= 16 && k_head_dim <= 128 && k_head_dim % 16 == 0 && v_head_dim >= 16 && v_head_dim <= 128 &&
+         v_head_dim % 16 == 0;
+}
+
+std::size_t gated_delta_chunked_work_floats(const GatedDeltaArgs& a, std::size_t n_chunks) {
+  return n_chunks * a.n_v_heads * chunk_record(a.k_head_dim, a.v_head_dim) +
+         2 * a.n_tokens * a.n_k_heads * a.k_head_dim;
+}
+
+void launch_gated_delta_net_chunked(const GatedDeltaArgs& a, const DeltaChunks& c, std::size_t n_seqs, float* work,
+                                    cudaStream_t s) {
+  if (a.n_tokens == 0 || n_seqs == 0) return;
+  if (!gated_delta_chunked_supported(a.k_head_dim, a.v_head_dim) || a.conv_kernel < 1 || a.conv_kernel > kMaxConvKernel)
+    throw std::invalid_argument("gated_delta_net (chunked): unsupported head or kernel size");
+  const dim3 tgrid(static_cast<unsigned>((a.conv_dim + 127) / 128), static_cast<unsigned>(a.n_tokens));
+  conv_tokens_kernel<<<tgrid, 128, 0, s>>>(a, c);
+  check_launch("gated_delta_net conv (tokens)");
+  const dim3 wgrid(static_cast<unsigned>((a.conv_dim + 127) / 128), static_cast<unsigned>(n_seqs));
+  conv_window_kernel<<<wgrid, 128, 0, s>>>(a, c);
+  check_launch("gated_delta_net conv window");
+  float* qn = work + c.n_chunks * a.n_v_heads * chunk_record(a.k_head_dim, a.v_head_dim);
+  float* kn = qn + a.n_tokens * a.n_k_heads * a.k_head_dim;
+  const std::size_t ps = prep_smem(a.k_head_dim, a.v_head_dim), ss = state_smem(a.k_head_dim);
+  // Beyond the default 48 KB of dynamic shared memory (an attribute of the current device's function).
+  check(cudaFuncSetAttribute(delta_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ps)),
+        "gated_delta_net chunk prep: shared memory");
+  check(cudaFuncSetAttribute(delta_chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ss)),
+        "gated_delta_net chunk state: shared memory");
+  delta_chunk_prep_kernel<<<dim3(static_cast<unsigned>(c.n_chunks), static_cast<unsigned>(a.n_v_heads)), 256, ps, s>>>(
+      a, c, work, qn, kn);
+  check_launch("gated_delta_net chunk prep");
+  const dim3 sgrid(static_cast<unsigned>((a.v_head_dim + 31) / 32), static_cast<unsigned>(a.n_v_heads),
+                   static_cast<unsigned>(n_seqs));
+  delta_chunk_state_kernel<<<sgrid, 256, ss, s>>>(a, c, work, qn, kn);
+  check_launch("gated_delta_net chunk state");
+}
 
 void launch_sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
                         std::size_t rows, std::size_t n, cudaStream_t s) {

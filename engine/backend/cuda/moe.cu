@@ -1,8 +1,11 @@
-// Mixture-of-experts kernels of the CUDA backend: routing on the device and gather-GEMVs over each token's
-// experts for small batches (decode), so that a decode step with sparse layers never waits for the host
-// and can be recorded. The grouped path for prefill is the Backend default (tokens grouped by expert, one
-// cuBLAS product per expert hit). After vLLM's fused_moe (routing on the device, experts addressed
-// through tables) and llama.cpp's mul_mat_id (a GEMV per selected expert for a few tokens).
+// Mixture-of-experts kernels of the CUDA backend, none of which waits for the host: routing on the device;
+// gather-GEMVs over each token's experts for small batches (decode, so that a decode step with sparse
+// layers can be recorded); and for prefill, the pairs grouped by expert on the device and two grouped
+// tensor-core products over tiles of one expert's pairs. After vLLM's fused_moe (routing on the device,
+// experts addressed through tables, moe_align_block_size, tiles of one expert) and llama.cpp's mul_mat_id
+// (a GEMV per selected expert for a few tokens).
+#include <mma.h>
+
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -224,7 +227,333 @@ void moe_experts_typed(const MoeGemvArgs& a, cudaStream_t s) {
   check_launch("moe_down_sum");
 }
 
+// ------------------------------------------------------------------------------ grouped (prefill)
+
+constexpr int kGroupThreads = 128;  // 4 warps, 2 x 2 over a tile
+constexpr int kGroupBN = 64, kGroupBK = 64;
+constexpr int kAlignThreads = 1024;
+
+/// The grouping of the pairs by expert, on one block: counts per expert, exclusive scans of the counts
+/// (each expert's first slot) and of their tiles of `bm` slots, then each pair's slot, its expert's next
+/// free one (by an atomic: the order of the pairs within an expert is arbitrary, and no product of a slot
+/// depends on it). count [E] ends as the cursors; offset, tile_start [E + 1]; slot_of_pair, token_of_slot
+/// [pairs].
+__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const std::int32_t* ids, int pairs, int k, int E, int bm,
+                                                                  std::int32_t* count, std::int32_t* offset,
+                                                                  std::int32_t* tile_start, std::int32_t* slot_of_pair,
+                                                                  std::int32_t* token_of_slot) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int e = tid; e < E; e += kAlignThreads) count[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < pairs; p += kAlignThreads) atomicAdd(&count[ids[p]], 1);
+  __syncthreads();
+  // Each thread scans a run of experts; the runs' sums are scanned over the block (warp shuffles).
+  const int per = (E + kAlignThreads - 1) / kAlignThreads, lo = min(E, tid * per), hi = min(E, lo + per);
+  int c = 0, tl = 0;
+  for (int e = lo; e < hi; ++e) {
+    c += count[e];
+    tl += (count[e] + bm - 1) / bm;
+  }
+  int ic = c, it = tl;  // inclusive within the warp
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+    if (lane >= o) {
+      ic += a;
+      it += b;
+    }
+  }
+  __shared__ int wc[32], wt[32];
+  if (lane == 31) {
+    wc[warp] = ic;
+    wt[warp] = it;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int a = wc[lane], b = wt[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int ua = __shfl_up_sync(0xffffffffu, a, o), ub = __shfl_up_sync(0xffffffffu, b, o);
+      if (lane >= o) {
+        a += ua;
+        b += ub;
+      }
+    }
+    wc[lane] = a;
+    wt[lane] = b;
+  }
+  __syncthreads();
+  int base_c = (warp ? wc[warp - 1] : 0) + ic - c, base_t = (warp ? wt[warp - 1] : 0) + it - tl;
+  for (int e = lo; e < hi; ++e) {
+    const int n = count[e];
+    offset[e] = base_c;
+    tile_start[e] = base_t;
+    count[e] = base_c;
+    base_c += n;
+    base_t += (n + bm - 1) / bm;
+  }
+  if (tid == kAlignThreads - 1) {
+    offset[E] = base_c;
+    tile_start[E] = base_t;
+  }
+  __syncthreads();
+  for (int p = tid; p < pairs; p += kAlignThreads) {
+    const int s = atomicAdd(&count[ids[p]], 1);
+    slot_of_pair[p] = s;
+    token_of_slot[s] = p / k;
+  }
+}
+
+/// One grouped product: out[s, :n] = A[s] . W_e^T for every slot s of expert e (with SwiGLU:
+/// silu(A[s] . W0_e^T) * (A[s] . W1_e^T)), A[s] = a + (rows ? rows[s] : s) * lda.
+struct GroupedProduct {
+  const float* a = nullptr;
+  std::size_t lda = 0;
+  const std::int32_t* rows = nullptr;
+  const void* const* w0 = nullptr;
+  const void* const* w1 = nullptr;
+  const QuantArgs* q0 = nullptr;
+  const QuantArgs* q1 = nullptr;
+  int n = 0, kdim = 0, n_experts = 0;
+  const std::int32_t* offset = nullptr;
+  const std::int32_t* tile_start = nullptr;
+  float* out = nullptr;
+};
+
+/// 8 bf16 (round to nearest even) of 8 floats, packed low first.
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
+  std::uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const std::uint32_t*>(&p);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// Values k0 .. k0 + 7 of row j of an expert weight as bf16 (bf16: one 16-byte load; packed: dequantized
+/// as the GEMVs do, then rounded, as the dense prefill's dequantization into bf16 rounds them).
+template <int TYPE>
+__device__ __forceinline__ uint4 load_bf16x8(const ExpertWeight<TYPE>& w, std::size_t j, std::size_t k0) {
+  if constexpr (TYPE == kBF16) {
+    return __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w.w) + j * w.cols + k0));
+  } else {
+    float f[8];
+    w.load(j, k0, f);
+    return pack_bf16x8(f);
+  }
+}
+
+/// A tile of BM slots of one expert (blockIdx.y through tile_start) by 64 output columns (blockIdx.x),
+/// over the reduction in steps of 64: the next step's A rows (f32, rounded to bf16) and weight rows
+/// are loaded into registers while the warps multiply the current ones from shared memory (WMMA
+/// 16x16x16 bf16, f32 accumulators; each warp a (BM / 2) x 32 quarter); the epilogue goes through shared
+/// memory so that only the expert's slots are written.
+template <int TYPE, int BM, bool SWIGLU>
+__global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProduct g) {
+  namespace wmma = nvcuda::wmma;
+  constexpr int BN = kGroupBN, BK = kGroupBK, LD = BK + 8, LDC = BN + 4, NB = SWIGLU ? 2 : 1;
+  constexpr int WM = BM / 2, WN = BN / 2, FM = WM / 16, FN = WN / 16;
+  constexpr int kChunks = BK / 8;                              // 8 values each, a row of a step
+  constexpr int kAPer = BM * kChunks / kGroupThreads, kBPer = BN * kChunks / kGroupThreads;
+  constexpr int kInBytes = (BM + NB * BN) * LD * 2, kOutBytes = BM * LDC * 4;
+  __shared__ __align__(128) unsigned char smem[kInBytes > kOutBytes ? kInBytes : kOutBytes];
+  auto* As = reinterpret_cast<__nv_bfloat16*>(smem);  // [BM][LD]
+  auto* Bs = As + BM * LD;                             // [NB][BN][LD]
+  auto* Cs = reinterpret_cast<float*>(smem);           // [BM][LDC], after the last step
+
+  const int tile = blockIdx.y;
+  if (tile >= g.tile_start[g.n_experts]) return;
+  int lo = 0, hi = g.n_experts;  // tile_start[lo] <= tile < tile_start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (g.tile_start[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  const int e = lo;
+  const int m0 = g.offset[e] + (tile - g.tile_start[e]) * BM;
+  const int mrows = min(BM, g.offset[e + 1] - m0);
+  const int n0 = blockIdx.x * BN;
+  const auto w0 = expert<TYPE>(g.w0, g.q0, e, static_cast<std::size_t>(g.kdim));
+  const auto w1 = expert<TYPE>(SWIGLU ? g.w1 : g.w0, SWIGLU ? g.q1 : g.q0, e, static_cast<std::size_t>(g.kdim));
+
+  const int tid = threadIdx.x;
+  const float* arow[kAPer];
+#pragma unroll
+  for (int i = 0; i < kAPer; ++i) {
+    const int r = (tid + i * kGroupThreads) / kChunks;
+    const int s = m0 + r;
+    arow[i] = r < mrows ? g.a + static_cast<std::size_t>(g.rows ? g.rows[s] : s) * g.lda : nullptr;
+  }
+  uint4 ra[kAPer], rb[NB][kBPer];
+  auto load_step = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < kAPer; ++i) {
+      const int k = k0 + ((tid + i * kGroupThreads) % kChunks) * 8;
+      if (arow[i] && k < g.kdim) {
+        float f[8];
+        const float4 x0 = __ldg(reinterpret_cast<const float4*>(arow[i] + k));
+        const float4 x1 = __ldg(reinterpret_cast<const float4*>(arow[i] + k) + 1);
+        f[0] = x0.x; f[1] = x0.y; f[2] = x0.z; f[3] = x0.w; f[4] = x1.x; f[5] = x1.y; f[6] = x1.z; f[7] = x1.w;
+        ra[i] = pack_bf16x8(f);
+      } else {
+        ra[i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBPer; ++i) {
+      const int c = tid + i * kGroupThreads, j = n0 + c / kChunks, k = k0 + (c % kChunks) * 8;
+      const bool in = j < g.n && k < g.kdim;
+      rb[0][i] = in ? load_bf16x8<TYPE>(w0, j, k) : make_uint4(0, 0, 0, 0);
+      if constexpr (SWIGLU) rb[1][i] = in ? load_bf16x8<TYPE>(w1, j, k) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto store_step = [&]() {
+#pragma unroll
+    for (int i = 0; i < kAPer; ++i) {
+      const int c = tid + i * kGroupThreads;
+      *reinterpret_cast<uint4*>(As + (c / kChunks) * LD + (c % kChunks) * 8) = ra[i];
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int i = 0; i < kBPer; ++i) {
+        const int c = tid + i * kGroupThreads;
+        *reinterpret_cast<uint4*>(Bs + (b * BN + c / kChunks) * LD + (c % kChunks) * 8) = rb[b][i];
+      }
+  };
+
+  const int warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NB][FM][FN];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[b][i][j], 0.0f);
+
+  load_step(0);
+  store_step();
+  __syncthreads();
+  for (int k0 = 0; k0 < g.kdim; k0 += BK) {
+    const bool more = k0 + BK < g.kdim;
+    if (more) load_step(k0 + BK);
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * LD + kk, LD);
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fb, Bs + (b * BN + wn * WN + j * 16) * LD + kk, LD);
+#pragma unroll
+          for (int i = 0; i < FM; ++i) wmma::mma_sync(acc[b][i][j], fa[i], fb, acc[b][i][j]);
+        }
+    }
+    __syncthreads();
+    if (more) {
+      store_step();
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+      if constexpr (SWIGLU) {
+#pragma unroll
+        for (int t = 0; t < acc[0][i][j].num_elements; ++t) {  // the same element of both (one fragment type)
+          const float gv = acc[0][i][j].x[t];
+          acc[0][i][j].x[t] = gv / (1.f + expf(-gv)) * acc[1][i][j].x[t];
+        }
+      }
+      wmma::store_matrix_sync(Cs + (wm * WM + i * 16) * LDC + wn * WN + j * 16, acc[0][i][j], LDC, wmma::mem_row_major);
+    }
+  __syncthreads();
+  for (int idx = tid; idx < BM * (BN / 4); idx += kGroupThreads) {
+    const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+    if (r < mrows && n0 + c < g.n)
+      *reinterpret_cast<float4*>(g.out + static_cast<std::size_t>(m0 + r) * g.n + n0 + c) =
+          *reinterpret_cast<const float4*>(Cs + r * LDC + c);
+  }
+}
+
+template <int TYPE, int BM>
+void moe_grouped_typed(const MoeGemvArgs& a, std::size_t n_experts, float* ys, const std::int32_t* offset,
+                       const std::int32_t* tile_start, const std::int32_t* token_of_slot, unsigned max_tiles,
+                       cudaStream_t s) {
+  GroupedProduct g;
+  g.a = a.h;
+  g.lda = a.ldh;
+  g.rows = token_of_slot;
+  g.w0 = a.gate;
+  g.w1 = a.up;
+  g.q0 = a.qgate;
+  g.q1 = a.qup;
+  g.n = static_cast<int>(a.inter);
+  g.kdim = static_cast<int>(a.hidden);
+  g.n_experts = static_cast<int>(n_experts);
+  g.offset = offset;
+  g.tile_start = tile_start;
+  g.out = a.act;
+  moe_grouped_kernel<TYPE, BM, true><<<dim3(ceil_div(a.inter, kGroupBN), max_tiles), kGroupThreads, 0, s>>>(g);
+  check_launch("moe_grouped gate_up");
+  g.a = a.act;
+  g.lda = a.inter;
+  g.rows = nullptr;
+  g.w0 = g.w1 = a.down;
+  g.q0 = g.q1 = a.qdown;
+  g.n = static_cast<int>(a.hidden);
+  g.kdim = static_cast<int>(a.inter);
+  g.out = ys;
+  moe_grouped_kernel<TYPE, BM, false><<<dim3(ceil_div(a.hidden, kGroupBN), max_tiles), kGroupThreads, 0, s>>>(g);
+  check_launch("moe_grouped down");
+}
+
+/// Slots a tile takes: 32 while the pairs are few per expert (the weights are read once a tile either
+/// way; a smaller tile multiplies fewer padding rows), 64 beyond.
+std::size_t grouped_bm(std::size_t pairs, std::size_t n_experts) { return pairs <= 32 * n_experts ? 32 : 64; }
+
+std::size_t grouped_max_tiles(std::size_t pairs, std::size_t n_experts) {
+  return (pairs + grouped_bm(pairs, n_experts) - 1) / grouped_bm(pairs, n_experts) + std::min(pairs, n_experts);
+}
+
 }  // namespace
+
+std::size_t moe_grouped_meta_ints(std::size_t pairs, std::size_t n_experts) { return 3 * n_experts + 2 + 2 * pairs; }
+
+bool moe_grouped_supported(int type, std::size_t pairs, std::size_t n_experts) {
+  return (type == kBF16 || quantized_type(type)) && pairs > 0 && pairs < (std::size_t{1} << 30) &&
+         n_experts > 0 && n_experts <= kMaxMoeExperts && grouped_max_tiles(pairs, n_experts) <= 65535;
+}
+
+void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, float* ys, std::int32_t* meta, int type,
+                        cudaStream_t s) {
+  const std::size_t pairs = a.n_tokens * a.k;
+  if (pairs == 0) return;
+  if (!moe_grouped_supported(type, pairs, n_experts))
+    throw std::invalid_argument("moe_grouped: these experts or this many pairs are not supported");
+  const std::size_t E = n_experts, bm = grouped_bm(pairs, E);
+  std::int32_t* count = meta;
+  std::int32_t* offset = count + E;
+  std::int32_t* tile_start = offset + E + 1;
+  std::int32_t* slot_of_pair = tile_start + E + 1;
+  std::int32_t* token_of_slot = slot_of_pair + pairs;
+  moe_align_kernel<<<1, kAlignThreads, 0, s>>>(a.ids, static_cast<int>(pairs), static_cast<int>(a.k),
+                                               static_cast<int>(E), static_cast<int>(bm), count, offset, tile_start,
+                                               slot_of_pair, token_of_slot);
+  check_launch("moe_align");
+  const auto tiles = static_cast<unsigned>(grouped_max_tiles(pairs, E));
+  auto run = [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    if (bm == 32) moe_grouped_typed<T, 32>(a, E, ys, offset, tile_start, token_of_slot, tiles, s);
+    else moe_grouped_typed<T, 64>(a, E, ys, offset, tile_start, token_of_slot, tiles, s);
+  };
+  if (type == kBF16) run(std::integral_constant<int, kBF16>{});
+  else with_quant_type(type, "moe_grouped", run);
+  launch_moe_combine(a.x, a.ldx, ys, a.hidden, slot_of_pair, a.weights, a.n_tokens, a.k, a.hidden, s);
+}
 
 void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
                       bool shared_expert, std::int32_t* ids, float* weights, cudaStream_t s) {
