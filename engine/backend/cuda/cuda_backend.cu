@@ -321,12 +321,12 @@ class CudaBackend final : public Backend {
            moe_grouped_supported(set.type, n_tokens * (kMaxMoeTopK + 1), set.n_experts()) &&
            grouped_meta_fits(set, n_tokens, 1);
   }
-  /// Whether moe_grouped's metadata fits the scratch beyond act and ys (moe_scratch_floats' gathered
-  /// inputs and SwiGLU scratch, which the grouped path does not use).
+  /// Whether the grouped path's work (bf16 inputs and activations, f32 outputs) and metadata fit the
+  /// moe_scratch_floats the model gives moe_experts.
   static bool grouped_meta_fits(const CudaExpertSet& set, std::size_t n_tokens, std::size_t k) {
-    const std::size_t pairs = n_tokens * k;
-    return moe_grouped_meta_ints(pairs, set.n_experts()) <=
-           pairs * std::max(set.hidden(), set.intermediate()) + 2 * pairs;
+    const std::size_t pairs = n_tokens * k, H = set.hidden(), I = set.intermediate();
+    return moe_grouped_work_floats(pairs, H, I) + moe_grouped_meta_ints(pairs, set.n_experts()) <=
+           Backend::moe_scratch_floats(n_tokens, k, H, I);
   }
 
   void moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
@@ -368,11 +368,9 @@ class CudaBackend final : public Backend {
     a.x = x;
     a.ldx = ldx;
     if (gemv) return launch_moe_experts(a, set.type, stream_);
-    // Grouped: act by slot, then ys [n_tokens k, hidden] by slot (16-byte aligned: inter % 8 == 0), then
-    // the grouping's int32 metadata.
-    float* ys = scratch + n_tokens * k * set.intermediate();
-    auto* meta = reinterpret_cast<std::int32_t*>(ys + n_tokens * k * set.hidden());
-    launch_moe_grouped(a, set.n_experts(), ys, meta, set.type, stream_);
+    // Grouped: its work, then the grouping's int32 metadata.
+    const std::size_t work = moe_grouped_work_floats(n_tokens * k, set.hidden(), set.intermediate());
+    launch_moe_grouped(a, set.n_experts(), scratch, reinterpret_cast<std::int32_t*>(scratch + work), set.type, stream_);
   }
   void sigmoid_mul(const float* gate, std::size_t ldg, std::size_t gate_cols, float* x, std::size_t ldx,
                    std::size_t rows, std::size_t n) override {

@@ -76,14 +76,17 @@ std::size_t moe_grouped_meta_ints(std::size_t pairs, std::size_t n_experts);
 /// pairs (the tiles of one launch fit a grid).
 bool moe_grouped_supported(int type, std::size_t pairs, std::size_t n_experts);
 /// Backend::moe_experts for many tokens under bf16 compute, with no copy to the host: the pairs are grouped
-/// by expert on the device (counts, offsets, each pair's slot: vLLM's moe_align_block_size), then two
-/// grouped tensor-core products run over tiles of one expert's slots (bf16 operands, f32 accumulation;
-/// packed weights dequantized while their tile is loaded): gate and up with the SwiGLU into a.act
-/// [pairs, inter] by slot, down into ys [pairs, hidden] by slot; then moe_combine adds each token's
-/// weighted pairs to x in pair order. `meta`: moe_grouped_meta_ints(pairs, n_experts) int32. After vLLM's
-/// fused_moe (tiles of one expert over sorted pairs) and llama.cpp's mul_mat_id.
-void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, float* ys, std::int32_t* meta, int type,
+/// by expert on the device (counts, offsets, each pair's slot: vLLM's moe_align_block_size), their inputs
+/// gathered by slot and rounded to bf16, then two grouped tensor-core products run over tiles of one
+/// expert's slots (bf16 operands, f32 accumulation; bf16 experts through a cp.async pipeline, packed
+/// ones dequantized to bf16 as each tile loads): gate and up with the SwiGLU into act [pairs, inter]
+/// (bf16, by slot), down into ys [pairs, hidden] (f32, by slot); then moe_combine adds each token's
+/// weighted pairs to x in pair order. `work`: moe_grouped_work_floats floats (16-byte aligned) for xa, act
+/// and ys; `meta`: moe_grouped_meta_ints(pairs, n_experts) int32. After vLLM's fused_moe (tiles of one
+/// expert over sorted pairs) and llama.cpp's mul_mat_id. hidden and inter multiples of 8.
+void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, void* work, std::int32_t* meta, int type,
                         cudaStream_t s);
+std::size_t moe_grouped_work_floats(std::size_t pairs, std::size_t hidden, std::size_t inter);
 /// Logits a block of the argmax's first pass scans (16 loads in flight per thread).
 constexpr std::size_t kArgmaxChunk = 4096;
 /// Keys of launch_argmax_rows's workspace for `rows` rows of n ids.

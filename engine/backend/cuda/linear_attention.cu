@@ -153,6 +153,36 @@ __host__ __device__ inline std::size_t chunk_record(std::size_t dk, std::size_t 
   return kC + static_cast<std::size_t>(kC) * kC + kC * dv + kC * dk;
 }
 
+/// rows x n floats of rows at stride src_ld (16-byte aligned, n a multiple of 4) into dst at stride ld,
+/// row i times scale(i): float4 loads of a 256-thread block, four of a thread's in flight at once.
+template <class F>
+__device__ __forceinline__ void load_rows(float* dst, int ld, const float* src, std::size_t src_ld, int rows, int n,
+                                          F scale) {
+  const int per_row = n / 4, total = rows * per_row;
+  for (int base = threadIdx.x; base < total; base += 4 * 256) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = base + u * 256;
+      if (idx < total)
+        v[u] = __ldg(reinterpret_cast<const float4*>(src + static_cast<std::size_t>(idx / per_row) * src_ld) + idx % per_row);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = base + u * 256;
+      if (idx < total) {
+        const int i = idx / per_row, c = (idx % per_row) * 4;
+        const float f = scale(i);
+        float* o = dst + i * ld + c;
+        o[0] = v[u].x * f;
+        o[1] = v[u].y * f;
+        o[2] = v[u].z * f;
+        o[3] = v[u].w * f;
+      }
+    }
+  }
+}
+
 /// The conv for a batch of runs: a thread per (token, channel), the previous K - 1 inputs from the batch
 /// (the token's own run) or from the sequence's window (zeros after a restart at position 0). The same
 /// products in the same order as conv_kernel.
@@ -219,16 +249,12 @@ __global__ void __launch_bounds__(256) delta_chunk_prep_kernel(GatedDeltaArgs a,
   float* beta = G + kC;         // [64]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const std::size_t C = a.conv_dim;
-  for (int idx = tid; idx < kC * dk; idx += 256) {
-    const int i = idx / dk, d = idx % dk;
-    float qv = 0.0f, kv = 0.0f;
-    if (i < L) {
-      const float* y = a.conv_out + static_cast<std::size_t>(t0 + i) * C;
-      qv = y[kh * dk + d];
-      kv = y[nk * dk + kh * dk + d];
-    }
-    xs[i * ldk + d] = qv;
-    ks[i * ldk + d] = kv;
+  const float* rows0 = a.conv_out + static_cast<std::size_t>(t0) * C;
+  load_rows(xs, ldk, rows0 + static_cast<std::size_t>(kh) * dk, C, L, dk, [](int) { return 1.0f; });
+  load_rows(ks, ldk, rows0 + static_cast<std::size_t>(nk + kh) * dk, C, L, dk, [](int) { return 1.0f; });
+  for (int idx = L * dk + tid; idx < kC * dk; idx += 256) {  // rows past the chunk's end
+    xs[(idx / dk) * ldk + idx % dk] = 0.0f;
+    ks[(idx / dk) * ldk + idx % dk] = 0.0f;
   }
   if (tid < kC) {
     float bt = 0.0f, gl = 0.0f;
@@ -311,11 +337,9 @@ __global__ void __launch_bounds__(256) delta_chunk_prep_kernel(GatedDeltaArgs a,
     __syncthreads();
   }
   // beta v into xs (q is done), beta exp(G) k in place.
-  for (int idx = tid; idx < kC * dv; idx += 256) {
-    const int i = idx / dv, c = idx % dv;
-    xs[i * ldx + c] =
-        i < L ? beta[i] * a.conv_out[static_cast<std::size_t>(t0 + i) * C + 2 * nk * dk + h * dv + c] : 0.0f;
-  }
+  load_rows(xs, ldx, rows0 + static_cast<std::size_t>(2 * nk) * dk + static_cast<std::size_t>(h) * dv, C, L, dv,
+            [&](int i) { return beta[i]; });
+  for (int idx = L * dv + tid; idx < kC * dv; idx += 256) xs[(idx / dv) * ldx + idx % dv] = 0.0f;
   for (int idx = tid; idx < kC * dk; idx += 256) {
     const int i = idx / dk, d = idx % dk;
     ks[i * ldk + d] *= beta[i] * expf(G[i]);
@@ -366,12 +390,13 @@ __global__ void __launch_bounds__(256) delta_chunk_prep_kernel(GatedDeltaArgs a,
   solve_apply(ks, ldk, dk, Ww);
 }
 
-/// Per (sequence, value head, 32 value columns), 256 threads (a column a lane, 8 warps over rows): the
-/// state S [dk, 32 columns] in shared memory carried over the sequence's chunks in order (zero after a
-/// restart at position 0), then written back.
+/// Per (sequence, value head, 32 value columns), 256 threads (a column a lane, warp w over rows w, w + 8,
+/// ...): the state S [dk, 32 columns] in shared memory carried over the sequence's chunks in order (zero
+/// after a restart at position 0), then written back. Each thread keeps 8 (16 for S) independent sums.
 __global__ void __launch_bounds__(256) delta_chunk_state_kernel(GatedDeltaArgs a, DeltaChunks ch, const float* work,
                                                                const float* qn, const float* kn) {
   extern __shared__ float sm[];
+  constexpr int kRows = kC / 8;  // rows of a chunk a warp takes
   const int dk = static_cast<int>(a.k_head_dim), dv = static_cast<int>(a.v_head_dim);
   const int nk = static_cast<int>(a.n_k_heads), nv = static_cast<int>(a.n_v_heads);
   const int seq = blockIdx.z, h = blockIdx.y, kh = h / (nv / nk);
@@ -380,7 +405,7 @@ __global__ void __launch_bounds__(256) delta_chunk_state_kernel(GatedDeltaArgs a
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + lane;
   const bool live = col < dv;
-  const int ldk = dk + 1;
+  const int ldk = dk + 1, nd = dk / 8;
   float* S = sm;                 // [dk][32]
   float* buf = S + dk * 32;      // [64][ldk]: W, then exp(G) q, then exp(G_last - G) k
   float* vn = buf + kC * ldk;    // [64][32]
@@ -390,51 +415,75 @@ __global__ void __launch_bounds__(256) delta_chunk_state_kernel(GatedDeltaArgs a
   const bool restart = a.positions[t0] == 0;
   for (int d = warp; d < dk; d += 8) S[d * 32 + lane] = live && !restart ? Sg[static_cast<std::size_t>(d) * dv + col] : 0.0f;
   const std::size_t rec_floats = chunk_record(dk, dv);
+  const std::size_t qk_ld = static_cast<std::size_t>(nk) * dk;
   for (int ci = ch.seq_first_chunk[seq]; ci < ch.seq_first_chunk[seq + 1]; ++ci) {
     const int tc = ch.chunks[3 * ci + 1], L = ch.chunks[3 * ci + 2];
     const float* rec = work + (static_cast<std::size_t>(ci) * nv + h) * rec_floats;
     const float* Qw = rec + kC;
     const float* Uw = Qw + kC * kC;
     const float* Ww = Uw + kC * dv;
-    for (int idx = threadIdx.x; idx < L * dk; idx += 256) buf[(idx / dk) * ldk + idx % dk] = Ww[idx];
-    for (int idx = threadIdx.x; idx < kC * kC; idx += 256) Qm[(idx / kC) * kLdA + idx % kC] = Qw[idx];
+    __syncthreads();  // the previous chunk's last readers of buf, Qm, G
+    load_rows(buf, ldk, Ww, dk, L, dk, [](int) { return 1.0f; });
+    load_rows(Qm, kLdA, Qw, kC, L, kC, [](int) { return 1.0f; });
     if (threadIdx.x < kC) G[threadIdx.x] = rec[threadIdx.x];
+    float acc[16];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + 8 * r;
+      acc[r] = i < L && live ? Uw[static_cast<std::size_t>(i) * dv + col] : 0.0f;
+    }
     __syncthreads();
     // v_new = U - W S
-    for (int i = warp; i < L; i += 8) {
-      float dot = 0.0f;
-      for (int d = 0; d < dk; ++d) dot = fmaf(buf[i * ldk + d], S[d * 32 + lane], dot);
-      vn[i * 32 + lane] = live ? Uw[static_cast<std::size_t>(i) * dv + col] - dot : 0.0f;
+    for (int d = 0; d < dk; ++d) {
+      const float sd = S[d * 32 + lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(-buf[(warp + 8 * r) * ldk + d], sd, acc[r]);
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) vn[(warp + 8 * r) * 32 + lane] = warp + 8 * r < L ? acc[r] : 0.0f;
     __syncthreads();
-    for (int idx = threadIdx.x; idx < L * dk; idx += 256) {
-      const int i = idx / dk, d = idx % dk;
-      buf[i * ldk + d] = qn[(static_cast<std::size_t>(tc + i) * nk + kh) * dk + d] * expf(G[i]);
+    load_rows(buf, ldk, qn + static_cast<std::size_t>(tc) * qk_ld + static_cast<std::size_t>(kh) * dk, qk_ld, L, dk,
+              [&](int i) { return expf(G[i]); });
+    __syncthreads();
+    // out = exp(G) q S + (q k^T) v_new (the block is zero above the diagonal)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int d = 0; d < dk; ++d) {
+      const float sd = S[d * 32 + lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(buf[(warp + 8 * r) * ldk + d], sd, acc[r]);
     }
-    __syncthreads();
-    // out = exp(G) q S + (q k^T) v_new
-    for (int i = warp; i < L; i += 8) {
-      float o = 0.0f;
-      for (int d = 0; d < dk; ++d) o = fmaf(buf[i * ldk + d], S[d * 32 + lane], o);
-      for (int j = 0; j <= i; ++j) o = fmaf(Qm[i * kLdA + j], vn[j * 32 + lane], o);
-      if (live) a.out[static_cast<std::size_t>(tc + i) * a.ldo + static_cast<std::size_t>(h) * dv + col] = o;
+    for (int j = 0; j < L; ++j) {
+      const float vj = vn[j * 32 + lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(Qm[(warp + 8 * r) * kLdA + j], vj, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = warp + 8 * r;
+      if (i < L && live) a.out[static_cast<std::size_t>(tc + i) * a.ldo + static_cast<std::size_t>(h) * dv + col] = acc[r];
     }
     __syncthreads();
     const float g_last = G[L - 1];
-    for (int idx = threadIdx.x; idx < L * dk; idx += 256) {
-      const int i = idx / dk, d = idx % dk;
-      buf[i * ldk + d] = kn[(static_cast<std::size_t>(tc + i) * nk + kh) * dk + d] * expf(g_last - G[i]);
-    }
+    load_rows(buf, ldk, kn + static_cast<std::size_t>(tc) * qk_ld + static_cast<std::size_t>(kh) * dk, qk_ld, L, dk,
+              [&](int i) { return expf(g_last - G[i]); });
     __syncthreads();
     // S = exp(G_last) S + (exp(G_last - G) k)^T v_new
     const float decay = expf(g_last);
-    for (int d = warp; d < dk; d += 8) {
-      float v = S[d * 32 + lane] * decay;
-      for (int i = 0; i < L; ++i) v = fmaf(buf[i * ldk + d], vn[i * 32 + lane], v);
-      S[d * 32 + lane] = v;
+#pragma unroll
+    for (int q = 0; q < 16; ++q)
+      if (q < nd) acc[q] = S[(warp + 8 * q) * 32 + lane] * decay;
+    for (int i = 0; i < L; ++i) {
+      const float vi = vn[i * 32 + lane];
+#pragma unroll
+      for (int q = 0; q < 16; ++q)
+        if (q < nd) acc[q] = fmaf(buf[i * ldk + warp + 8 * q], vi, acc[q]);
     }
-    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 16; ++q)
+      if (q < nd) S[(warp + 8 * q) * 32 + lane] = acc[q];
   }
+  __syncthreads();
   if (live)
     for (int d = warp; d < dk; d += 8) Sg[static_cast<std::size_t>(d) * dv + col] = S[d * 32 + lane];
 }

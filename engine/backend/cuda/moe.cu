@@ -303,11 +303,9 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const std::int
 }
 
 /// One grouped product: out[s, :n] = A[s] . W_e^T for every slot s of expert e (with SwiGLU:
-/// silu(A[s] . W0_e^T) * (A[s] . W1_e^T)), A[s] = a + (rows ? rows[s] : s) * lda.
+/// silu(A[s] . W0_e^T) * (A[s] . W1_e^T), written as bf16 to out_bf16), A [slots, kdim] bf16 by slot.
 struct GroupedProduct {
-  const float* a = nullptr;
-  std::size_t lda = 0;
-  const std::int32_t* rows = nullptr;
+  const __nv_bfloat16* a = nullptr;
   const void* const* w0 = nullptr;
   const void* const* w1 = nullptr;
   const QuantArgs* q0 = nullptr;
@@ -316,6 +314,7 @@ struct GroupedProduct {
   const std::int32_t* offset = nullptr;
   const std::int32_t* tile_start = nullptr;
   float* out = nullptr;
+  __nv_bfloat16* out_bf16 = nullptr;
 };
 
 /// 8 bf16 (round to nearest even) of 8 floats, packed low first.
@@ -329,24 +328,191 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/// Values k0 .. k0 + 7 of row j of an expert weight as bf16 (bf16: one 16-byte load; packed: dequantized
-/// as the GEMVs do, then rounded, as the dense prefill's dequantization into bf16 rounds them).
-template <int TYPE>
-__device__ __forceinline__ uint4 load_bf16x8(const ExpertWeight<TYPE>& w, std::size_t j, std::size_t k0) {
-  if constexpr (TYPE == kBF16) {
-    return __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(w.w) + j * w.cols + k0));
-  } else {
-    float f[8];
-    w.load(j, k0, f);
-    return pack_bf16x8(f);
+/// xa[s, :] = bf16(h[token_of_slot[s], :]): the pairs' inputs by slot, rounded once (as every bf16 product
+/// rounds x). A block a slot, 8 values a thread a step.
+__global__ void moe_gather_bf16_kernel(const float* h, std::size_t ldh, const std::int32_t* token_of_slot,
+                                       std::size_t hidden, __nv_bfloat16* xa) {
+  const std::size_t slot = blockIdx.x;
+  const float* src = h + static_cast<std::size_t>(token_of_slot[slot]) * ldh;
+  for (std::size_t k = threadIdx.x * 8; k < hidden; k += blockDim.x * 8) {
+    const float4 x0 = __ldg(reinterpret_cast<const float4*>(src + k));
+    const float4 x1 = __ldg(reinterpret_cast<const float4*>(src + k) + 1);
+    const float f[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    *reinterpret_cast<uint4*>(xa + slot * hidden + k) = pack_bf16x8(f);
   }
 }
 
-/// A tile of BM slots of one expert (blockIdx.y through tile_start) by 64 output columns (blockIdx.x),
-/// over the reduction in steps of 64: the next step's A rows (f32, rounded to bf16) and weight rows
-/// are loaded into registers while the warps multiply the current ones from shared memory (WMMA
-/// 16x16x16 bf16, f32 accumulators; each warp a (BM / 2) x 32 quarter); the epilogue goes through shared
-/// memory so that only the expert's slots are written.
+/// The tile of block (blockIdx.x, blockIdx.y): its expert (through tile_start), first slot and slot
+/// count; false for a block past the last tile.
+struct GroupedTile {
+  int e, m0, rows;
+};
+__device__ __forceinline__ bool find_tile(const GroupedProduct& g, int bm, GroupedTile& t) {
+  const int tile = blockIdx.y;
+  if (tile >= g.tile_start[g.n_experts]) return false;
+  int lo = 0, hi = g.n_experts;  // tile_start[lo] <= tile < tile_start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (g.tile_start[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  t.e = lo;
+  t.m0 = g.offset[lo] + (tile - g.tile_start[lo]) * bm;
+  t.rows = min(bm, g.offset[lo + 1] - t.m0);
+  return true;
+}
+
+/// The epilogue of a tile: the warps' accumulators through shared memory (Cs [BM][BN + 4]; with SwiGLU
+/// silu(acc0) * acc1, element by element of one fragment type), then only the expert's rows written.
+template <int BM, int BN, int FM, int FN, bool SWIGLU, class Acc>
+__device__ __forceinline__ void grouped_epilogue(const GroupedProduct& g, const GroupedTile& t, int n0, Acc& acc,
+                                                 float* Cs) {
+  namespace wmma = nvcuda::wmma;
+  constexpr int LDC = BN + 4, WM = BM / 2, WN = BN / 2;
+  const int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+      if constexpr (SWIGLU) {
+#pragma unroll
+        for (int x = 0; x < acc[0][i][j].num_elements; ++x) {
+          const float gv = acc[0][i][j].x[x];
+          acc[0][i][j].x[x] = gv / (1.f + expf(-gv)) * acc[1][i][j].x[x];
+        }
+      }
+      wmma::store_matrix_sync(Cs + (wm * WM + i * 16) * LDC + wn * WN + j * 16, acc[0][i][j], LDC, wmma::mem_row_major);
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < BM * (BN / 4); idx += kGroupThreads) {
+    const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+    if (r >= t.rows || n0 + c >= g.n) continue;
+    const float4 v = *reinterpret_cast<const float4*>(Cs + r * LDC + c);
+    const std::size_t at = static_cast<std::size_t>(t.m0 + r) * g.n + n0 + c;
+    if constexpr (SWIGLU) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+      uint2 u;
+      u.x = *reinterpret_cast<const std::uint32_t*>(&lo);
+      u.y = *reinterpret_cast<const std::uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(g.out_bf16 + at) = u;
+    } else {
+      *reinterpret_cast<float4*>(g.out + at) = v;
+    }
+  }
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = pred ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+constexpr int kBf16Stages = 4, kBf16BK = 32;
+template <int BM, bool SWIGLU>
+constexpr std::size_t bf16_grouped_smem() {
+  constexpr std::size_t in = static_cast<std::size_t>(kBf16Stages) * (BM + (SWIGLU ? 2 : 1) * kGroupBN) * (kBf16BK + 8) * 2;
+  constexpr std::size_t out = static_cast<std::size_t>(BM) * (kGroupBN + 4) * 4;
+  return in > out ? in : out;
+}
+
+/// The grouped product over bf16 experts: A and weight tiles stream into shared memory through a
+/// 4-stage cp.async pipeline (steps of 32 along the reduction; CUTLASS's multistage mainloop), the warps
+/// multiply with WMMA 16x16x16 bf16, f32 accumulators, each warp a (BM / 2) x 32 quarter of the tile.
+template <int BM, bool SWIGLU>
+__global__ void __launch_bounds__(kGroupThreads) moe_grouped_bf16_kernel(GroupedProduct g) {
+  namespace wmma = nvcuda::wmma;
+  constexpr int BN = kGroupBN, BK = kBf16BK, LD = BK + 8, NB = SWIGLU ? 2 : 1, ST = kBf16Stages;
+  constexpr int WM = BM / 2, WN = BN / 2, FM = WM / 16, FN = WN / 16;
+  constexpr int kChunks = BK / 8;                            // 16-byte chunks a row of a step
+  constexpr int kStage = (BM + NB * BN) * LD;                // bf16 a stage
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto* sm = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  GroupedTile t;
+  if (!find_tile(g, BM, t)) return;
+  const int n0 = blockIdx.x * BN, tid = threadIdx.x;
+  const auto* w0 = static_cast<const __nv_bfloat16*>(g.w0[t.e]);
+  const auto* w1 = static_cast<const __nv_bfloat16*>(SWIGLU ? g.w1[t.e] : g.w0[t.e]);
+  const int nk = (g.kdim + BK - 1) / BK;
+  auto load_stage = [&](int stage, int k0) {
+    __nv_bfloat16* As = sm + stage * kStage;
+    __nv_bfloat16* Bs = As + BM * LD;
+#pragma unroll
+    for (int c = tid; c < BM * kChunks; c += kGroupThreads) {
+      const int r = c / kChunks, k = k0 + (c % kChunks) * 8;
+      const bool in = r < t.rows && k < g.kdim;
+      cp_async16(As + r * LD + (c % kChunks) * 8, in ? g.a + static_cast<std::size_t>(t.m0 + r) * g.kdim + k : g.a, in);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const __nv_bfloat16* w = b == 0 ? w0 : w1;
+#pragma unroll
+      for (int c = tid; c < BN * kChunks; c += kGroupThreads) {
+        const int j = n0 + c / kChunks, k = k0 + (c % kChunks) * 8;
+        const bool in = j < g.n && k < g.kdim;
+        cp_async16(Bs + (b * BN + c / kChunks) * LD + (c % kChunks) * 8,
+                   in ? w + static_cast<std::size_t>(j) * g.kdim + k : w, in);
+      }
+    }
+  };
+  const int warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NB][FM][FN];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[b][i][j], 0.0f);
+#pragma unroll
+  for (int st = 0; st < ST - 1; ++st) {
+    if (st < nk) load_stage(st, st * BK);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_async_wait<ST - 2>();
+    __syncthreads();  // stage kt is in; every warp is done with the stage about to be refilled
+    if (kt + ST - 1 < nk) load_stage((kt + ST - 1) % ST, (kt + ST - 1) * BK);
+    cp_async_commit();
+    const __nv_bfloat16* As = sm + (kt % ST) * kStage;
+    const __nv_bfloat16* Bs = As + BM * LD;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * LD + kk, LD);
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fb, Bs + (b * BN + wn * WN + j * 16) * LD + kk, LD);
+#pragma unroll
+          for (int i = 0; i < FM; ++i) wmma::mma_sync(acc[b][i][j], fa[i], fb, acc[b][i][j]);
+        }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the tiles' shared memory becomes the epilogue's
+  grouped_epilogue<BM, BN, FM, FN, SWIGLU>(g, t, n0, acc, reinterpret_cast<float*>(smem_raw));
+}
+
+/// Values k0 .. k0 + 7 of row j of a packed expert weight as bf16 (dequantized as the GEMVs do, then
+/// rounded, as the dense prefill's dequantization into bf16 rounds them).
+template <int TYPE>
+__device__ __forceinline__ uint4 load_bf16x8(const ExpertWeight<TYPE>& w, std::size_t j, std::size_t k0) {
+  float f[8];
+  w.load(j, k0, f);
+  return pack_bf16x8(f);
+}
+
+/// The grouped product over packed experts: a tile of BM slots by 64 output columns over the reduction
+/// in steps of 64; the next step's A rows and weight rows (dequantized to bf16) are loaded into
+/// registers while the warps multiply the current ones from shared memory (WMMA 16x16x16 bf16, f32
+/// accumulators, each warp a (BM / 2) x 32 quarter).
 template <int TYPE, int BM, bool SWIGLU>
 __global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProduct g) {
   namespace wmma = nvcuda::wmma;
@@ -358,45 +524,21 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProdu
   __shared__ __align__(128) unsigned char smem[kInBytes > kOutBytes ? kInBytes : kOutBytes];
   auto* As = reinterpret_cast<__nv_bfloat16*>(smem);  // [BM][LD]
   auto* Bs = As + BM * LD;                             // [NB][BN][LD]
-  auto* Cs = reinterpret_cast<float*>(smem);           // [BM][LDC], after the last step
-
-  const int tile = blockIdx.y;
-  if (tile >= g.tile_start[g.n_experts]) return;
-  int lo = 0, hi = g.n_experts;  // tile_start[lo] <= tile < tile_start[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (g.tile_start[mid] <= tile) lo = mid;
-    else hi = mid;
-  }
-  const int e = lo;
-  const int m0 = g.offset[e] + (tile - g.tile_start[e]) * BM;
-  const int mrows = min(BM, g.offset[e + 1] - m0);
+  GroupedTile t;
+  if (!find_tile(g, BM, t)) return;
   const int n0 = blockIdx.x * BN;
-  const auto w0 = expert<TYPE>(g.w0, g.q0, e, static_cast<std::size_t>(g.kdim));
-  const auto w1 = expert<TYPE>(SWIGLU ? g.w1 : g.w0, SWIGLU ? g.q1 : g.q0, e, static_cast<std::size_t>(g.kdim));
+  const auto w0 = expert<TYPE>(g.w0, g.q0, t.e, static_cast<std::size_t>(g.kdim));
+  const auto w1 = expert<TYPE>(SWIGLU ? g.w1 : g.w0, SWIGLU ? g.q1 : g.q0, t.e, static_cast<std::size_t>(g.kdim));
 
   const int tid = threadIdx.x;
-  const float* arow[kAPer];
-#pragma unroll
-  for (int i = 0; i < kAPer; ++i) {
-    const int r = (tid + i * kGroupThreads) / kChunks;
-    const int s = m0 + r;
-    arow[i] = r < mrows ? g.a + static_cast<std::size_t>(g.rows ? g.rows[s] : s) * g.lda : nullptr;
-  }
   uint4 ra[kAPer], rb[NB][kBPer];
   auto load_step = [&](int k0) {
 #pragma unroll
     for (int i = 0; i < kAPer; ++i) {
-      const int k = k0 + ((tid + i * kGroupThreads) % kChunks) * 8;
-      if (arow[i] && k < g.kdim) {
-        float f[8];
-        const float4 x0 = __ldg(reinterpret_cast<const float4*>(arow[i] + k));
-        const float4 x1 = __ldg(reinterpret_cast<const float4*>(arow[i] + k) + 1);
-        f[0] = x0.x; f[1] = x0.y; f[2] = x0.z; f[3] = x0.w; f[4] = x1.x; f[5] = x1.y; f[6] = x1.z; f[7] = x1.w;
-        ra[i] = pack_bf16x8(f);
-      } else {
-        ra[i] = make_uint4(0, 0, 0, 0);
-      }
+      const int c = tid + i * kGroupThreads, r = c / kChunks, k = k0 + (c % kChunks) * 8;
+      ra[i] = r < t.rows && k < g.kdim
+                  ? __ldg(reinterpret_cast<const uint4*>(g.a + static_cast<std::size_t>(t.m0 + r) * g.kdim + k))
+                  : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kBPer; ++i) {
@@ -457,36 +599,17 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProdu
       __syncthreads();
     }
   }
-#pragma unroll
-  for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < FN; ++j) {
-      if constexpr (SWIGLU) {
-#pragma unroll
-        for (int t = 0; t < acc[0][i][j].num_elements; ++t) {  // the same element of both (one fragment type)
-          const float gv = acc[0][i][j].x[t];
-          acc[0][i][j].x[t] = gv / (1.f + expf(-gv)) * acc[1][i][j].x[t];
-        }
-      }
-      wmma::store_matrix_sync(Cs + (wm * WM + i * 16) * LDC + wn * WN + j * 16, acc[0][i][j], LDC, wmma::mem_row_major);
-    }
-  __syncthreads();
-  for (int idx = tid; idx < BM * (BN / 4); idx += kGroupThreads) {
-    const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-    if (r < mrows && n0 + c < g.n)
-      *reinterpret_cast<float4*>(g.out + static_cast<std::size_t>(m0 + r) * g.n + n0 + c) =
-          *reinterpret_cast<const float4*>(Cs + r * LDC + c);
-  }
+  grouped_epilogue<BM, BN, FM, FN, SWIGLU>(g, t, n0, acc, reinterpret_cast<float*>(smem));
 }
 
+/// Both products of an expert set over the grouped slots: gate and up with the SwiGLU into act (bf16)
+/// from xa, then down into ys.
 template <int TYPE, int BM>
-void moe_grouped_typed(const MoeGemvArgs& a, std::size_t n_experts, float* ys, const std::int32_t* offset,
-                       const std::int32_t* tile_start, const std::int32_t* token_of_slot, unsigned max_tiles,
+void moe_grouped_typed(const MoeGemvArgs& a, std::size_t n_experts, const __nv_bfloat16* xa, __nv_bfloat16* act,
+                       float* ys, const std::int32_t* offset, const std::int32_t* tile_start, unsigned max_tiles,
                        cudaStream_t s) {
   GroupedProduct g;
-  g.a = a.h;
-  g.lda = a.ldh;
-  g.rows = token_of_slot;
+  g.a = xa;
   g.w0 = a.gate;
   g.w1 = a.up;
   g.q0 = a.qgate;
@@ -496,19 +619,37 @@ void moe_grouped_typed(const MoeGemvArgs& a, std::size_t n_experts, float* ys, c
   g.n_experts = static_cast<int>(n_experts);
   g.offset = offset;
   g.tile_start = tile_start;
-  g.out = a.act;
-  moe_grouped_kernel<TYPE, BM, true><<<dim3(ceil_div(a.inter, kGroupBN), max_tiles), kGroupThreads, 0, s>>>(g);
-  check_launch("moe_grouped gate_up");
-  g.a = a.act;
-  g.lda = a.inter;
-  g.rows = nullptr;
-  g.w0 = g.w1 = a.down;
-  g.q0 = g.q1 = a.qdown;
-  g.n = static_cast<int>(a.hidden);
-  g.kdim = static_cast<int>(a.inter);
-  g.out = ys;
-  moe_grouped_kernel<TYPE, BM, false><<<dim3(ceil_div(a.hidden, kGroupBN), max_tiles), kGroupThreads, 0, s>>>(g);
-  check_launch("moe_grouped down");
+  g.out_bf16 = act;
+  const dim3 up_grid(ceil_div(a.inter, kGroupBN), max_tiles), down_grid(ceil_div(a.hidden, kGroupBN), max_tiles);
+  if constexpr (TYPE == kBF16) {
+    constexpr std::size_t up_smem = bf16_grouped_smem<BM, true>(), down_smem = bf16_grouped_smem<BM, false>();
+    check(cudaFuncSetAttribute(moe_grouped_bf16_kernel<BM, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(up_smem)),
+          "moe_grouped: shared memory");
+    check(cudaFuncSetAttribute(moe_grouped_bf16_kernel<BM, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(down_smem)),
+          "moe_grouped: shared memory");
+    moe_grouped_bf16_kernel<BM, true><<<up_grid, kGroupThreads, up_smem, s>>>(g);
+    check_launch("moe_grouped gate_up");
+    g.a = act;
+    g.w0 = g.w1 = a.down;
+    g.n = static_cast<int>(a.hidden);
+    g.kdim = static_cast<int>(a.inter);
+    g.out = ys;
+    moe_grouped_bf16_kernel<BM, false><<<down_grid, kGroupThreads, down_smem, s>>>(g);
+    check_launch("moe_grouped down");
+  } else {
+    moe_grouped_kernel<TYPE, BM, true><<<up_grid, kGroupThreads, 0, s>>>(g);
+    check_launch("moe_grouped gate_up");
+    g.a = act;
+    g.w0 = g.w1 = a.down;
+    g.q0 = g.q1 = a.qdown;
+    g.n = static_cast<int>(a.hidden);
+    g.kdim = static_cast<int>(a.inter);
+    g.out = ys;
+    moe_grouped_kernel<TYPE, BM, false><<<down_grid, kGroupThreads, 0, s>>>(g);
+    check_launch("moe_grouped down");
+  }
 }
 
 /// Slots a tile takes: 32 while the pairs are few per expert (the weights are read once a tile either
@@ -528,11 +669,11 @@ bool moe_grouped_supported(int type, std::size_t pairs, std::size_t n_experts) {
          n_experts > 0 && n_experts <= kMaxMoeExperts && grouped_max_tiles(pairs, n_experts) <= 65535;
 }
 
-void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, float* ys, std::int32_t* meta, int type,
+void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, void* work, std::int32_t* meta, int type,
                         cudaStream_t s) {
   const std::size_t pairs = a.n_tokens * a.k;
   if (pairs == 0) return;
-  if (!moe_grouped_supported(type, pairs, n_experts))
+  if (!moe_grouped_supported(type, pairs, n_experts) || a.hidden % 8 != 0 || a.inter % 8 != 0)
     throw std::invalid_argument("moe_grouped: these experts or this many pairs are not supported");
   const std::size_t E = n_experts, bm = grouped_bm(pairs, E);
   std::int32_t* count = meta;
@@ -540,19 +681,28 @@ void launch_moe_grouped(const MoeGemvArgs& a, std::size_t n_experts, float* ys, 
   std::int32_t* tile_start = offset + E + 1;
   std::int32_t* slot_of_pair = tile_start + E + 1;
   std::int32_t* token_of_slot = slot_of_pair + pairs;
+  auto* xa = static_cast<__nv_bfloat16*>(work);   // [pairs, hidden]
+  __nv_bfloat16* act = xa + pairs * a.hidden;      // [pairs, inter]
+  auto* ys = reinterpret_cast<float*>(act + pairs * a.inter);  // [pairs, hidden]
   moe_align_kernel<<<1, kAlignThreads, 0, s>>>(a.ids, static_cast<int>(pairs), static_cast<int>(a.k),
                                                static_cast<int>(E), static_cast<int>(bm), count, offset, tile_start,
                                                slot_of_pair, token_of_slot);
   check_launch("moe_align");
+  moe_gather_bf16_kernel<<<static_cast<unsigned>(pairs), 128, 0, s>>>(a.h, a.ldh, token_of_slot, a.hidden, xa);
+  check_launch("moe_gather_bf16");
   const auto tiles = static_cast<unsigned>(grouped_max_tiles(pairs, E));
   auto run = [&](auto t) {
     constexpr int T = decltype(t)::value;
-    if (bm == 32) moe_grouped_typed<T, 32>(a, E, ys, offset, tile_start, token_of_slot, tiles, s);
-    else moe_grouped_typed<T, 64>(a, E, ys, offset, tile_start, token_of_slot, tiles, s);
+    if (bm == 32) moe_grouped_typed<T, 32>(a, E, xa, act, ys, offset, tile_start, tiles, s);
+    else moe_grouped_typed<T, 64>(a, E, xa, act, ys, offset, tile_start, tiles, s);
   };
   if (type == kBF16) run(std::integral_constant<int, kBF16>{});
   else with_quant_type(type, "moe_grouped", run);
   launch_moe_combine(a.x, a.ldx, ys, a.hidden, slot_of_pair, a.weights, a.n_tokens, a.k, a.hidden, s);
+}
+
+std::size_t moe_grouped_work_floats(std::size_t pairs, std::size_t hidden, std::size_t inter) {
+  return pairs * (hidden + inter) / 2 + pairs * hidden;
 }
 
 void launch_moe_route(const float* logits, std::size_t n_tokens, std::size_t n_experts, std::size_t k, bool renormalize,
