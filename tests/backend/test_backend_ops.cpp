@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -770,6 +771,26 @@ TEST_F(BackendOps, SiluMulAddFillCopyGather) {
 
 // ---------------------------------------------------------------------------------------------- MoE
 
+/// x[:H] += w * down(silu(gate h) * (up h)) in double: one (token, expert) pair of a mixture of experts
+/// (gate, up [I, H] and down [H, I] row-major values).
+void add_expert_ref(double* x, const float* h, double w, const std::vector<float>& gate, const std::vector<float>& up,
+                    const std::vector<float>& down, std::size_t H, std::size_t I) {
+  std::vector<double> act(I);
+  for (std::size_t r = 0; r < I; ++r) {
+    double a = 0, b = 0;
+    for (std::size_t c = 0; c < H; ++c) {
+      a += h[c] * static_cast<double>(gate[r * H + c]);
+      b += h[c] * static_cast<double>(up[r * H + c]);
+    }
+    act[r] = a / (1 + std::exp(-a)) * b;
+  }
+  for (std::size_t c = 0; c < H; ++c) {
+    double y = 0;
+    for (std::size_t r = 0; r < I; ++r) y += act[r] * down[c * I + r];
+    x[c] += w * y;
+  }
+}
+
 TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
   // 16 experts of width 96 over hidden 256, top 4: token counts on both sides of the CUDA gather-GEMV
   // limit (16) and of its grouped path's tile sizes (20 tokens: 32-slot tiles; 150: 64-slot tiles, the
@@ -847,20 +868,8 @@ TEST_F(BackendOps, MoeRouteAndExpertsAgainstADirectReference) {
           for (std::size_t t = 0; t < T; ++t)
             for (std::size_t j = 0; j < KO; ++j) {
               const std::size_t e = static_cast<std::size_t>(want_ids[t * KO + j]);
-              std::vector<double> act(I);
-              for (std::size_t r = 0; r < I; ++r) {
-                double a = 0, b = 0;
-                for (std::size_t c = 0; c < H; ++c) {
-                  a += h[t * H + c] * static_cast<double>(gate[e].values[r * H + c]);
-                  b += h[t * H + c] * static_cast<double>(up[e].values[r * H + c]);
-                }
-                act[r] = a / (1 + std::exp(-a)) * b;
-              }
-              for (std::size_t c = 0; c < H; ++c) {
-                double y = 0;
-                for (std::size_t r = 0; r < I; ++r) y += act[r] * down[e].values[c * I + r];
-                ref[t * H + c] += want_w[t * KO + j] * y;
-              }
+              add_expert_ref(&ref[t * H], &h[t * H], want_w[t * KO + j], gate[e].values, up[e].values,
+                             down[e].values, H, I);
             }
           // The error of what was added (x0 would hide it).
           auto got = dev_.get(xb, T * H);
@@ -932,20 +941,7 @@ TEST_F(BackendOps, MoeQuantizedExpertsAgainstTheirDequantizedValues) {
         for (std::size_t j = 0; j < K; ++j) {
           const auto e = static_cast<std::size_t>(ids[t * K + j]);
           ASSERT_LT(e, E) << what;
-          std::vector<double> act(I);
-          for (std::size_t r = 0; r < I; ++r) {
-            double a = 0, b = 0;
-            for (std::size_t c = 0; c < H; ++c) {
-              a += h[t * H + c] * static_cast<double>(gate[e].want[r * H + c]);
-              b += h[t * H + c] * static_cast<double>(up[e].want[r * H + c]);
-            }
-            act[r] = a / (1 + std::exp(-a)) * b;
-          }
-          for (std::size_t c = 0; c < H; ++c) {
-            double y = 0;
-            for (std::size_t r = 0; r < I; ++r) y += act[r] * down[e].want[c * I + r];
-            ref[t * H + c] += weights[t * K + j] * y;
-          }
+          add_expert_ref(&ref[t * H], &h[t * H], weights[t * K + j], gate[e].want, up[e].want, down[e].want, H, I);
         }
       auto got = dev_.get(xb, T * H);
       for (std::size_t i = 0; i < got.size(); ++i) got[i] -= x0[i];
@@ -1056,31 +1052,23 @@ TEST_F(BackendOps, GatedDeltaNetAgainstADirectReference) {
   };
   std::vector<Calls> patterns = {{{{0, 0, 1, 1, 2, 2, 3, 4, 5}, {6, 3, 7, 8}, {0, 1}},
                                   {{0, 1, 0, 1, 0, 1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1}}}};
-  Calls long_runs{{{}, {}}, {{}, {}}};
-  const auto add = [&](std::size_t call, std::int32_t from, std::int32_t to, std::int32_t sq) {
-    for (std::int32_t i = from; i < to; ++i) {
-      long_runs.pos[call].push_back(i);
-      long_runs.seq[call].push_back(sq);
-    }
+  // Calls made of runs (call, first position, end position, sequence).
+  const auto runs_of = [](std::initializer_list<std::array<std::int32_t, 4>> runs, std::size_t n_calls) {
+    Calls c{std::vector<std::vector<std::int32_t>>(n_calls), std::vector<std::vector<std::int32_t>>(n_calls)};
+    for (const auto& [call, from, to, sq] : runs)
+      for (std::int32_t i = from; i < to; ++i) {
+        c.pos[static_cast<std::size_t>(call)].push_back(i);
+        c.seq[static_cast<std::size_t>(call)].push_back(sq);
+      }
+    return c;
   };
-  add(0, 0, 150, 0);
-  add(0, 0, 12, 1);
-  add(0, 0, 9, 1);
-  add(1, 150, 180, 0);
-  add(1, 9, 11, 1);
-  patterns.push_back(long_runs);
+  patterns.push_back(runs_of({{0, 0, 150, 0}, {0, 0, 12, 1}, {0, 0, 9, 1}, {1, 150, 180, 0}, {1, 9, 11, 1}}, 2));
   // Prefill calls whose every sequence is one run (CUDA: the chunked form, chunks of 64 from each run's
   // first token): sequence 0's 0..149 beside sequence 1's 0..69; then 150..299 (the state carried into
   // chunks that do not start at a multiple of 64) beside 70..72; then sequence 1 restarting at 0 for 80
   // tokens beside sequence 0's 300..363.
-  long_runs = Calls{{{}, {}, {}}, {{}, {}, {}}};
-  add(0, 0, 150, 0);
-  add(0, 0, 70, 1);
-  add(1, 150, 300, 0);
-  add(1, 70, 73, 1);
-  add(2, 0, 80, 1);
-  add(2, 300, 364, 0);
-  patterns.push_back(long_runs);
+  patterns.push_back(
+      runs_of({{0, 0, 150, 0}, {0, 0, 70, 1}, {1, 150, 300, 0}, {1, 70, 73, 1}, {2, 0, 80, 1}, {2, 300, 364, 0}}, 3));
   const char* pattern_names[] = {"", ", long runs", ", runs of whole sequences"};
   for (std::size_t pi = 0; pi < patterns.size(); ++pi)
     for (const auto& c : cases) {

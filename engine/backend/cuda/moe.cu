@@ -412,6 +412,36 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/// Every accumulator of a tile's products set to 0.
+template <class Acc>
+__device__ __forceinline__ void zero_fragments(Acc& acc) {
+  for (auto& per_product : acc)
+    for (auto& row : per_product)
+      for (auto& f : row) nvcuda::wmma::fill_fragment(f, 0.0f);
+}
+
+/// One step of BK along the reduction from shared memory (A [BM][LD], then the NB weights [BN][LD] each):
+/// each warp's WM x WN quarter of every product gains A . B^T (WMMA 16x16x16 bf16, f32 accumulators).
+template <int BK, int LD, int BN, int WM, int WN, int FM, int FN, int NB, class Acc>
+__device__ __forceinline__ void mma_step(Acc& acc, const __nv_bfloat16* As, const __nv_bfloat16* Bs, int wm, int wn) {
+  namespace wmma = nvcuda::wmma;
+#pragma unroll
+  for (int kk = 0; kk < BK; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
+#pragma unroll
+    for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * LD + kk, LD);
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, Bs + (b * BN + wn * WN + j * 16) * LD + kk, LD);
+#pragma unroll
+        for (int i = 0; i < FM; ++i) wmma::mma_sync(acc[b][i][j], fa[i], fb, acc[b][i][j]);
+      }
+  }
+}
+
 constexpr int kBf16Stages = 4, kBf16BK = 32;
 template <int BM, bool SWIGLU>
 constexpr std::size_t bf16_grouped_smem() {
@@ -461,12 +491,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_bf16_kernel(Grouped
   };
   const int warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NB][FM][FN];
-#pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < FM; ++i)
-#pragma unroll
-      for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[b][i][j], 0.0f);
+  zero_fragments(acc);
 #pragma unroll
   for (int st = 0; st < ST - 1; ++st) {
     if (st < nk) load_stage(st, st * BK);
@@ -479,21 +504,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_bf16_kernel(Grouped
     cp_async_commit();
     const __nv_bfloat16* As = sm + (kt % ST) * kStage;
     const __nv_bfloat16* Bs = As + BM * LD;
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
-#pragma unroll
-      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * LD + kk, LD);
-#pragma unroll
-      for (int b = 0; b < NB; ++b)
-#pragma unroll
-        for (int j = 0; j < FN; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-          wmma::load_matrix_sync(fb, Bs + (b * BN + wn * WN + j * 16) * LD + kk, LD);
-#pragma unroll
-          for (int i = 0; i < FM; ++i) wmma::mma_sync(acc[b][i][j], fa[i], fb, acc[b][i][j]);
-        }
-    }
+    mma_step<BK, LD, BN, WM, WN, FM, FN, NB>(acc, As, Bs, wm, wn);
   }
   cp_async_wait<0>();
   __syncthreads();  // the tiles' shared memory becomes the epilogue's
@@ -565,12 +576,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProdu
 
   const int warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NB][FM][FN];
-#pragma unroll
-  for (int b = 0; b < NB; ++b)
-#pragma unroll
-    for (int i = 0; i < FM; ++i)
-#pragma unroll
-      for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[b][i][j], 0.0f);
+  zero_fragments(acc);
 
   load_step(0);
   store_step();
@@ -578,21 +584,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_grouped_kernel(GroupedProdu
   for (int k0 = 0; k0 < g.kdim; k0 += BK) {
     const bool more = k0 + BK < g.kdim;
     if (more) load_step(k0 + BK);
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
-#pragma unroll
-      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * LD + kk, LD);
-#pragma unroll
-      for (int b = 0; b < NB; ++b)
-#pragma unroll
-        for (int j = 0; j < FN; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-          wmma::load_matrix_sync(fb, Bs + (b * BN + wn * WN + j * 16) * LD + kk, LD);
-#pragma unroll
-          for (int i = 0; i < FM; ++i) wmma::mma_sync(acc[b][i][j], fa[i], fb, acc[b][i][j]);
-        }
-    }
+    mma_step<BK, LD, BN, WM, WN, FM, FN, NB>(acc, As, Bs, wm, wn);
     __syncthreads();
     if (more) {
       store_step();
