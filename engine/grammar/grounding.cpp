@@ -6,12 +6,20 @@
 #include <set>
 
 #include "engine/grammar/matcher.hpp"
+#include "engine/tokenizer/unicode.hpp"
 
 namespace quarry::engine::grammar {
 
 namespace {
 
 constexpr std::uint32_t kNone = 0;  // "no transition" (state 0 / node 0 is never a target)
+// Bytes of the normalised text that no UTF-8 value can hold: page separator, word start, word end.
+constexpr std::uint8_t kPageBreak = 0xFF, kWordStart = 0xFE, kWordEnd = 0xFD;
+// Word classes (word_class): a boundary lies between characters of different classes and around
+// every kWordAlone character.
+constexpr std::uint8_t kNoWord = 0, kLetter = 1, kWordAlone = 3;
+inline bool in_word(std::uint8_t wc) { return wc != kNoWord; }
+inline bool word_boundary(std::uint8_t prev, std::uint8_t cur) { return prev != cur || cur == kWordAlone; }
 
 inline void set_bit(std::uint32_t* m, TokenId id) { m[id >> 5] |= 1u << (id & 31); }
 inline void clear_bit(std::uint32_t* m, TokenId id) { m[id >> 5] &= ~(1u << (id & 31)); }
@@ -81,6 +89,22 @@ bool is_ground_space(char32_t cp) {
   return cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
          cp == 0x3000;
+}
+
+std::uint8_t word_class(char32_t cp) {
+  if (cp < 0x80) {
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return 1;
+    return cp >= '0' && cp <= '9' ? 2 : kNoWord;
+  }
+  const auto pr = unicode::props(cp);
+  if (pr.is_number()) return 2;
+  if (!pr.is_letter() && !pr.is_mark()) return kNoWord;
+  // Scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, CJK radicals to
+  // Yi (Han, kana, bopomofo), compatibility ideographs, halfwidth katakana, the supplementary ideographs.
+  const bool alone = (cp >= 0x0E00 && cp <= 0x0FFF) || (cp >= 0x1000 && cp <= 0x109F) || (cp >= 0x1780 && cp <= 0x17FF) ||
+                     (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF66 && cp <= 0xFF9F) ||
+                     (cp >= 0x20000 && cp <= 0x3FFFF);
+  return alone ? kWordAlone : 1;
 }
 
 std::vector<std::string> split_pages(std::string_view text) {
@@ -536,8 +560,7 @@ std::vector<DateOccurrence> find_dates(const std::vector<std::string>& pages) {
 
 bool GroundState::operator==(const GroundState& o) const {
   return kind == o.kind && esc == o.esc && need == o.need && sp == o.sp && n == o.n && len == o.len && lost == o.lost &&
-         json == o.json &&
-         cp == o.cp && st == o.st;
+         json == o.json && wc == o.wc && cp == o.cp && st == o.st;
 }
 
 std::uint64_t GroundState::hash() const {
@@ -545,7 +568,7 @@ std::uint64_t GroundState::hash() const {
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 0x100000001B3ull; h ^= h >> 29; };
   mix(kind | (esc << 8) | (need << 16) | (static_cast<std::uint64_t>(sp) << 24) | (static_cast<std::uint64_t>(n) << 32));
   mix(cp | (static_cast<std::uint64_t>(len) << 32) | (static_cast<std::uint64_t>(lost) << 40) |
-      (static_cast<std::uint64_t>(json) << 48));
+      (static_cast<std::uint64_t>(json) << 48) | (static_cast<std::uint64_t>(wc) << 56));
   for (std::size_t k = 0; k < n; ++k) mix(st[k]);
   return h;
 }
@@ -756,7 +779,8 @@ std::shared_ptr<GroundingIndex> GroundingIndex::build(std::shared_ptr<const Grou
                                                       const std::vector<std::string>& pages) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<GroundingIndex> idx(new GroundingIndex(std::move(vocab)));
-  // Normalised text: whitespace runs -> one space, pages separated by 0xFF.
+  // Normalised text: whitespace runs -> one space, pages separated by 0xFF, words marked (0xFE before a
+  // word's first character, 0xFD after its last).
   std::vector<std::string> kept;
   std::size_t total = 0;
   for (const auto& pg : pages) {
@@ -764,22 +788,38 @@ std::shared_ptr<GroundingIndex> GroundingIndex::build(std::shared_ptr<const Grou
     kept.push_back(pg.size() + total > kMaxText ? pg.substr(0, kMaxText - total) : pg);
     total += kept.back().size();
   }
-  for (std::size_t p = 0; p < kept.size(); ++p) {
-    if (p > 0) idx->text_.push_back('\xFF');
+  std::string& t = idx->text_;
+  bool full = false;  // the normalised text reached kMaxText (with its markers): the rest is not kept
+  for (std::size_t p = 0; p < kept.size() && !full; ++p) {
+    if (p > 0) t.push_back(static_cast<char>(kPageBreak));
     const std::string& s = kept[p];
     bool sp = false;
+    std::uint8_t prev = kNoWord;
     for (std::size_t i = 0; i < s.size();) {
+      if (t.size() + 8 > kMaxText) {  // a character with its markers takes at most 7 bytes
+        full = true;
+        break;
+      }
       std::size_t len = 1;
       const char32_t cp = decode_at(s, i, len);
       if (is_ground_space(cp)) {
-        if (!sp) idx->text_.push_back(' ');
+        if (in_word(prev)) t.push_back(static_cast<char>(kWordEnd));
+        if (!sp) t.push_back(' ');
         sp = true;
+        prev = kNoWord;
       } else {
-        idx->text_.append(s, i, len);
+        const std::uint8_t wc = word_class(cp);
+        if (word_boundary(prev, wc)) {
+          if (in_word(prev)) t.push_back(static_cast<char>(kWordEnd));
+          if (in_word(wc)) t.push_back(static_cast<char>(kWordStart));
+        }
+        t.append(s, i, len);
         sp = false;
+        prev = wc;
       }
       i += len;
     }
+    if (in_word(prev)) t.push_back(static_cast<char>(kWordEnd));
   }
   idx->build_automaton();
   std::vector<std::string> nums, dates;
@@ -818,7 +858,7 @@ GroundState GroundingIndex::init(SourceKind k) const {
 // ---- GroundingIndex: stepping ---------------------------------------------------------------------
 
 bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
-  std::array<std::uint32_t, GroundState::kMaxStates * 2> next{};
+  std::array<std::uint32_t, GroundState::kMaxStates * 4> next{};
   std::size_t m = 0;
   auto add = [&](std::uint32_t s) {
     if (s == kNone) return;
@@ -826,30 +866,58 @@ bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
       if (next[k] == s) return;
     if (m < next.size()) next[m++] = s;
   };
+  // The word markers the document holds before a character (word class wc) that follows one of class
+  // g.wc: [0xFD] at a word end, [0xFE] at a word start. In the middle of a value any path through them
+  // is a real span (the document marks the same two characters the same way); at its start a letter
+  // or digit must follow a 0xFE (the value starts a word).
+  auto skip_end = [&](std::uint32_t s) {
+    if (!in_word(g.wc)) return s;
+    const std::uint32_t e = sam_next(s, kWordEnd);
+    return e != kNone ? e : s;
+  };
+  const bool at_start = g.n == 1 && g.st[0] == 0;
   if (is_ground_space(cp)) {
     // A copied value does not start with whitespace: the span is its characters, not the blank before
     // them (the root, state 0, is only ever a start). Whitespace at its end is left to the model (a ban
     // there kept values that met a space going on through the document).
-    if (g.n == 1 && g.st[0] == 0) return false;
+    if (at_start) return false;
     if (g.sp) return true;  // a run of value whitespace counts once
-    for (std::size_t k = 0; k < g.n; ++k) add(sam_next(g.st[k], ' '));
+    for (std::size_t k = 0; k < g.n; ++k) add(sam_next(skip_end(g.st[k]), ' '));
     g.sp = 1;
+    g.wc = kNoWord;
   } else {
     unsigned char u[4];
     const std::size_t len = encode_utf8(cp, u);
+    const std::uint8_t wc = word_class(cp);
     auto walk = [&](std::uint32_t s) {
       for (std::size_t i = 0; i < len; ++i)  // (the root, state 0, is only ever a start)
         if ((s = sam_next(s, u[i])) == kNone) break;
       return s;
     };
-    for (std::size_t k = 0; k < g.n; ++k) {
-      add(walk(g.st[k]));
-      if (!g.sp) {  // a document whitespace run skipped
-        const std::uint32_t s = sam_next(g.st[k], ' ');
-        if (s != kNone) add(walk(s));
+    // From state s (the root at the start; never "none"): the character, after a word start marker when
+    // it starts a word there.
+    auto add_char = [&](std::uint32_t s, bool boundary) {
+      if (in_word(wc) && boundary) {
+        if (const std::uint32_t t = sam_next(s, kWordStart)) add(walk(t));
+      } else {
+        add(walk(s));
+      }
+    };
+    if (at_start) {
+      add_char(0, true);
+    } else {
+      const bool boundary = g.sp || word_boundary(g.wc, wc);
+      // A document whitespace run may be skipped (`HU42 1177` written `HU421177`), but not between two
+      // letters: that would make a word the document does not print (`Nettó forintban` -> `Nettóforintban`).
+      const bool may_skip = !g.sp && !(g.wc == kLetter && wc == kLetter);
+      for (std::size_t k = 0; k < g.n; ++k) {
+        add_char(boundary ? skip_end(g.st[k]) : g.st[k], boundary);
+        if (may_skip)
+          if (const std::uint32_t s = sam_next(skip_end(g.st[k]), ' ')) add_char(s, true);
       }
     }
     g.sp = 0;
+    g.wc = wc;
   }
   if (m == 0) return false;
   std::sort(next.begin(), next.begin() + static_cast<long>(m));
@@ -858,6 +926,13 @@ bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
   for (std::size_t k = 0; k < m; ++k) g.st[k] = next[k];
   g.n = static_cast<std::uint8_t>(m);
   return true;
+}
+
+bool GroundingIndex::copy_can_end(const GroundState& g) const {
+  if (g.sp || !in_word(g.wc)) return true;
+  for (std::size_t k = 0; k < g.n; ++k)
+    if (sam_next(g.st[k], kWordEnd) != kNone) return true;
+  return false;
 }
 
 bool GroundingIndex::copy_byte(GroundState& g, std::uint8_t b) const {
@@ -916,7 +991,8 @@ bool GroundingIndex::copy_partial_ok(const GroundState& g) const {
     return copy_char(t, c);
   };
   if (g.esc == 1) {
-    for (char32_t c : {U'"', U'\\', U'/', U'\b', U'\f', U'\n', U'\r', U'\t'})
+    // The escapes the JSON grammar writes ('/' it writes as itself: `\/` would be a dead end).
+    for (char32_t c : {U'"', U'\\', U'\b', U'\f', U'\n', U'\r', U'\t'})
       if (feasible(c)) return true;
     return false;
   }
@@ -940,16 +1016,48 @@ bool GroundingIndex::copy_partial_ok(const GroundState& g) const {
       const unsigned shift = static_cast<unsigned>(6 * (read - 1 - k));
       pre[k] = static_cast<unsigned char>(k == 0 ? (marker | (g.cp >> shift)) : (0x80 | ((g.cp >> shift) & 0x3F)));
     }
+    // The bytes read so far from state s (the root allowed); kNone when the document has no such path.
     auto walk_pre = [&](std::uint32_t s) {
       for (std::size_t k = 0; k < read; ++k)
-        if ((s = sam_next(s, pre[k])) == kNone) return false;
-      return true;
+        if ((s = sam_next(s, pre[k])) == kNone) break;
+      return s;
     };
-    for (std::size_t k = 0; k < g.n; ++k) {
-      if (walk_pre(g.st[k])) return true;
-      if (!g.sp) {
-        const std::uint32_t s = sam_next(g.st[k], ' ');
-        if (s != kNone && walk_pre(s)) return true;
+    // The same after a word start marker at s.
+    auto walk_word_pre = [&](std::uint32_t s) {
+      const std::uint32_t t = sam_next(s, kWordStart);
+      return t == kNone ? kNone : walk_pre(t);
+    };
+    // Whether the character can be completed from s (after its first `read` bytes) as one whose
+    // word class `ok` takes.
+    auto completes = [&](auto&& self, std::uint32_t s, std::size_t depth, char32_t cp, auto&& ok) -> bool {
+      if (depth == static_cast<std::size_t>(g.len)) return ok(word_class(cp));
+      for (std::uint32_t e = off_[s]; e < off_[s + 1]; ++e)
+        if ((byte_[e] & 0xC0) == 0x80 && self(self, to_[e], depth + 1, (cp << 6) | (byte_[e] & 0x3F), ok)) return true;
+      return false;
+    };
+    const auto no_word = [](std::uint8_t c) { return c == kNoWord; };
+    const auto not_letter = [](std::uint8_t c) { return c != kLetter; };
+    // The paths copy_char may take to the character (its class is not known yet): at the start a word
+    // start, or a character that is not a letter or digit; in the middle any marker path the document
+    // has (it marks the same two characters the same way).
+    if (g.n == 1 && g.st[0] == 0) {
+      if (walk_word_pre(0) != kNone) return true;
+      const std::uint32_t s = walk_pre(0);
+      if (s != kNone && completes(completes, s, read, g.cp, no_word)) return true;
+    } else {
+      for (std::size_t k = 0; k < g.n; ++k) {
+        const std::uint32_t st = g.st[k];
+        const std::uint32_t end = in_word(g.wc) ? sam_next(st, kWordEnd) : kNone;
+        for (std::uint32_t base : {st, end}) {
+          if (base == kNone) continue;
+          if (walk_pre(base) != kNone || walk_word_pre(base) != kNone) return true;
+          if (!g.sp)
+            if (const std::uint32_t s = sam_next(base, ' ')) {  // a skipped run: not between two letters
+              if (walk_pre(s) != kNone) return true;
+              const std::uint32_t w = walk_word_pre(s);
+              if (w != kNone && (g.wc != kLetter || completes(completes, w, read, g.cp, not_letter))) return true;
+            }
+        }
       }
     }
     // A multibyte whitespace character (U+00A0, U+2000.., U+3000, ...) reads as a space.
@@ -979,7 +1087,11 @@ GroundingIndex::Step GroundingIndex::step(GroundState& g, std::uint8_t b) const 
   }
   switch (static_cast<SourceKind>(g.kind)) {
     case SourceKind::kCopy:
-      if (b == '"' && g.esc == 0 && g.need == 0) { g = GroundState{}; return Step::kExit; }
+      if (b == '"' && g.esc == 0 && g.need == 0) {
+        if (!copy_can_end(g)) return Step::kDead;  // inside a word of the document
+        g = GroundState{};
+        return Step::kExit;
+      }
       return copy_byte(g, b) ? Step::kOk : Step::kDead;
     case SourceKind::kDate: {
       if (b == '"') {
@@ -1066,13 +1178,24 @@ GroundMask GroundingIndex::compute_inside(const GroundState& g) const {
     if (dates_.terminal[g.st[0]]) add_exit(vocab_->quote_exit());
     for (std::uint32_t e = dates_.off[g.st[0]]; e < dates_.off[g.st[0] + 1]; ++e) visit_byte(dates_.byte[e]);
   } else if (kind == SourceKind::kCopy && g.esc == 0 && g.need == 0) {
-    add_exit(vocab_->quote_exit());
+    if (copy_can_end(g)) add_exit(vocab_->quote_exit());
     std::array<bool, 256> first{};
-    for (std::size_t k = 0; k < g.n; ++k) {
-      for (std::uint32_t e = off_[g.st[k]]; e < off_[g.st[k] + 1]; ++e) first[byte_[e]] = true;
+    // The bytes after each state, past the word markers and a skipped whitespace run (a superset:
+    // visit() steps each exactly).
+    auto bytes_of = [&](std::uint32_t s) {
+      for (std::uint32_t e = off_[s]; e < off_[s + 1]; ++e) first[byte_[e]] = true;
+      if (const std::uint32_t t = sam_next(s, kWordStart))
+        for (std::uint32_t e = off_[t]; e < off_[t + 1]; ++e) first[byte_[e]] = true;
+    };
+    auto from = [&](std::uint32_t base) {  // base: a state (the root at the start)
+      bytes_of(base);
       if (!g.sp)
-        if (const std::uint32_t s = sam_next(g.st[k], ' '))
-          for (std::uint32_t e = off_[s]; e < off_[s + 1]; ++e) first[byte_[e]] = true;
+        if (const std::uint32_t s = sam_next(base, ' ')) bytes_of(s);
+    };
+    for (std::size_t k = 0; k < g.n; ++k) {
+      from(g.st[k]);
+      if (g.st[k] != 0)
+        if (const std::uint32_t end = sam_next(g.st[k], kWordEnd)) from(end);
     }
     // Whitespace and escapes (written as themselves, or `\n`, ...), multibyte whitespace.
     for (std::uint8_t b : {' ', '\t', '\n', '\r', '\f', '\v', '\\'}) first[b] = true;

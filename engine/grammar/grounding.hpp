@@ -5,7 +5,8 @@
 // a document, a per-request GroundingIndex holds
 //  - copy:   a suffix automaton (Blumer et al. 1985; the online construction of Crochemore & Hancart,
 //            "Automata for matching patterns", 1997) over the document's normalised text: each page with
-//            every run of whitespace made one space, pages separated by a byte no value can hold (0xFF);
+//            every run of whitespace made one space, pages separated by a byte no value can hold (0xFF),
+//            and a marker byte no value can hold at every word start (0xFE) and word end (0xFD);
 //  - number: a trie of the JSON spellings of every number printed in the document (find_numbers);
 //  - date:   a trie of the ISO 8601 dates (YYYY-MM-DD) of every date printed in it (find_dates);
 // and a GroundState (small, copyable: the matcher keeps one per accepted token, so it rolls back with
@@ -13,9 +14,17 @@
 //  - copy: the string body is decoded (JSON escapes \" \\ \/ \b \f \n \r \t \uXXXX; UTF-8 characters
 //    are completed before they are matched); a whitespace character of the value must meet a
 //    whitespace run of the document, and a whitespace run of the document may also be skipped
-//    (an IBAN printed `HU42 1177 3016` may be written `HU4211773016`); runs of value whitespace count
+//    (an IBAN printed `HU42 1177 3016` may be written `HU4211773016`), except between two letters
+//    (`Nettó forintban` is not `Nettóforintban`: a word the document does not print); runs of value whitespace count
 //    as one; the value does not start with whitespace (a span is the characters, not the blank
-//    before them). The state is the set of automaton states the value reaches (at most
+//    before them). Whole words: a value starting with a letter or digit starts where a word of the
+//    document starts, and one ending with a letter or digit ends where a word ends (never `kony` out
+//    of `Számlakonyv`, nor `Seria` out of `Serial`). Words (word_class): runs of letters (with their
+//    combining marks), runs of digits (so `12345` may be taken out of `INV12345`), and each single
+//    character of the scripts written without spaces between words (Han, kana, Thai, Lao, Khmer,
+//    Myanmar, Tibetan). In the middle of a value the markers are stepped over (the document puts
+//    them where the same two characters meet, so any path through them is a real span).
+//    The state is the set of automaton states the value reaches (at most
 //    kMaxStates; a set cut there only makes the mask stricter, never looser). The value ends at its
 //    closing quote.
 //  - number / date: the written text must follow the candidate trie; a number ends at the first byte
@@ -60,6 +69,13 @@ struct TextSpan {
 /// Whitespace for grounding: ASCII \t \n \v \f \r and space, U+0085, U+00A0, U+1680, U+2000-U+200A,
 /// U+2028, U+2029, U+202F, U+205F, U+3000.
 bool is_ground_space(char32_t cp);
+
+/// The word class of a character for the whole-word rule of copied values: 0 neither (whitespace,
+/// punctuation, symbols, controls), 1 letter (Unicode L or M), 2 digit (Unicode N), 3 a letter of a
+/// script written without spaces between words (a word on its own). A word boundary lies between two
+/// characters of different classes, before and after every class-3 character, and at either side of
+/// whitespace.
+std::uint8_t word_class(char32_t cp);
 
 /// Splits a document text into pages at form feeds ('\f', as extractors write page breaks).
 std::vector<std::string> split_pages(std::string_view text);
@@ -115,6 +131,7 @@ struct GroundState {
   std::uint8_t sp = 0;    ///< copy: the last value character was whitespace
   std::uint8_t n = 0;     ///< used entries of st
   std::uint8_t len = 0;   ///< bytes of the UTF-8 character being read (with need > 0)
+  std::uint8_t wc = 0;    ///< copy: word_class of the last value character (0 at the start and after whitespace)
   /// The value met a dead end (the grammar allows nothing the document has, e.g. a pattern that the
   /// spans from here cannot complete): it goes on ungrounded up to its end (GrammarMatcher).
   std::uint8_t lost = 0;
@@ -175,8 +192,9 @@ struct GroundMask {
 /// under a lock (thread-safe).
 class GroundingIndex {
  public:
-  /// Limit: text beyond 1 MiB in total is cut there (values past it are not groundable); the automaton
-  /// of 1 MiB holds about 2 million states (about 50 MB).
+  /// Limit: the normalised text (word markers included) is cut at 1 MiB in total, and numbers and dates
+  /// are read from the first 1 MiB of the pages (values past that are not groundable); the automaton of
+  /// 1 MiB holds about 2 million states (about 50 MB).
   static constexpr std::size_t kMaxText = std::size_t{1} << 20;
   static std::shared_ptr<GroundingIndex> build(std::shared_ptr<const GroundingVocab> vocab,
                                                const std::vector<std::string>& pages);
@@ -211,6 +229,9 @@ class GroundingIndex {
   void build_automaton();
   std::uint32_t sam_next(std::uint32_t s, std::uint8_t b) const;
   bool copy_char(GroundState& g, char32_t cp) const;
+  /// Whether a copy value may end in state g: its last character ends a word of the document, or is not
+  /// a letter or digit.
+  bool copy_can_end(const GroundState& g) const;
   bool copy_byte(GroundState& g, std::uint8_t b) const;
   /// Whether the escape or UTF-8 character being read in g can still be completed as the document allows.
   bool copy_partial_ok(const GroundState& g) const;

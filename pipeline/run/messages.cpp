@@ -120,7 +120,7 @@ std::vector<ChunkOutput> outputs_from(const json& j) {
 json task_to(const ModelTaskMsg& t) {
   return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text,
                       batch_to(t.batch), t.cross_check ? *t.cross_check : json(nullptr), t.cross_check_method,
-                      chunks_to(t.chunks)});
+                      chunks_to(t.chunks), t.output_splits});
 }
 
 ModelTaskMsg task_from(const json& j) {
@@ -135,6 +135,7 @@ ModelTaskMsg task_from(const json& j) {
   if (!j.at(7).is_null()) t.cross_check = j.at(7);
   t.cross_check_method = j.at(8).get<std::string>();
   t.chunks = chunks_from(j.at(9));
+  t.output_splits = j.at(10).get<std::size_t>();
   return t;
 }
 
@@ -144,7 +145,7 @@ struct Encoder {
     json done = json::array();
     for (bool d : m.done) done.push_back(d);
     return json::array({subject_to(m.doc), m.text, m.pages, m.einvoice ? *m.einvoice : json(nullptr),
-                        m.einvoice_format, done});
+                        m.einvoice_format, done, m.output_splits});
   }
   json operator()(const ModelTaskMsg& m) const { return task_to(m); }
   json operator()(const GeneratedMsg& m) const {
@@ -179,6 +180,7 @@ Message decode_body(std::uint8_t tag, const json& j) {
       if (!j.at(3).is_null()) m.einvoice = j.at(3);
       m.einvoice_format = j.at(4).get<std::string>();
       for (const auto& d : j.at(5)) m.done.push_back(d.get<bool>());
+      m.output_splits = j.at(6).get<std::size_t>();
       return m;
     }
     case 2:

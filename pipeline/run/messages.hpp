@@ -55,6 +55,10 @@ struct ExtractedMsg {
   std::optional<nlohmann::ordered_json> einvoice;  ///< invoice JSON mapped from a structured e-invoice
   std::string einvoice_format;                     ///< "ubl", "cii", "nav" with `einvoice`
   std::vector<bool> done;                          ///< per question (rag): already in the ledger
+  /// kie: how many times a model request of this document ran past max_tokens before its JSON closed
+  /// (validate sends the document back to build then): build cuts it into windows of at most
+  /// 1 / 2^output_splits of its text, so that each window's output fits (0: as usual).
+  std::size_t output_splits = 0;
 };
 
 /// discover -> build (batch task): one request line of an OpenAI Batch file, its envelope checked.
@@ -116,6 +120,7 @@ struct ModelTaskMsg {
   /// kie, a document longer than the context: one request per window (`prompt` is then empty), whose
   /// outputs validate merges into one record; `document_text` still holds the whole document.
   std::vector<ChunkPart> chunks;
+  std::size_t output_splits = 0;     ///< kie: ExtractedMsg::output_splits of the plan (kMaxOutputSplits: no further cut)
 };
 
 /// engine -> validate: one finished model request.

@@ -164,7 +164,8 @@ json write_report(const JobSpec& job, const RunMetrics& m) {
        << " superseded line(s): records redone by a later run; the latest line of each document counts.\n";
   if (r["chunked_documents"].get<std::size_t>() > 0)
     md << "\n" << r["chunked_documents"].get<std::size_t>()
-       << " document(s) were longer than the context: extracted over windows and merged (stats.chunks).\n";
+       << " document(s) were longer than the context, or their output longer than --max-tokens (stats.output_splits):"
+          " extracted over windows and merged (stats.chunks).\n";
   md << "\n| method | records |\n| --- | ---: |\n";
   for (const auto& [k, v] : r["by_method"].items()) md << "| " << k << " | " << v.get<std::size_t>() << " |\n";
   md << "\n## Failures by rule (records that are not ok)\n\n";

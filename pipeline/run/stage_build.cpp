@@ -30,16 +30,23 @@ std::size_t kie_output_reserve(const JobSpec& job, std::size_t context_tokens) {
 
 /// The windows of a kie document whose prompt does not fit `context_tokens` with the output reserve:
 /// each window's prompt (built by `messages_of`) fits it. Empty when even an empty document leaves
-/// no room for a window of 16 tokens.
+/// no room for a window of 16 tokens. `pieces` > 1 (a document whose output ran past max_tokens, in
+/// a prompt of `prompt_tokens`): windows of at most about 1 / pieces of its text, so that there are
+/// at least `pieces` of them (a window's budget holds its overlap, an eighth of it).
 template <class MessagesOf>
 std::vector<ChunkPart> kie_windows(const BuildContext& bc, const std::string& text, std::size_t context_tokens,
-                                   std::size_t reserve, const MessagesOf& messages_of) {
+                                   std::size_t reserve, const MessagesOf& messages_of, std::size_t pieces = 1,
+                                   std::size_t prompt_tokens = 0) {
   const auto prompt_of = [&](const std::string& doc) {
     return bc.tokenizer->encode(bc.tokenizer->apply_chat_template(messages_of(doc), true, false));
   };
   const std::size_t overhead = prompt_of("").size();
   if (overhead + reserve + 16 > context_tokens) return {};
   std::size_t budget = context_tokens - reserve - overhead;
+  if (pieces > 1 && prompt_tokens > overhead) {
+    const std::size_t text_tokens = prompt_tokens - overhead;
+    budget = std::min(budget, std::max<std::size_t>(16, (8 * text_tokens + 7 * pieces - 1) / (7 * pieces)));
+  }
   const rag::TokenizerCounter counter(bc.tokenizer);
   // Joins of pieces may tokenize a little longer than planned: re-plan with a smaller budget then.
   for (int round = 0; round < 4 && budget >= 16; ++round) {
@@ -180,7 +187,7 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
     std::size_t skipped = 0;
     try {
       if (sh.job.task == Task::kie) {
-        if (sh.job.prefer == Prefer::automatic && doc->einvoice && bc.schema_prompt.empty()) {
+        if (sh.job.prefer == Prefer::automatic && doc->einvoice && bc.schema_prompt.empty() && doc->output_splits == 0) {
           mapped.push_back(MappedMsg{sh.unit(doc->doc, 0), "einvoice-" + doc->einvoice_format, *doc->einvoice});
         } else {
           ModelTaskMsg t;
@@ -195,14 +202,19 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
             t.cross_check = *doc->einvoice;
             t.cross_check_method = "einvoice-" + doc->einvoice_format;
           }
-          // Longer than the context (prompt + output): extracted over windows and merged (chunked.hpp).
+          // Longer than the context (prompt + output), or an output longer than max_tokens (sent back
+          // by validate): extracted over windows and merged (chunked.hpp).
           const std::size_t reserve = kie_output_reserve(sh.job, bc.context_tokens);
-          if (t.prompt.size() + reserve > bc.context_tokens) {
-            auto parts = kie_windows(bc, doc->text, bc.context_tokens, reserve, messages_of);
+          t.output_splits = doc->output_splits;
+          if (t.prompt.size() + reserve > bc.context_tokens || doc->output_splits > 0) {
+            auto parts = kie_windows(bc, doc->text, bc.context_tokens, reserve, messages_of,
+                                     std::size_t{1} << std::min(doc->output_splits, kMaxOutputSplits), t.prompt.size());
             if (parts.size() > 1) {
               t.chunks = std::move(parts);
               t.prompt.clear();
               t.max_tokens = reserve;
+            } else if (doc->output_splits > 0) {
+              t.output_splits = kMaxOutputSplits;  // too short to cut: as it was, once more
             }
           }
           tasks.push_back(std::move(t));

@@ -128,6 +128,20 @@ void validate_chunked(const GeneratedMsg& g, const schemas::Validator& validator
   }
 }
 
+/// A kie document whose output ran past max_tokens, back to build to be cut into smaller windows
+/// (ExtractedMsg::output_splits).
+ExtractedMsg document_to_split(const ModelTaskMsg& t) {
+  ExtractedMsg m;
+  m.doc = t.subject;
+  m.text = t.document_text;
+  if (t.cross_check) {  // kept for --cross-check (build does not map it: output_splits > 0)
+    m.einvoice = t.cross_check;
+    m.einvoice_format = t.cross_check_method.starts_with("einvoice-") ? t.cross_check_method.substr(9) : t.cross_check_method;
+  }
+  m.output_splits = t.output_splits + 1;
+  return m;
+}
+
 }  // namespace
 
 void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const schemas::Validator& validator,
@@ -136,6 +150,14 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
   to_writer.connect(ep_write);
   auto to_retry = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded: never blocks (no cycle)
   to_retry.connect(ep_retry);
+  auto to_build = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded too
+  to_build.connect(ep_build);
+  // A kie output cut at max_tokens before its JSON closed: the document goes back to build, to be cut
+  // into smaller windows whose outputs fit (resampling would not help).
+  const auto may_split = [&](const GeneratedMsg& g) {
+    return sh.job.task == Task::kie && g.finish == "length" && g.task.output_splits < kMaxOutputSplits &&
+           !g.task.document_text.empty();
+  };
   const std::size_t retries = sh.job.retries;
   BatchValidators batch_validators;
   const nlohmann::json schema_plain = to_plain(schema_ordered);
@@ -166,10 +188,11 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
     json stats = g->stats;
     stats["attempts"] = attempt + 1;
     stats["extract_ms"] = subject.extract_ms;
+    if (g->task.output_splits > 0) stats["output_splits"] = g->task.output_splits;
     // Token totals for the run's throughput (every attempt counts).
     const TokenCounts tokens = tokens_of(stats);
     RecordMsg out;
-    bool retry = false;
+    bool retry = false, split = false;
     const BatchSpec* batch = g->task.batch ? &*g->task.batch : nullptr;
     try {
       json errors = json::array();
@@ -202,7 +225,8 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         json data;
         std::optional<json> evidence;
         validate_chunked(*g, validator, schema_plain, grounded_schema, sh.job.engine.grounding, data, evidence, errors);
-        if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        if (!errors.empty() && may_split(*g)) split = true;
+        else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
         else {
           out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
           if (evidence) out.record["evidence"] = std::move(*evidence);
@@ -231,8 +255,9 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
           }
         }
         // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
-        // a length problem, which resampling does not solve.
-        if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        // a length problem, which resampling does not solve (smaller windows may).
+        if (!errors.empty() && may_split(*g)) split = true;
+        else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
         else {
           out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
           if (evidence) out.record["evidence"] = std::move(*evidence);
@@ -247,14 +272,17 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
       out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),
                         stats_without_model(subject, 0));
       if (batch) out = batch_record(std::move(out), batch->line, batch->custom_id, failed_output(*batch, false, e.what()));
-      retry = false;
+      retry = split = false;
     }
     sh.validate_clock.add(seconds_since(t0));
-    if (retry && sh.stop() >= 1) {
+    if ((retry || split) && sh.stop() >= 1) {
       // Stopping: the retry would be new work. Not recorded (a record after fewer attempts would
       // differ from a full run's): the rerun does the document again.
       send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
       send(to_writer, NoticeMsg{NoticeMsg::Kind::cancelled, 1, std::nullopt});
+    } else if (split) {
+      send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
+      send(to_build, document_to_split(g->task));
     } else if (retry) {
       send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
       ModelTaskMsg t = std::move(g->task);

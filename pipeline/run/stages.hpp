@@ -44,6 +44,10 @@ inline constexpr const char* ep_retry = "inproc://retry";
 inline constexpr const char* ep_validate = "inproc://validate";
 inline constexpr const char* ep_write = "inproc://write";
 
+/// kie: a document whose output ran past max_tokens is cut into windows of at most half, then a
+/// quarter, then an eighth of its text (ExtractedMsg::output_splits), and no further.
+inline constexpr std::size_t kMaxOutputSplits = 3;
+
 /// A socket with send and receive high-water marks `hwm` (0: unbounded) and no linger.
 zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, int hwm);
 

@@ -88,6 +88,43 @@ bool blank(const std::string& s) {
 
 bool mask_has(const std::vector<std::uint32_t>& m, g::TokenId id) { return (m[id / 32] >> (id % 32)) & 1u; }
 
+// The code point of the UTF-8 character starting at s[i] (its length in len).
+char32_t char_at(const std::string& s, std::size_t i, std::size_t& len) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  char32_t cp = len == 1 ? b : (b & (0x3F >> (len - 1)));
+  for (std::size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return cp;
+}
+
+// The code point of the character ending just before s[i] (i > 0).
+char32_t char_before(const std::string& s, std::size_t i) {
+  std::size_t j = i - 1;
+  while (j > 0 && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+  std::size_t len = 0;
+  return char_at(s, j, len);
+}
+
+// Whether a word boundary (the whole-word rule of copied values) lies between characters a and b,
+// written here from the rule's words: not through the index's markers.
+bool boundary_between(char32_t a, char32_t b) {
+  if (g::is_ground_space(a) || g::is_ground_space(b)) return true;
+  const auto ca = g::word_class(a), cb = g::word_class(b);
+  return ca == 0 || cb == 0 || ca != cb || ca == 3;
+}
+
+// Whether page.substr(i, len) may be copied there: it starts and ends at word boundaries (or with
+// characters that are not letters or digits).
+bool whole_words_at(const std::string& page, std::size_t i, std::size_t len) {
+  std::size_t l0 = 0;
+  const char32_t first = char_at(page, i, l0);
+  const char32_t last = char_before(page, i + len);
+  const bool start_ok = i == 0 || boundary_between(char_before(page, i), first);
+  std::size_t l1 = 0;
+  const bool end_ok = i + len == page.size() || boundary_between(last, char_at(page, i + len, l1));
+  return start_ok && end_ok;
+}
+
 }  // namespace
 
 // ---- reading a document ----------------------------------------------------------------------------
@@ -261,7 +298,7 @@ TEST(Grounding, ToyEverySpanIsReachable) {
   g::GrammarMatcher m(cg);
   m.set_grounding(idx);
   ASSERT_TRUE(m.accept_string("{\"a\":\""));
-  std::size_t checked = 0;
+  std::size_t checked = 0, reachable = 0;
   for (const auto& page : kToyDoc) {
     for (std::size_t i = 0; i < page.size(); ++i) {
       if ((static_cast<unsigned char>(page[i]) & 0xC0) == 0x80) continue;  // a character start
@@ -273,6 +310,12 @@ TEST(Grounding, ToyEverySpanIsReachable) {
         if (span.find('\f') != std::string::npos) continue;
         if (std::isspace(static_cast<unsigned char>(span.front())))
           continue;  // a copied value does not start with whitespace (checked below)
+        // Whole words: reachable iff some place of the document prints it starting and ending at word
+        // boundaries (the toy document prints its short spans only as they are written).
+        bool whole = false;
+        for (const auto& pg : kToyDoc)
+          for (std::size_t at = pg.find(span); at != std::string::npos && !whole; at = pg.find(span, at + 1))
+            whole = whole_words_at(pg, at, span.size());
         const std::string body = ordered_json(span).dump();  // JSON-escaped, quotes around
         std::size_t steps = 0;
         bool ok = true;
@@ -282,13 +325,15 @@ TEST(Grounding, ToyEverySpanIsReachable) {
           ok = mask_has(mask, id) && m.accept(id);
           if (ok) ++steps;
         }
-        EXPECT_TRUE(ok) << "span " << json(span).dump() << " not reachable";
+        EXPECT_EQ(ok, whole) << "span " << json(span).dump() << (whole ? " not reachable" : " reachable inside a word");
         m.rollback(steps);
         ++checked;
+        reachable += ok;
       }
     }
   }
   EXPECT_GT(checked, 500u);
+  EXPECT_GT(reachable, 100u);
   // Whitespace may be skipped or written as one space; letters outside the document may not.
   for (const char* v : {"HU4211773016", "HU42 1177 3016", "Acme Kft.", "say \\\"hi\\\" \\\\ back", "Acm\xC3\xA9"}) {
     const std::string body = std::string(v) + "\"";
@@ -311,6 +356,46 @@ TEST(Grounding, ToyEverySpanIsReachable) {
   // Without grounding the same grammar writes anything.
   g::GrammarMatcher free(cg);
   EXPECT_TRUE(free.accept_string("{\"a\":\"Zebra\""));
+}
+
+// Copied values are whole words of the document: they start where a word starts and end where one
+// ends (letters, digits and characters of scripts without spaces are the words' units).
+TEST(Grounding, CopiedValuesAreWholeWords) {
+  Toy toy;
+  auto r = g::compile_json_schema(std::string(kToySchema));
+  auto cg = std::make_shared<g::CompiledGrammar>(r.grammar, toy.info, r);
+  const std::vector<std::string> doc = {
+      "Sz\xC3\xA1mlak\xC3\xB6nyv: INV12345/B\nSerial number 7\nElad\xC3\xB3: \xC3\x89rt\xC3\xA9kes\xC3\xADt\xC5\x91 Kft.\n"
+      "\xE6\xA0\xAA\xE5\xBC\x8F\xE4\xBC\x9A\xE7\xA4\xBE\xE5\xB1\xB1\xE7\x94\xB0 (\xC2\xA7 12)\n"};
+  auto idx = g::GroundingIndex::build(std::make_shared<g::GroundingVocab>(toy.info), doc);
+  g::GrammarMatcher m(cg);
+  m.set_grounding(idx);
+  ASSERT_TRUE(m.accept_string("{\"a\":\""));
+  auto takes = [&](const std::string& value) {  // the value with its closing quote, byte by byte
+    const std::string body = value + "\"";
+    std::size_t k = 0;
+    bool ok = true;
+    std::vector<std::uint32_t> mask(toy.info->mask_words());
+    for (; k < body.size() && ok; ++k) {
+      m.fill_bitmask(mask);
+      const auto id = static_cast<g::TokenId>(static_cast<unsigned char>(body[k]));
+      ok = mask_has(mask, id);
+      EXPECT_EQ(ok, m.accept(id)) << value << " at byte " << k;  // the mask agrees with accept()
+    }
+    m.rollback(ok ? k : k - 1);
+    return ok;
+  };
+  for (const char* v : {"Sz\xC3\xA1mlak\xC3\xB6nyv", "INV12345", "INV", "12345", "12345/B", "B", "Serial",
+                        "Serial number", "\xC3\x89rt\xC3\xA9kes\xC3\xADt\xC5\x91 Kft", "\xC3\x89rt\xC3\xA9kes\xC3\xADt\xC5\x91 Kft.",
+                        "Kft.", ": INV", "\xE5\xB1\xB1\xE7\x94\xB0", "\xE7\xA4\xBE", "\xE4\xBC\x9A\xE7\xA4\xBE\xE5\xB1\xB1",
+                        "(\xC2\xA7 12)", "\xC2\xA7 12", "Kft.\\n", "7 ", "number7", "INV12345/B"})
+    EXPECT_TRUE(takes(v)) << v;
+  for (const char* v : {"k\xC3\xB6nyv", "Sz\xC3\xA1mla", "NV1", "2345", "1234", "Seria", "erial", "rt\xC3\xA9kes\xC3\xADt\xC5\x91",
+                        "\xC3\x89rt\xC3\xA9kes", "Kf", "number 7 E", "ft.", "Serialnumber", "Serial numbe"})
+    EXPECT_FALSE(takes(v)) << v;
+  // The validators' span search stays whitespace-insensitive and does not ask for whole words: a
+  // record keeps its evidence wherever the text is printed.
+  EXPECT_TRUE(g::find_copy_span(doc, "Seria"));
 }
 
 TEST(Grounding, ToyRollbackAndJumpForward) {

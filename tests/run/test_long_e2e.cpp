@@ -159,6 +159,46 @@ TEST(LongDocuments, ExtractedOverWindowsAndMergedIntoOneRecord) {
   EXPECT_EQ(report["chunked_documents"], 1);
 }
 
+// A document that fits the context but whose JSON does not fit --max-tokens (a sample invoice of 33
+// line items): the output cut at max_tokens sends it back to be extracted over smaller windows, merged
+// into one record with complete JSON (before: an `invalid` record, "not complete JSON (finish: length)",
+// with no data).
+TEST(LongDocuments, AnOutputLongerThanMaxTokensIsExtractedOverSmallerWindows) {
+  Scratch s("long-output");
+  const fs::path src = fs::path(QUARRY_SOURCE_DIR) / "samples" / "invoices" / "de-txt-2.txt";
+  const fs::path doc = s.dir / "many-items.txt";
+  fs::copy_file(src, doc);
+  const std::string text = read_file(doc);
+  const auto out = s.dir / "out";
+  // Its JSON takes about 1,700 tokens; the document (about 1,500 tokens) fits the default context.
+  const int rc = run_quarry_args({"run", doc.string(), "-o", out.string(), "--progress", "none", "--threads", "2",
+                                  "--max-tokens", "800", "--retries", "0"},
+                                 s.dir / "log");
+  EXPECT_TRUE(rc == 0 || rc == 2) << read_file(s.dir / "log");
+  const auto records = read_records(out / "results.jsonl");
+  ASSERT_EQ(records.size(), 1u) << read_file(s.dir / "log");
+  const json& r = records[0];
+  ASSERT_NE(r["status"], "error") << r.dump();
+  const json& st = r["stats"];
+  EXPECT_GE(st.value("output_splits", std::size_t{0}), 1u) << st.dump();
+  EXPECT_GE(st.value("chunks", std::size_t{0}), 2u) << st.dump();
+  ASSERT_TRUE(r["data"].is_object()) << "the merged JSON is complete: " << r.dump();
+  for (const auto& e : r["errors"]) EXPECT_NE(e["rule"], "json") << r.dump();
+  EXPECT_EQ(r["data"]["seller"]["vat_id"], "DE882013748");  // the first window
+  // Line items from the windows down the whole table, in document order.
+  const json& ev = r["evidence"];
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i < r["data"]["line_items"].size(); ++i) {
+    const std::string ptr = "/line_items/" + std::to_string(i) + "/description";
+    if (ev.contains(ptr) && ev[ptr].contains("start")) starts.push_back(ev[ptr]["start"].get<std::size_t>());
+  }
+  ASSERT_GE(starts.size(), 10u) << r.dump();
+  EXPECT_LT(starts.front(), text.size() / 3) << r.dump();
+  EXPECT_GT(starts.back(), text.size() / 2) << "no line items from the later windows: " << r.dump();
+  const json report = json::parse(read_file(out / "report.json"));
+  EXPECT_EQ(report["chunked_documents"], 1);
+}
+
 TEST(LongDocuments, AskAnswersAreBoundedAndQuoteTheDocument) {
   Scratch s("ask-long");
   const auto inv = make_long_invoice(3, 8, 11);

@@ -46,24 +46,28 @@ TEST(Messages, EveryMessageComesBackAsItWasSent) {
   ex.einvoice = json{{"invoice_number", "A-1"}, {"currency", "EUR"}};
   ex.einvoice_format = "ubl";
   ex.done = {true, false};
+  ex.output_splits = 2;
   const auto ex2 = roundtrip(ex);
   EXPECT_EQ(ex2.doc.key, ex.doc.key);
   EXPECT_EQ(ex2.doc.extract_ms, 12.5);
   EXPECT_EQ(ex2.text, ex.text);
   EXPECT_EQ(ex2.einvoice->dump(), ex.einvoice->dump());  // member order kept
   EXPECT_EQ(ex2.done, ex.done);
+  EXPECT_EQ(ex2.output_splits, 2u);
 
   GeneratedMsg g;
   g.task.subject = subject();
   g.task.prompt = {1, 2, 151643};
   g.task.max_tokens = 300;
   g.task.attempt = 2;
+  g.task.output_splits = 1;
   g.text = "{}";
   g.finish = "eos";
   g.stats = json{{"prompt_tokens", 3}, {"decode_tokens", 1}};
   const auto g2 = roundtrip(g);
   EXPECT_EQ(g2.task.prompt, g.task.prompt);
   EXPECT_EQ(g2.task.attempt, 2u);
+  EXPECT_EQ(g2.task.output_splits, 1u);
   EXPECT_EQ(g2.stats.dump(), g.stats.dump());
 
   RecordMsg r;
