@@ -120,7 +120,7 @@ std::vector<ChunkOutput> outputs_from(const json& j) {
 json task_to(const ModelTaskMsg& t) {
   return json::array({subject_to(t.subject), t.prompt, t.max_tokens, t.attempt, t.whole_document, t.document_text,
                       batch_to(t.batch), t.cross_check ? *t.cross_check : json(nullptr), t.cross_check_method,
-                      chunks_to(t.chunks), t.output_splits});
+                      chunks_to(t.chunks), t.output_splits, t.best_record ? *t.best_record : json(nullptr)});
 }
 
 ModelTaskMsg task_from(const json& j) {
@@ -136,6 +136,7 @@ ModelTaskMsg task_from(const json& j) {
   t.cross_check_method = j.at(8).get<std::string>();
   t.chunks = chunks_from(j.at(9));
   t.output_splits = j.at(10).get<std::size_t>();
+  if (!j.at(11).is_null()) t.best_record = j.at(11);
   return t;
 }
 

@@ -1,6 +1,7 @@
 // validate: JSON Schema + business rules (+ the evidence check for rag); the retry policy; the record.
 // Batch requests: the output is checked against the request's own response_format schema (one
 // Validator per schema text, cached); text responses are not validated.
+#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -128,6 +129,15 @@ void validate_chunked(const GeneratedMsg& g, const schemas::Validator& validator
   }
 }
 
+/// Whether record `a` is worse than `b` to keep after retries: no data at all, or more errors.
+bool worse(const json& a, const json& b) {
+  const auto badness = [](const json& r) {
+    if (!r.contains("data") || r["data"].is_null()) return std::numeric_limits<std::size_t>::max();
+    return r.contains("errors") && r["errors"].is_array() ? r["errors"].size() : std::size_t{0};
+  };
+  return badness(a) > badness(b);
+}
+
 /// A kie document whose output ran past max_tokens, back to build to be cut into smaller windows
 /// (ExtractedMsg::output_splits).
 ExtractedMsg document_to_split(const ModelTaskMsg& t) {
@@ -225,12 +235,10 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         json data;
         std::optional<json> evidence;
         validate_chunked(*g, validator, schema_plain, grounded_schema, sh.job.engine.grounding, data, evidence, errors);
+        out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+        if (evidence) out.record["evidence"] = std::move(*evidence);
         if (!errors.empty() && may_split(*g)) split = true;
         else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
-        else {
-          out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
-          if (evidence) out.record["evidence"] = std::move(*evidence);
-        }
       } else {
         json data = parse_and_validate(*g, validator, errors);
         std::optional<json> evidence;
@@ -256,17 +264,15 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         }
         // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
         // a length problem, which resampling does not solve (smaller windows may).
+        out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
+        if (evidence) out.record["evidence"] = std::move(*evidence);
+        // --cross-check: compared with the e-invoice XML (which never decides a retry: the record shows
+        // what the model read).
+        if (g->task.cross_check)
+          add_cross_check(out.record, schema_plain, schema_ordered, data, *g->task.cross_check,
+                          g->task.cross_check_method);
         if (!errors.empty() && may_split(*g)) split = true;
         else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
-        else {
-          out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
-          if (evidence) out.record["evidence"] = std::move(*evidence);
-          // --cross-check: compared with the e-invoice XML only once the output is final (the XML
-          // never decides a retry: the record shows what the model read).
-          if (g->task.cross_check)
-            add_cross_check(out.record, schema_plain, schema_ordered, data, *g->task.cross_check,
-                            g->task.cross_check_method);
-        }
       }
     } catch (const std::exception& e) {
       out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),
@@ -287,8 +293,16 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
       send(to_writer, NoticeMsg{NoticeMsg::Kind::retry, 1, tokens});
       ModelTaskMsg t = std::move(g->task);
       t.attempt = attempt + 1;
+      if (!t.batch && (!t.best_record || worse(*t.best_record, out.record))) t.best_record = std::move(out.record);
       send(to_retry, t);
     } else {
+      // After retries: the attempt with the fewest errors, not the last one drawn.
+      if (!batch && g->task.best_record && worse(out.record, *g->task.best_record)) {
+        json kept = std::move(*g->task.best_record);
+        kept["stats"]["kept_attempt"] = kept["stats"].value("attempts", std::size_t{0});
+        kept["stats"]["attempts"] = attempt + 1;
+        out.record = std::move(kept);
+      }
       out.tokens = tokens;
       send(to_writer, out);
     }

@@ -61,6 +61,7 @@ TEST(Messages, EveryMessageComesBackAsItWasSent) {
   g.task.max_tokens = 300;
   g.task.attempt = 2;
   g.task.output_splits = 1;
+  g.task.best_record = json{{"status", "invalid"}, {"data", {{"n", 1}}}};
   g.text = "{}";
   g.finish = "eos";
   g.stats = json{{"prompt_tokens", 3}, {"decode_tokens", 1}};
@@ -68,6 +69,8 @@ TEST(Messages, EveryMessageComesBackAsItWasSent) {
   EXPECT_EQ(g2.task.prompt, g.task.prompt);
   EXPECT_EQ(g2.task.attempt, 2u);
   EXPECT_EQ(g2.task.output_splits, 1u);
+  ASSERT_TRUE(g2.task.best_record.has_value());
+  EXPECT_EQ(g2.task.best_record->dump(), g.task.best_record->dump());
   EXPECT_EQ(g2.stats.dump(), g.stats.dump());
 
   RecordMsg r;
@@ -153,6 +156,36 @@ TEST(Stages, ValidateAloneMakesRecordsAndRetries) {
   EXPECT_EQ(rec->record["status"], "invalid");
   EXPECT_EQ(rec->record["stats"]["attempts"], 2);
   EXPECT_EQ(rec->record["errors"][0]["rule"], "required");
+  EXPECT_FALSE(rec->record["stats"].contains("kept_attempt"));  // equal errors: the last one
+
+  // After retries the attempt with the fewest errors is kept, not the last one drawn: the first
+  // attempt (one error) beats a retry whose output is not JSON at all.
+  g.task = GeneratedMsg{}.task;
+  g.task.subject = subject();
+  g.task.prompt = {1};
+  g.text = R"({"n": "one", "s": "first"})";
+  g.stats = json{{"prompt_tokens", 1}, {"decode_tokens", 6}};
+  send(to_validate, g);
+  m = recv(writer_in);  // the retry notice
+  ASSERT_TRUE(m.has_value() && std::get_if<NoticeMsg>(&*m));
+  m = recv(retry_in);
+  ASSERT_TRUE(m.has_value());
+  retry = std::get_if<ModelTaskMsg>(&*m);
+  ASSERT_NE(retry, nullptr);
+  ASSERT_TRUE(retry->best_record.has_value());
+  g.task = *retry;
+  g.text = R"({"n": )";
+  g.finish = "eos";
+  send(to_validate, g);
+  m = recv(writer_in);
+  ASSERT_TRUE(m.has_value());
+  rec = std::get_if<RecordMsg>(&*m);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->record["status"], "invalid");
+  EXPECT_EQ(rec->record["data"]["s"], "first") << rec->record.dump();
+  EXPECT_EQ(rec->record["stats"]["attempts"], 2);
+  EXPECT_EQ(rec->record["stats"]["kept_attempt"], 1);
+  EXPECT_EQ(rec->record["errors"].size(), 1u);
 
   zctx.shutdown();
   t.join();
