@@ -296,8 +296,10 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
       if (!t.batch && (!t.best_record || worse(*t.best_record, out.record))) t.best_record = std::move(out.record);
       send(to_retry, t);
     } else {
-      // After retries: the attempt with the fewest errors, not the last one drawn.
-      if (!batch && g->task.best_record && worse(out.record, *g->task.best_record)) {
+      // After retries: the attempt with the fewest errors, not the last one drawn (an `error` record,
+      // which the next run redoes, stays as it is).
+      if (!batch && g->task.best_record && out.record.value("status", "") == "invalid" &&
+          worse(out.record, *g->task.best_record)) {
         json kept = std::move(*g->task.best_record);
         kept["stats"]["kept_attempt"] = kept["stats"].value("attempts", std::size_t{0});
         kept["stats"]["attempts"] = attempt + 1;
