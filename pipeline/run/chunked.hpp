@@ -1,5 +1,7 @@
 // Documents longer than the model's context (kie): the windows a document is cut into, and the merge
-// of the windows' records into one.
+// of the windows' records into one. The same windows, at most 1/2, 1/4 or 1/8 of the document's text,
+// serve a document whose output ran past max_tokens before its JSON closed (validate sends it back to
+// build: ExtractedMsg::output_splits, kMaxOutputSplits in stages.hpp).
 //
 //   build:    windows = plan_windows(text, counter, {budget, overlap});  one request per window
 //   validate: each window's output parsed; its evidence found in the window's text and moved to the
