@@ -881,7 +881,13 @@ bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
     // them (the root, state 0, is only ever a start). Whitespace at its end is left to the model (a ban
     // there kept values that met a space going on through the document).
     if (at_start) return false;
-    if (g.sp) return true;  // a run of value whitespace counts once
+    // A run of value whitespace counts once, and is at most kMaxSpaceRun characters (`\r\n`): a model
+    // copying a layout's wide gaps would otherwise spend its tokens on spaces (or never stop).
+    if (g.sp) {
+      if (g.sp >= GroundState::kMaxSpaceRun) return false;
+      ++g.sp;
+      return true;
+    }
     for (std::size_t k = 0; k < g.n; ++k) add(sam_next(skip_end(g.st[k]), ' '));
     g.sp = 1;
     g.wc = kNoWord;

@@ -15,9 +15,9 @@
 //    are completed before they are matched); a whitespace character of the value must meet a
 //    whitespace run of the document, and a whitespace run of the document may also be skipped
 //    (an IBAN printed `HU42 1177 3016` may be written `HU4211773016`), except between two letters
-//    (`Nettó forintban` is not `Nettóforintban`: a word the document does not print); runs of value whitespace count
-//    as one; the value does not start with whitespace (a span is the characters, not the blank
-//    before them). Whole words: a value starting with a letter or digit starts where a word of the
+//    (`Nettó forintban` is not `Nettóforintban`: a word the document does not print); runs of value
+//    whitespace count as one and are at most GroundState::kMaxSpaceRun characters; the value does
+//    not start with whitespace (a span is the characters, not the blank before them). Whole words: a value starting with a letter or digit starts where a word of the
 //    document starts, and one ending with a letter or digit ends where a word ends (never `kony` out
 //    of `Számlakonyv`, nor `Seria` out of `Serial`). Words (word_class): runs of letters (with their
 //    combining marks), runs of digits (so `12345` may be taken out of `INV12345`), and each single
@@ -125,10 +125,11 @@ std::vector<std::string> number_spellings(const NumberOccurrence& n);
 /// Where a grounded value is while it is written. Plain data (copy it freely; compare with ==).
 struct GroundState {
   static constexpr std::size_t kMaxStates = 6;
+  static constexpr std::uint8_t kMaxSpaceRun = 2;  ///< copy: whitespace characters in a row in a value at most
   std::uint8_t kind = 0;  ///< SourceKind of the value being written; 0 = not inside a grounded value
   std::uint8_t esc = 0;   ///< JSON escape: 0 none, 1 after '\\', 2..5 inside \uXXXX (esc - 2 digits read)
   std::uint8_t need = 0;  ///< UTF-8 continuation bytes still to come of the current character
-  std::uint8_t sp = 0;    ///< copy: the last value character was whitespace
+  std::uint8_t sp = 0;    ///< copy: how many whitespace characters the value ends with (0 .. kMaxSpaceRun)
   std::uint8_t n = 0;     ///< used entries of st
   std::uint8_t len = 0;   ///< bytes of the UTF-8 character being read (with need > 0)
   std::uint8_t wc = 0;    ///< copy: word_class of the last value character (0 at the start and after whitespace)

@@ -390,6 +390,11 @@ TEST(Grounding, CopiedValuesAreWholeWords) {
                         "Kft.", ": INV", "\xE5\xB1\xB1\xE7\x94\xB0", "\xE7\xA4\xBE", "\xE4\xBC\x9A\xE7\xA4\xBE\xE5\xB1\xB1",
                         "(\xC2\xA7 12)", "\xC2\xA7 12", "Kft.\\n", "7 ", "number7", "INV12345/B"})
     EXPECT_TRUE(takes(v)) << v;
+  // Whitespace runs of a value are at most two characters (`\r\n`), however wide the document's gap.
+  EXPECT_TRUE(takes("Serial  number"));
+  EXPECT_TRUE(takes("Serial\\r\\nnumber"));
+  EXPECT_FALSE(takes("Serial   number"));
+  EXPECT_FALSE(takes("7   "));
   for (const char* v : {"k\xC3\xB6nyv", "Sz\xC3\xA1mla", "NV1", "2345", "1234", "Seria", "erial", "rt\xC3\xA9kes\xC3\xADt\xC5\x91",
                         "\xC3\x89rt\xC3\xA9kes", "Kf", "number 7 E", "ft.", "Serialnumber", "Serial numbe"})
     EXPECT_FALSE(takes(v)) << v;
