@@ -20,6 +20,8 @@ constexpr std::uint8_t kPageBreak = 0xFF, kWordStart = 0xFE, kWordEnd = 0xFD;
 constexpr std::uint8_t kNoWord = 0, kLetter = 1, kWordAlone = 3;
 inline bool in_word(std::uint8_t wc) { return wc != kNoWord; }
 inline bool word_boundary(std::uint8_t prev, std::uint8_t cur) { return prev != cur || cur == kWordAlone; }
+// A copy value's state before its first character: the root (state 0) alone.
+inline bool at_value_start(const GroundState& g) { return g.n == 1 && g.st[0] == 0; }
 
 inline void set_bit(std::uint32_t* m, TokenId id) { m[id >> 5] |= 1u << (id & 31); }
 inline void clear_bit(std::uint32_t* m, TokenId id) { m[id >> 5] &= ~(1u << (id & 31)); }
@@ -875,7 +877,7 @@ bool GroundingIndex::copy_char(GroundState& g, char32_t cp) const {
     const std::uint32_t e = sam_next(s, kWordEnd);
     return e != kNone ? e : s;
   };
-  const bool at_start = g.n == 1 && g.st[0] == 0;
+  const bool at_start = at_value_start(g);
   if (is_ground_space(cp)) {
     // A copied value does not start with whitespace: the span is its characters, not the blank before
     // them (the root, state 0, is only ever a start). Whitespace at its end is left to the model (a ban
@@ -1046,7 +1048,7 @@ bool GroundingIndex::copy_partial_ok(const GroundState& g) const {
     // The paths copy_char may take to the character (its class is not known yet): at the start a word
     // start, or a character that is not a letter or digit; in the middle any marker path the document
     // has (it marks the same two characters the same way).
-    if (g.n == 1 && g.st[0] == 0) {
+    if (at_value_start(g)) {
       if (walk_word_pre(0) != kNone) return true;
       const std::uint32_t s = walk_pre(0);
       if (s != kNone && completes(completes, s, read, g.cp, no_word)) return true;

@@ -120,7 +120,7 @@ struct ModelTaskMsg {
   /// kie, a document longer than the context: one request per window (`prompt` is then empty), whose
   /// outputs validate merges into one record; `document_text` still holds the whole document.
   std::vector<ChunkPart> chunks;
-  std::size_t output_splits = 0;     ///< kie: ExtractedMsg::output_splits of the plan (kMaxOutputSplits: no further cut)
+  std::size_t output_splits = 0;     ///< kie: ExtractedMsg::output_splits of the plan (with no `chunks`: too short to cut)
   /// Retries: the record of the attempt with the fewest errors so far (the earliest among equals);
   /// the last attempt's record replaces it only with fewer errors. nullopt before the first retry.
   std::optional<nlohmann::ordered_json> best_record;

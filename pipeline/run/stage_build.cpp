@@ -213,8 +213,6 @@ void build_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const Build
               t.chunks = std::move(parts);
               t.prompt.clear();
               t.max_tokens = reserve;
-            } else if (doc->output_splits > 0) {
-              t.output_splits = kMaxOutputSplits;  // too short to cut: as it was, once more
             }
           }
           tasks.push_back(std::move(t));

@@ -163,10 +163,12 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
   auto to_build = make_socket(zctx, zmq::socket_type::push, 0);  // unbounded too
   to_build.connect(ep_build);
   // A kie output cut at max_tokens before its JSON closed: the document goes back to build, to be cut
-  // into smaller windows whose outputs fit (resampling would not help).
+  // into smaller windows whose outputs fit (resampling would not help); not once build found it too
+  // short to cut (split, yet whole).
   const auto may_split = [&](const GeneratedMsg& g) {
+    const bool cut_further = g.task.output_splits == 0 || !g.task.chunks.empty();
     return sh.job.task == Task::kie && g.finish == "length" && g.task.output_splits < kMaxOutputSplits &&
-           !g.task.document_text.empty();
+           cut_further && !g.task.document_text.empty();
   };
   const std::size_t retries = sh.job.retries;
   BatchValidators batch_validators;
@@ -204,6 +206,14 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
     RecordMsg out;
     bool retry = false, split = false;
     const BatchSpec* batch = g->task.batch ? &*g->task.batch : nullptr;
+    // A model record with errors: cut into smaller windows (an output cut at max_tokens), else retried
+    // with another seed and temperature while attempts are left, unless the output was cut at
+    // max_tokens (resampling does not make it shorter).
+    const auto next_step = [&](const json& errors) {
+      if (errors.empty()) return;
+      if (may_split(*g)) split = true;
+      else if (attempt < retries && g->finish != "length") retry = true;
+    };
     try {
       json errors = json::array();
       if (batch && !g->error.empty()) {
@@ -237,8 +247,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         validate_chunked(*g, validator, schema_plain, grounded_schema, sh.job.engine.grounding, data, evidence, errors);
         out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
         if (evidence) out.record["evidence"] = std::move(*evidence);
-        if (!errors.empty() && may_split(*g)) split = true;
-        else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        next_step(errors);
       } else {
         json data = parse_and_validate(*g, validator, errors);
         std::optional<json> evidence;
@@ -262,8 +271,6 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
               for (const auto& v : ev.violations) errors.push_back(error_entry(v.pointer, v.keyword, v.message));
           }
         }
-        // Retry with another seed and temperature, unless the output was cut at max_tokens: that is
-        // a length problem, which resampling does not solve (smaller windows may).
         out = make_record(subject, errors.empty() ? "ok" : "invalid", "model", data, errors, stats);
         if (evidence) out.record["evidence"] = std::move(*evidence);
         // --cross-check: compared with the e-invoice XML (which never decides a retry: the record shows
@@ -271,8 +278,7 @@ void validate_stage(Shared& sh, zmq::socket_t in, zmq::context_t& zctx, const sc
         if (g->task.cross_check)
           add_cross_check(out.record, schema_plain, schema_ordered, data, *g->task.cross_check,
                           g->task.cross_check_method);
-        if (!errors.empty() && may_split(*g)) split = true;
-        else if (!errors.empty() && attempt < retries && g->finish != "length") retry = true;
+        next_step(errors);
       }
     } catch (const std::exception& e) {
       out = make_record(subject, "error", "model", nullptr, json::array({error_entry("", "internal", e.what())}),
