@@ -36,6 +36,9 @@ struct QuantizeOptions {
   /// If set, the same model with its quantized weights dequantized to f32 (other tensors widened to f32)
   /// is written there too.
   std::filesystem::path dequantized_dir;
+  /// Modules quantized at once on worker threads ahead of the file being written (0: the hardware's
+  /// threads). Every module's values are what it gets alone; threads change only when they are computed.
+  std::size_t threads = 0;
 };
 
 struct QuantizeReport {

@@ -16,7 +16,7 @@ namespace quarry::cli {
 void add_quantize_command(CLI::App& app, Context& ctx) {
   struct Args {
     std::string method, input, output, dequantized;
-    std::size_t group_size = 128, bits = 4;
+    std::size_t group_size = 128, bits = 4, threads = 0;
     bool asym = false, desc_act = false, gptq_v2 = false, auto_round = false, lm_head = false, group_given = false;
     std::vector<std::string> keep;
   };
@@ -43,6 +43,7 @@ void add_quantize_command(CLI::App& app, Context& ctx) {
   sub->add_flag("--auto-round", a->auto_round, "int4-gptq: declare quant_method auto-round (GPTQ packing)");
   sub->add_flag("--quantize-lm-head", a->lm_head, "Quantize lm_head too (kept in its dtype by default)");
   sub->add_option("--keep", a->keep, "Also keep this module (name or suffix such as mlp.down_proj) unquantized; repeatable");
+  sub->add_option("--threads", a->threads, "Modules quantized at once (0: all hardware threads)")->capture_default_str();
   sub->add_option("--dequantized", a->dequantized,
                   "Also write the same model with the quantized weights dequantized to f32 here (a reference)");
   sub->callback([a, gs, &ctx] {
@@ -58,6 +59,7 @@ void add_quantize_command(CLI::App& app, Context& ctx) {
       o.keep = a->keep;
       if (!a->lm_head) o.keep.push_back("lm_head");
       o.dequantized_dir = a->dequantized;
+      o.threads = a->threads;
       const auto r = engine::quantize_checkpoint(a->input, a->output, o);
       spdlog::info("quantize: {} linear layers quantized ({}), {} tensors kept; {:.1f} MB -> {:.1f} MB in {}",
                    r.quantized, a->method, r.kept, r.bytes_in / 1e6, r.bytes_out / 1e6, a->output);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -230,6 +231,38 @@ std::string load_error(const std::filesystem::path& dir) {
     return e.what();
   }
   return "";
+}
+
+TEST(QuantLoader, ThreadsChangeNoByte) {
+  // Modules are quantized ahead of the writer on worker threads: one thread and several write the same
+  // files, byte for byte (the dequantized reference too), for a layout with per-module tables (desc_act's
+  // g_idx) and one with blocks.
+  const auto root = testing::scratch_dir("quant_threads");
+  write_random_checkpoint(kDense, root / "f", DType::bf16, 9);
+  const auto bytes = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const std::string method : {"int4-gptq", "fp8"}) {
+    std::string files[2][2];
+    for (const std::size_t threads : {1u, 5u}) {
+      QuantizeOptions o;
+      o.method = method;
+      o.group_size = 32;
+      o.desc_act = method == "int4-gptq";
+      o.sym = false;
+      o.threads = threads;
+      const std::string tag = method + "_t" + std::to_string(threads);
+      o.dequantized_dir = root / (tag + "_ref");
+      quantize_checkpoint(root / "f", root / tag, o);
+      files[threads == 1 ? 0 : 1][0] = bytes(root / tag / "model.safetensors");
+      files[threads == 1 ? 0 : 1][1] = bytes(o.dequantized_dir / "model.safetensors");
+    }
+    EXPECT_GT(files[0][0].size(), 1000u) << method;
+    EXPECT_TRUE(files[0][0] == files[1][0]) << method << ": the quantized checkpoints differ";
+    EXPECT_TRUE(files[0][1] == files[1][1]) << method << ": the dequantized references differ";
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST(QuantLoader, ClearErrors) {
