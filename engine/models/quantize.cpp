@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <future>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -367,49 +367,42 @@ QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const st
     add_module({module, t, 0, t->shape[0], t->shape[1]});
   }
 
-  // Module parts are produced when the module's first part is written (parts are adjacent, modules in
-  // increasing order). The modules after it are quantized meanwhile on worker threads: up to `threads`
-  // at once, and no more of them than kAheadElements values (their f32 copies) unless none is running.
+  // Module parts are produced when the module's first part is written (parts are adjacent, every module
+  // is asked for, in increasing order). The modules after it are quantized meanwhile on worker threads:
+  // `ahead` holds modules next_launch - ahead.size() .. next_launch - 1, at most `threads` of them and no
+  // more than kAheadElements values (their f32 copies) unless it holds one.
   struct Computed {
     std::vector<Part> parts;
     std::vector<float> deq;
   };
   constexpr std::size_t kAheadElements = std::size_t{256} << 20;
   const std::size_t threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  std::map<std::size_t, std::future<Computed>> ahead;
+  const auto elements = [&](std::size_t id) { return modules[id].rows * modules[id].cols; };
+  std::deque<std::future<Computed>> ahead;
   std::size_t next_launch = 0, ahead_elements = 0;
   std::size_t cached = static_cast<std::size_t>(-1);
   std::vector<Part> parts;
   std::vector<float> deq;
   std::vector<std::uint8_t> buf;
-  const auto launch = [&](std::size_t id, bool want_deq) {
-    const Module* m = &modules[id];
-    ahead.emplace(id, std::async(std::launch::async, [&o, m, want_deq] {
-      Computed c;
-      std::vector<float> w(m->rows * m->cols);
-      for (std::size_t i = 0; i < w.size(); ++i) w[i] = element_as_f32(m->w->data, m->w->dtype, m->offset + i);
-      c.parts = quantize_module(o, m->rows, m->cols, w.data(), want_deq ? &c.deq : nullptr);
-      return c;
-    }));
-    ahead_elements += m->rows * m->cols;
-  };
   const auto compute = [&](std::size_t id, bool want_deq) {
     if (cached == id) return;
-    next_launch = std::max(next_launch, id);
-    if (!ahead.count(id)) launch(id, want_deq);
-    while (next_launch < modules.size() && ahead.size() < threads) {
-      if (next_launch == id || ahead.count(next_launch)) {
-        ++next_launch;
-        continue;
-      }
-      const std::size_t n = modules[next_launch].rows * modules[next_launch].cols;
-      if (ahead_elements + n > kAheadElements) break;
-      launch(next_launch++, want_deq);
+    if (ahead.empty()) next_launch = id;
+    while (next_launch < modules.size() && ahead.size() < threads &&
+           (ahead.empty() || ahead_elements + elements(next_launch) <= kAheadElements)) {
+      const Module* m = &modules[next_launch++];
+      ahead.push_back(std::async(std::launch::async, [&o, m, want_deq] {
+        Computed c;
+        std::vector<float> w(m->rows * m->cols);
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = element_as_f32(m->w->data, m->w->dtype, m->offset + i);
+        c.parts = quantize_module(o, m->rows, m->cols, w.data(), want_deq ? &c.deq : nullptr);
+        return c;
+      }));
+      ahead_elements += m->rows * m->cols;
     }
-    auto it = ahead.find(id);
-    Computed c = it->second.get();
-    ahead.erase(it);
-    ahead_elements -= modules[id].rows * modules[id].cols;
+    if (next_launch - ahead.size() != id) throw std::logic_error("quantize: modules asked for out of order");
+    Computed c = ahead.front().get();
+    ahead.pop_front();
+    ahead_elements -= elements(id);
     parts = std::move(c.parts);
     deq = std::move(c.deq);
     cached = id;
@@ -431,7 +424,6 @@ QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const st
   });
   if (!o.dequantized_dir.empty()) {
     cached = static_cast<std::size_t>(-1);
-    next_launch = 0;
     dout.write([&](const Entry& e) -> const std::vector<std::uint8_t>& {
       if (e.source) return copy(e);
       compute(e.module, true);

@@ -32,8 +32,8 @@ constexpr std::size_t kAhead = 256;
 /// sums in its own registers, so that a row's result is the bits it gets alone): the sums over the
 /// group's packed rows (one stream per packed row, walking along the output rows; each packed row read
 /// once for the M rows), then y_i += s * xs_i * (sum_i - z * xsum_i). PHASE 0: p0..p1 is the whole group;
-/// 1: its first half, the int32 sums stored to part [M, ldp] at column r (y untouched); 2: its second
-/// half, the sums starting from part's.
+/// 1: its first half, the int32 sums stored to part [M, ldp] at column r, whole vectors (y untouched);
+/// 2: its second half, the sums starting from part's.
 template <int V, int M, int PHASE = 0>
 inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, std::size_t r, std::size_t p0,
                        std::size_t p1, const std::int32_t* x4, std::size_t ld4, const float* sg,
@@ -111,32 +111,31 @@ void gptq4_rows(const QuantView& q, const std::int32_t* x4, std::size_t ld4, con
     const std::size_t p0 = g * gs / 8, p1 = ((g + 1) * gs < K ? (g + 1) * gs : K) / 8;
     const float* sg = q.scales + g * N + j0;
     const std::int16_t* zg = q.zeros + g * N + j0;
-    if (p1 - p0 >= 8 && R16 == rows) {
+    // One pass over the block for packed rows a0..a1 in phase P (group_rows): 16 V rows at a time, then
+    // 16, then the last rows masked.
+    const auto pass = [&](auto phase, std::size_t a0, std::size_t a1) {
+      constexpr int P = decltype(phase)::value;
+      std::size_t r = 0;
+      for (; r < RV; r += 16 * V)
+        group_rows<V, M, P>(w, N, j0, r, a0, a1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy, 0xffff, part.data(),
+                            ldp);
+      for (; r < R16; r += 16)
+        group_rows<1, M, P>(w, N, j0, r, a0, a1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy, 0xffff, part.data(),
+                            ldp);
+      if (r < rows)
+        group_rows<1, M, P>(w, N, j0, r, a0, a1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy,
+                            static_cast<__mmask16>((1u << (rows - r)) - 1), part.data(), ldp);
+    };
+    if (p1 - p0 >= 8) {
       // Half the group's packed rows over the block, then the other half: 8 streams at a time, not 16
       // (int4 decode 54.8 -> 66.3 tok/s on a 2-core AVX-512 VM, bench/engine/README.md); the int32 sums are
       // exact, so the bits are those of one pass.
       const std::size_t ph = p0 + (p1 - p0) / 2;
-      const auto half = [&](auto phase, std::size_t a0, std::size_t a1) {
-        constexpr int P = decltype(phase)::value;
-        std::size_t r = 0;
-        for (; r < RV; r += 16 * V)
-          group_rows<V, M, P>(w, N, j0, r, a0, a1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy, 0xffff,
-                              part.data(), ldp);
-        for (; r < R16; r += 16)
-          group_rows<1, M, P>(w, N, j0, r, a0, a1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy, 0xffff,
-                              part.data(), ldp);
-      };
-      half(std::integral_constant<int, 1>{}, p0, ph);
-      half(std::integral_constant<int, 2>{}, ph, p1);
-      continue;
+      pass(std::integral_constant<int, 1>{}, p0, ph);
+      pass(std::integral_constant<int, 2>{}, ph, p1);
+    } else {
+      pass(std::integral_constant<int, 0>{}, p0, p1);
     }
-    std::size_t r = 0;
-    for (; r < RV; r += 16 * V)
-      group_rows<V, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy);
-    for (; r < R16; r += 16) group_rows<1, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy);
-    if (r < rows)  // the last rows, masked
-      group_rows<1, M>(w, N, j0, r, p0, p1, x4, ld4, sg, zg, xs + g, xsum + g, G, y, ldy,
-                       static_cast<__mmask16>((1u << (rows - r)) - 1));
   }
 }
 
