@@ -389,15 +389,16 @@ QuantizeReport quantize_checkpoint(const std::filesystem::path& in_dir, const st
     if (ahead.empty()) next_launch = id;
     while (next_launch < modules.size() && ahead.size() < threads &&
            (ahead.empty() || ahead_elements + elements(next_launch) <= kAheadElements)) {
+      const std::size_t n = elements(next_launch);
       const Module* m = &modules[next_launch++];
-      ahead.push_back(std::async(std::launch::async, [&o, m, want_deq] {
+      ahead.push_back(std::async(std::launch::async, [&o, m, n, want_deq] {
         Computed c;
-        std::vector<float> w(m->rows * m->cols);
+        std::vector<float> w(n);
         for (std::size_t i = 0; i < w.size(); ++i) w[i] = element_as_f32(m->w->data, m->w->dtype, m->offset + i);
         c.parts = quantize_module(o, m->rows, m->cols, w.data(), want_deq ? &c.deq : nullptr);
         return c;
       }));
-      ahead_elements += m->rows * m->cols;
+      ahead_elements += n;
     }
     if (next_launch - ahead.size() != id) throw std::logic_error("quantize: modules asked for out of order");
     Computed c = ahead.front().get();
