@@ -106,6 +106,8 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
     stats_.draft_proposed.assign(mtp_depth_, 0);
     stats_.draft_accepted.assign(mtp_depth_, 0);
   }
+  if (options_.max_batch_tokens == 0)
+    options_.max_batch_tokens = model->backend().host_memory() ? kHostBatchTokens : kDeviceBatchTokens;
   const std::size_t V = model->config().vocab_size;
   greedy_on_backend_ = options_.greedy_on_backend == EngineOptions::GreedyOnBackend::on ||
                        (options_.greedy_on_backend == EngineOptions::GreedyOnBackend::automatic &&

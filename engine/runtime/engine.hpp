@@ -57,6 +57,9 @@ class StructuredOutput;
 struct Sequence;
 struct SchedulerOutput;
 
+/// EngineOptions::max_batch_tokens when 0: on the CPU (host memory) and on a GPU.
+inline constexpr std::size_t kHostBatchTokens = 256, kDeviceBatchTokens = 2048;
+
 struct EngineOptions {
   /// Where the model runs (Engine::open): cpu, cuda:N (engine/backend/backend.hpp parse_device).
   DeviceSpec device;
@@ -66,7 +69,10 @@ struct EngineOptions {
   /// n_threads / N threads: the same split, for tests). The KV-cache budget (kv_cache_mb) is per device.
   std::size_t tensor_parallel = 1;
   std::size_t max_kv_tokens = 65536;    ///< KV-cache capacity in tokens over all sequences (allocated on use)
-  std::size_t max_batch_tokens = 256;   ///< tokens per forward call (bounds a prefill chunk)
+  /// Tokens per forward call (bounds a prefill chunk); 0: the backend's default, kHostBatchTokens on the
+  /// CPU, kDeviceBatchTokens on a GPU (whose products read every weight once per call: quantized ones are
+  /// dequantized once per call, so short chunks multiply that cost).
+  std::size_t max_batch_tokens = 0;
   /// KV-cache budget in MiB (2^20 bytes) of K and V over all layers (in the cache's dtype); 0:
   /// max_kv_tokens alone decides. With both set, the smaller capacity wins. Blocks are allocated on use up to it.
   /// Hybrid models: the budget holds the recurrent states first (max_num_seqs of them, twice with MTP,

@@ -650,8 +650,11 @@ json Runner::run_model(const ModelUnderTest& mut) {
   if (mut.random) m["model"]["random_spec"] = mut.random_spec;
   m["model"]["load_s"] = load_s;
   eng::EngineOptions defaults;
+  const bool on_device = eng::parse_device(o_.device).kind == eng::DeviceSpec::Kind::cuda;
   m["engine"] = {{"threads", threads_},
-                 {"max_batch_tokens", o_.max_batch_tokens ? o_.max_batch_tokens : defaults.max_batch_tokens},
+                 {"max_batch_tokens", o_.max_batch_tokens       ? o_.max_batch_tokens
+                                      : on_device               ? eng::kDeviceBatchTokens
+                                                                : eng::kHostBatchTokens},
                  {"max_num_seqs", defaults.max_num_seqs},
                  {"prefix_caching", o_.prefix_caching},
                  {"grammar_lm_head", o_.grammar_lm_head},
