@@ -228,6 +228,9 @@ class Engine {
   void cancel(RequestId id);
 
   const Model& model() const;
+  /// The options in force: those given, with the defaults that depend on the backend resolved
+  /// (max_batch_tokens 0 -> kHostBatchTokens or kDeviceBatchTokens).
+  const EngineOptions& options() const { return options_; }
   /// The backend the model runs on.
   Backend& backend() const;
   /// Token ids that end generation (config.json, generation_config.json and the tokenizer's).

@@ -81,6 +81,23 @@ TEST(Engine, ContinuousBatchEqualsOneAtATime) {
   EXPECT_EQ(again.tokens, results[0].tokens);
 }
 
+TEST(Engine, PrefillChunkDefaultsToTheBackendsAndKeepsAGivenOne) {
+  const auto dir = fixture_dir("tiny_mha_untied_sharded_f32");
+  auto by_default = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2});
+  const bool host = by_default->backend().host_memory();
+  EXPECT_EQ(by_default->options().max_batch_tokens, host ? kHostBatchTokens : kDeviceBatchTokens);
+  auto given = Engine::open(dir, nullptr, {.device = testing::test_device(), .n_threads = 2, .max_batch_tokens = 9});
+  EXPECT_EQ(given->options().max_batch_tokens, 9u);
+  // A prompt longer than the chunk takes several prefill steps.
+  GenerationRequest r;
+  for (TokenId t = 1; t <= 40; ++t) r.prompt.push_back(t * 7 % 500);
+  r.max_tokens = 1;
+  given->generate(r);
+  EXPECT_EQ(given->stats().prefill_steps, 5u);  // 40 tokens in chunks of 9
+  by_default->generate(r);
+  EXPECT_EQ(by_default->stats().prefill_steps, 1u);
+}
+
 TEST(Engine, SeededSamplingIsReproducibleAndSeedSensitive) {
   const std::string name = "tiny_gqa_tied_f32";
   const auto ref = load_reference(name);
