@@ -650,11 +650,12 @@ json Runner::run_model(const ModelUnderTest& mut) {
   if (mut.random) m["model"]["random_spec"] = mut.random_spec;
   m["model"]["load_s"] = load_s;
   eng::EngineOptions defaults;
+  // The engines resolve a 0 by their backend (Engine::options()): the device's default here.
   const bool on_device = eng::parse_device(o_.device).kind == eng::DeviceSpec::Kind::cuda;
+  const std::size_t batch_tokens =
+      o_.max_batch_tokens ? o_.max_batch_tokens : on_device ? eng::kDeviceBatchTokens : eng::kHostBatchTokens;
   m["engine"] = {{"threads", threads_},
-                 {"max_batch_tokens", o_.max_batch_tokens       ? o_.max_batch_tokens
-                                      : on_device               ? eng::kDeviceBatchTokens
-                                                                : eng::kHostBatchTokens},
+                 {"max_batch_tokens", batch_tokens},
                  {"max_num_seqs", defaults.max_num_seqs},
                  {"prefix_caching", o_.prefix_caching},
                  {"grammar_lm_head", o_.grammar_lm_head},

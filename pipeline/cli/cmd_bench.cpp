@@ -197,7 +197,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   sub->add_option("--threads", a->threads, "Threads (0: all hardware threads)")->capture_default_str();
   sub->add_option("--device", a->device, "cpu, cuda, cuda:N, or auto (the first GPU if any, else the CPU)")
       ->capture_default_str();
-  sub->add_option("--max-batch-tokens", a->max_batch_tokens, "Engine tokens per forward call (0: engine default, 256 on the CPU, 2048 on a GPU)");
+  sub->add_option("--max-batch-tokens", a->max_batch_tokens,
+                  "Engine tokens per forward call (0: engine default, 256 on the CPU, 2048 on a GPU)");
   sub->add_option("--bandwidth-mib", a->bandwidth_mib, "Buffer of the memory-bandwidth probe, MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
