@@ -29,8 +29,8 @@ namespace {
 /// block of rows a stream's prefetches go to the start of the stream that takes its place in the next
 /// pass (the next half group's packed row): before, they fetched the next block's rows of the same packed
 /// row, read only much later, and every pass began with its streams' first lines missing. On a 16-core
-/// Xeon (the GPU machine's CPU, 4 layers of the Qwen3-8B shape) int4 decode went from 0.50-0.62 to 0.77-0.78
-/// of the bytes ratio on 16 threads and from 0.74-0.80 to 0.89-0.93 on 4 (bench/engine/README.md).
+/// Xeon (4 layers of the Qwen3-8B shape) int4 decode went from 0.50-0.62 to 0.77-0.78 of the bytes ratio
+/// on 16 threads and from 0.74-0.80 to 0.89-0.93 on 4; on a 2-core VM no change (bench/engine/README.md).
 constexpr std::size_t kAhead = 256;
 
 /// The 16 * V rows from r of group g (packed rows p0..p1) for M activation rows at once (each row's int32
