@@ -635,9 +635,11 @@ json Runner::run_model(const ModelUnderTest& mut) {
   };
 
   json m;
+  std::size_t batch_tokens = 0;  // as the engine resolves it (0 asks for its backend's default)
   {
     auto probe = open_engine(4096, o_.mtp);
     m["model"] = model_info(*probe, mut.dir, mut.label);
+    batch_tokens = probe->options().max_batch_tokens;
   }
   {
     // Weights that fit in the last-level cache are not read from DRAM each step: the DRAM
@@ -650,10 +652,6 @@ json Runner::run_model(const ModelUnderTest& mut) {
   if (mut.random) m["model"]["random_spec"] = mut.random_spec;
   m["model"]["load_s"] = load_s;
   eng::EngineOptions defaults;
-  // The engines resolve a 0 by their backend (Engine::options()): the device's default here.
-  const bool on_device = eng::parse_device(o_.device).kind == eng::DeviceSpec::Kind::cuda;
-  const std::size_t batch_tokens =
-      o_.max_batch_tokens ? o_.max_batch_tokens : on_device ? eng::kDeviceBatchTokens : eng::kHostBatchTokens;
   m["engine"] = {{"threads", threads_},
                  {"max_batch_tokens", batch_tokens},
                  {"max_num_seqs", defaults.max_num_seqs},

@@ -63,8 +63,8 @@ inline void group_rows(const std::uint32_t* w, std::size_t N, std::size_t j0, st
       odd[i] = _mm512_set1_epi32(x4[i * ld4 + 2 * p + 1]);
     }
     const std::uint32_t* line = w + p * N + j0 + r;
-    // 16 streams (one per packed row) step 64 V bytes at a time: fetch each a few steps ahead, and near
-    // the block's last row the next pass's stream from its first row.
+    // The pass's streams (one per packed row) step 64 V bytes at a time: fetch each a few steps ahead,
+    // and near the block's last row the next pass's stream from its first row.
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       const std::size_t ahead = r + kAhead + 16 * v;
