@@ -182,8 +182,6 @@ json report_header(const std::string& bench, const Engine& e, const std::string&
   return rep;
 }
 
-/// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
-/// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread.
 /// `level` requests of a 32-token prompt decoding o.tg tokens together: aggregate tok/s (wall clock).
 double aggregate_decode(Engine& e, const Options& o, std::size_t level, std::uint64_t& salt) {
   const std::size_t V = e.model().config().vocab_size;
@@ -198,7 +196,10 @@ double aggregate_decode(Engine& e, const Options& o, std::size_t level, std::uin
   return static_cast<double>(level * o.tg) / (now_s() - t0);
 }
 
-double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats) {
+/// Microseconds of one all_reduce_sum of `floats` f32 values over `n` ranks of `device` (a decode row's
+/// hidden state), median of 5 batches of 200 after a warm-up, each rank on its own thread;
+/// `carrier` gets the collectives' description.
+double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats, std::string& carrier) {
   std::vector<std::shared_ptr<Backend>> backends;
   for (std::size_t r = 0; r < n; ++r) {
     DeviceSpec d = device;
@@ -206,6 +207,7 @@ double allreduce_us(const DeviceSpec& device, std::size_t n, std::size_t floats)
     backends.push_back(make_backend({d, 1}));
   }
   auto comms = make_collectives(backends);
+  carrier = comms[0]->description();
   std::vector<DeviceBuffer> bufs;
   for (auto& b : backends) {
     b->bind_thread();
@@ -264,8 +266,9 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
      << "| TP | decode tok/s (tg" << o.tg << ") | x TP 1 | prefill tok/s (pp" << pp << ") | x TP 1 | all-reduce of one "
      << "row, us | all-reduce per decode step, ms |\n| --- | --- | --- | --- | --- | --- | --- |\n";
   json rows = json::array();
+  std::string carrier;
   for (std::size_t i = 0; i < k; ++i) {
-    const double us = o.tp[i] > 1 ? allreduce_us(device, o.tp[i], c.hidden_size) : 0.0;
+    const double us = o.tp[i] > 1 ? allreduce_us(device, o.tp[i], c.hidden_size, carrier) : 0.0;
     const double step_ms = us * 2.0 * static_cast<double>(c.num_hidden_layers) / 1e3;
     rows.push_back({{"tp", o.tp[i]}, {"decode_tok_s", median(tg[i])}, {"decode_tok_s_runs", tg[i]},
                     {"decode_x_tp1", median(tg[i]) / median(tg[0])}, {"prefill_tok_s", median(pf[i])},
@@ -277,6 +280,10 @@ int run_tp(const Options& o, const fs::path& model_dir, const std::string& name)
     md << line;
   }
   rep["rows"] = rows;
+  if (!carrier.empty()) {
+    rep["collectives"] = carrier;
+    md << "\nCollectives: " << carrier << ".\n";
+  }
   fs::create_directories(o.out);
   std::ofstream(o.out / "bench_tp.json") << rep.dump(2) << "\n";
   std::ofstream(o.out / "bench_tp.md") << md.str();

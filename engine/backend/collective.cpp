@@ -83,6 +83,7 @@ class HostCollective final : public Collective {
   }
 
   void abort() override { group_->abort(); }
+  std::string description() const override { return "in-process (rank-order sums)"; }
 
  private:
   std::shared_ptr<HostGroup> group_;

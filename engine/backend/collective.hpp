@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/backend/backend.hpp"
@@ -33,6 +34,8 @@ class Collective {
   /// in a host collective get std::runtime_error; NCCL communicators are aborted (ncclCommAbort), so
   /// that collectives in flight end. The group is unusable afterwards.
   virtual void abort() {}
+  /// What carries the collectives, for reports ("NCCL 2.28.9; one-shot all-reduce ...", "in-process").
+  virtual std::string description() const = 0;
 
  protected:
   Collective(std::size_t rank, std::size_t size) : rank_(rank), size_(size) {}
@@ -43,7 +46,9 @@ class Collective {
 
 /// One Collective per backend of a group, rank r for backends[r]: host memory backends (the CPU: N
 /// simulated ranks in one process) share an in-process implementation; CUDA backends use NCCL, loaded
-/// at run time (libnccl.so.2, or the path in QUARRY_NCCL). Throws std::runtime_error naming the reason
+/// at run time (libnccl.so.2, or the path in QUARRY_NCCL), and for all-reduces of up to 65,536 floats
+/// (decode steps) where every pair of devices has peer access a one-shot all-reduce over peer memory
+/// (engine/backend/cuda/collective.cu; QUARRY_TP_ALLREDUCE=nccl sends those through NCCL too). Throws std::runtime_error naming the reason
 /// when the backends are of mixed kinds or NCCL cannot be loaded or initialised.
 std::vector<std::unique_ptr<Collective>> make_collectives(std::span<const std::shared_ptr<Backend>> backends);
 

@@ -333,32 +333,72 @@ TEST(TensorParallel, RefusalsNameTheCheckpointAndTheReason) {
   }
 }
 
-TEST(TensorParallel, HostCollectivesSumInRankOrderAndGather) {
-  if (testing::on_gpu()) GTEST_SKIP() << "host collectives";
-  constexpr std::size_t N = 3, n = 1001;
+TEST(TensorParallel, CollectivesSumInRankOrderAddAndGather) {
+  // Simulated ranks on the CPU (3), or 2 GPUs: NCCL, and the one-shot all-reduce over peer memory up to
+  // 65,536 floats. Sizes on both sides of that bound and odd ones; repeated calls with new values each
+  // round, so that a rank reading a value of an earlier call (a wrong epoch or buffer parity) shows.
+  const std::size_t N = testing::on_gpu() ? 2 : 3;
   auto backends = rank_backends(N);
+  if (backends.empty()) GTEST_SKIP() << "fewer than " << N << " GPUs";
   auto comms = make_collectives(backends);
-  std::vector<std::vector<float>> x(N), gathered(N, std::vector<float>(N * n));
-  for (std::size_t r = 0; r < N; ++r)
-    for (std::size_t i = 0; i < n; ++i) x[r].push_back(static_cast<float>(std::sin(0.1 * (i + 1) * (r + 1))) * 1e3f);
-  const auto original = x;
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < N; ++r)
-    threads.emplace_back([&, r] {
-      comms[r]->all_gather(x[r].data(), n, gathered[r].data());
-      comms[r]->all_reduce_sum(x[r].data(), n);
-    });
-  for (auto& t : threads) t.join();
-  for (std::size_t i = 0; i < n; ++i) {
-    float want = 0.f;
-    for (std::size_t r = 0; r < N; ++r) want += original[r][i];
-    for (std::size_t r = 0; r < N; ++r) ASSERT_EQ(x[r][i], want) << "element " << i << " rank " << r;
+  std::cout << "collectives: " << comms[0]->description() << "\n";
+  const auto value = [](std::size_t r, std::size_t i, std::size_t round) {
+    return static_cast<float>(std::sin(0.1 * (i + 1) * (r + 1) + 0.7 * round)) * 1e3f;
+  };
+  for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1001}, std::size_t{4096}, std::size_t{65536},
+                              std::size_t{65537}}) {
+    for (std::size_t round = 0; round < 3; ++round) {
+      // Per rank: x (all_reduce_sum in place), base + y (all_reduce_add), the gather.
+      std::vector<std::vector<float>> x(N), y(N), base(N), gathered(N, std::vector<float>(N * n));
+      for (std::size_t r = 0; r < N; ++r)
+        for (std::size_t i = 0; i < n; ++i) {
+          x[r].push_back(value(r, i, round));
+          y[r].push_back(value(r + N, i, round));
+          base[r].push_back(value(7, i, round));  // the residual stream: the same on every rank
+        }
+      std::vector<std::thread> threads;
+      for (std::size_t r = 0; r < N; ++r)
+        threads.emplace_back([&, r] {
+          Backend& b = *backends[r];
+          b.bind_thread();
+          DeviceBuffer dx = b.alloc(n * sizeof(float)), dy = b.alloc(n * sizeof(float)),
+                       db = b.alloc(n * sizeof(float)), dg = b.alloc(N * n * sizeof(float));
+          b.upload(dx.data(), x[r].data(), n * sizeof(float));
+          b.upload(dy.data(), y[r].data(), n * sizeof(float));
+          b.upload(db.data(), base[r].data(), n * sizeof(float));
+          comms[r]->all_gather(dx.as<float>(), n, dg.as<float>());
+          comms[r]->all_reduce_sum(dx.as<float>(), n);
+          comms[r]->all_reduce_add(db.as<float>(), dy.as<float>(), n);
+          b.download(gathered[r].data(), dg.data(), N * n * sizeof(float));
+          b.download(x[r].data(), dx.data(), n * sizeof(float));
+          b.download(base[r].data(), db.data(), n * sizeof(float));
+          b.synchronize();
+        });
+      for (auto& t : threads) t.join();
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = value(0, i, round), add = value(N, i, round);
+        for (std::size_t r = 1; r < N; ++r) {
+          sum += value(r, i, round);
+          add += value(r + N, i, round);
+        }
+        const float want_add = value(7, i, round) + add;
+        for (std::size_t r = 0; r < N; ++r) {
+          ASSERT_EQ(x[r][i], sum) << "n " << n << " round " << round << " element " << i << " rank " << r;
+          ASSERT_EQ(base[r][i], want_add) << "n " << n << " round " << round << " element " << i << " rank " << r;
+        }
+      }
+      for (std::size_t r = 0; r < N; ++r)
+        for (std::size_t q = 0; q < N; ++q)
+          for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(gathered[r][q * n + i], value(q, i, round)) << "n " << n;
+    }
   }
-  for (std::size_t r = 0; r < N; ++r)
-    for (std::size_t q = 0; q < N; ++q)
-      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(gathered[r][q * n + i], original[q][i]);
   // A rank that fails releases the others from their wait.
-  std::thread waiter([&] { EXPECT_THROW(comms[1]->all_reduce_sum(x[1].data(), n), std::runtime_error); });
+  backends[1]->bind_thread();
+  DeviceBuffer d = backends[1]->alloc(16 * sizeof(float));
+  std::thread waiter([&] {
+    backends[1]->bind_thread();
+    EXPECT_THROW(comms[1]->all_reduce_sum(d.as<float>(), 16), std::runtime_error);
+  });
   comms[0]->abort();
   waiter.join();
 }
