@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/backend/collective.hpp"
 #include "engine/backend/cpu/cpu_backend.hpp"
 #ifdef QUARRY_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.hpp"
@@ -152,6 +153,12 @@ void Backend::matmul_add(const float* x, std::size_t m, std::size_t ldx, const W
   } else {
     for (std::size_t r = 0; r < m; ++r) add(y + r * ldy, scratch + r * w.rows, w.rows);
   }
+}
+
+void Backend::matmul_all_reduce_add(const float* x, std::size_t m, std::size_t ldx, const Weight& w, float* y,
+                                    float* scratch, Collective& tp) {
+  matmul(x, m, ldx, w, w.rows, scratch, w.rows);
+  tp.all_reduce_add(y, scratch, m * w.rows);
 }
 
 void Backend::matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const Weight& gate, const Weight& up,

@@ -28,6 +28,8 @@
 
 namespace quarry::engine {
 
+class Collective;
+
 class Backend;
 
 /// Where a backend runs: the CPU, or CUDA device `index`.
@@ -413,6 +415,12 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// y[m, w.rows] += x . W^T (a projection added to the residual). `scratch` holds [m, w.rows] f32.
   virtual void matmul_add(const float* x, std::size_t m, std::size_t ldx, const Weight& w, float* y, std::size_t ldy,
                           float* scratch);
+  /// y[m, w.rows] (contiguous) += the sum over the ranks of `tp` of each rank's x . W^T (a row-parallel
+  /// projection's partial sums added to the residual stream; Collective::all_reduce_add). `scratch` holds
+  /// [m, w.rows] f32. Every rank of `tp` makes the same call. The default is matmul into scratch, then
+  /// tp.all_reduce_add; the CUDA backend sends each column to the peers as its GEMV finishes it.
+  virtual void matmul_all_reduce_add(const float* x, std::size_t m, std::size_t ldx, const Weight& w, float* y,
+                                     float* scratch, Collective& tp);
   /// out[m, gate.rows] = silu(x . Wg^T) * (x . Wu^T) (SwiGLU's first half). `scratch` holds [m, up.rows] f32;
   /// `out` may serve as the gate's scratch.
   virtual void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const Weight& gate, const Weight& up,

@@ -248,8 +248,7 @@ void add_projection(Backend& b, Collective* tp, const float* in, std::size_t T, 
     b.matmul_add(in, T, ldin, w, x, H, scratch);
     return;
   }
-  b.matmul(in, T, ldin, w, w.rows, scratch, H);
-  tp->all_reduce_add(x, scratch, T * H);
+  b.matmul_all_reduce_add(in, T, ldin, w, x, scratch, *tp);
 }
 
 void attention_block(Backend& b, Workspace& ws, const AttentionWeights& w, const ModelConfig& c, std::size_t kv_layer,

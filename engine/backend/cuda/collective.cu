@@ -4,17 +4,11 @@
 // stable C ABI (nccl.h: ncclComm_t an opaque pointer, ncclFloat32 = 7, ncclSum = 0, ncclSuccess = 0), so
 // building needs no NCCL headers.
 //
-// The one-shot all-reduce ("LL", after NCCL's low-latency protocol, NCCL's src/device/prims_ll.h): each
-// rank stores its values straight into every peer's receive buffer over NVLink, each 8 bytes one float
-// and a 32-bit flag (the call's epoch) written by one 16-byte store, so a reader that sees the flag sees
-// the value (8-byte stores are single-copy atomic) and no fence or separate ready flag is needed. Each
-// rank then sums the ranks' values in rank order (the same bits on every rank) and adds them to x in
-// the same kernel. Receive buffers alternate by the epoch's parity: a rank can be at most one call ahead
-// of a peer that has not finished reading (its next call needs the peer's values of the call between),
-// so a store never overwrites a value still unread. Epochs are counted on the device (one counter per
-// block), so a recorded step (CUDA graph) replays correctly. (An earlier one-shot kernel that read the
-// peers' buffers after a flag barrier measured slower than NCCL: 171 against 177 tok/s at TP 2 on two
-// H100s.)
+// The one-shot all-reduce (one_shot.cuh says how it works) runs the all-reduces of up to kLLMaxFloats
+// where every pair of devices has peer access: a kernel of its own here (all_reduce_sum / _add), or the
+// end of the row-parallel GEMV that makes the partial sums (Backend::matmul_all_reduce_add, kernels.cu).
+// (An earlier one-shot kernel that read the peers' buffers after a flag barrier measured slower than
+// NCCL: 171 against 177 tok/s at TP 2 on two H100s.)
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -29,6 +23,7 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/cuda_backend.hpp"
 #include "engine/backend/cuda/kernels.cuh"
+#include "engine/backend/cuda/one_shot.cuh"
 
 namespace quarry::engine::cuda {
 
@@ -88,102 +83,62 @@ void check_nccl(NcclResult r, const char* what) {
                              std::to_string(r) + ")");
 }
 
-// ------------------------------------------------------------------ one-shot LL all-reduce
+// ------------------------------------------------------------------ one-shot all-reduce
 
-constexpr unsigned kMaxLLRanks = 8;
-/// Blocks and threads of every LL call: a fixed grid, since each block counts its own epochs.
+/// Blocks and threads of the one-shot all-reduce kernel.
 constexpr unsigned kLLBlocks = 16, kLLThreads = 128;
-/// The most floats one LL call sums (8 rows of an 8,192-wide hidden state); longer sums go through NCCL.
-constexpr std::size_t kLLMaxFloats = 64 * 1024;
-constexpr std::size_t kLLMaxPairs = kLLMaxFloats / 2;
 
-/// Each rank's receive buffer: [2 parities][ranks senders][kLLMaxPairs] of {value, epoch, value, epoch}.
-struct LLPeers {
-  uint4* recv[kMaxLLRanks];
-};
-
-__device__ __forceinline__ void st_volatile_v4(uint4* p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ uint4 ld_volatile_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
-/// x[i] (+)= sum over ranks q = 0..ranks-1 of rank q's y[i], i < n, summed in rank order; x may be y.
-/// `abort_flag` (host memory mapped into the device) ends the waits once set, leaving x undefined.
+/// x[i] (+)= the sum over ranks q = 0..ranks-1 of rank q's y[i], i < n, in rank order; x may be y. Units
+/// go two at a time (16-byte stores and loads); an odd n's last pair carries a unit nobody reads.
 __global__ void __launch_bounds__(kLLThreads)
-    ll_all_reduce_kernel(float* x, const float* y, std::size_t n, int add, LLPeers peers, unsigned rank,
-                         unsigned ranks, std::uint32_t* epochs, const volatile int* abort_flag) {
+    one_shot_all_reduce_kernel(float* x, const float* y, std::size_t n, int add, const LLTarget* target) {
   pdl_enter();
-  const std::uint32_t epoch = epochs[blockIdx.x] + 1;
-  const std::size_t base = (epoch & 1u) * ranks;
+  const LLTarget& t = *target;
+  const std::uint32_t epoch = ll_epoch(t);
   const std::size_t pairs = (n + 1) / 2, stride = std::size_t(gridDim.x) * blockDim.x;
   const std::size_t first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (std::size_t i = first; i < pairs; i += stride) {
     const float a = y[2 * i], b = 2 * i + 1 < n ? y[2 * i + 1] : 0.0f;
-    const uint4 v = make_uint4(__float_as_uint(a), epoch, __float_as_uint(b), epoch);
-    for (unsigned q = 0; q < ranks; ++q)
-      if (q != rank) st_volatile_v4(peers.recv[q] + (base + rank) * kLLMaxPairs + i, v);
+    for (unsigned q = 0; q < t.ranks; ++q)
+      if (q != t.rank) ll_store2(ll_slot(t, q, t.rank, epoch) + 2 * i, a, b, epoch);
   }
-  bool stopped = false;
   for (std::size_t i = first; i < pairs; i += stride) {
-    float s0 = 0.0f, s1 = 0.0f;
-    for (unsigned q = 0; q < ranks; ++q) {
-      float a, b;
-      if (q == rank) {
-        a = y[2 * i];
-        b = 2 * i + 1 < n ? y[2 * i + 1] : 0.0f;
-      } else {
-        const uint4* p = peers.recv[rank] + (base + q) * kLLMaxPairs + i;
-        uint4 v = ld_volatile_v4(p);
-        for (unsigned spins = 0; (v.y != epoch || v.w != epoch) && !stopped; v = ld_volatile_v4(p))
-          if (++spins == 4096) {
-            spins = 0;
-            stopped = *abort_flag != 0;
-          }
-        a = __uint_as_float(v.x);
-        b = __uint_as_float(v.z);
-      }
-      s0 = q == 0 ? a : s0 + a;
-      s1 = q == 0 ? b : s1 + b;
+    float2 s = make_float2(0.0f, 0.0f);
+    for (unsigned q = 0; q < t.ranks; ++q) {
+      const float2 v = q == t.rank ? make_float2(y[2 * i], 2 * i + 1 < n ? y[2 * i + 1] : 0.0f)
+                                   : ll_load2(ll_slot(t, t.rank, q, epoch) + 2 * i, epoch, t.abort_flag);
+      s = q == 0 ? v : make_float2(s.x + v.x, s.y + v.y);
     }
-    x[2 * i] = add ? x[2 * i] + s0 : s0;
-    if (2 * i + 1 < n) x[2 * i + 1] = add ? x[2 * i + 1] + s1 : s1;
+    x[2 * i] = add ? x[2 * i] + s.x : s.x;
+    if (2 * i + 1 < n) x[2 * i + 1] = add ? x[2 * i + 1] + s.y : s.y;
   }
-  __syncthreads();  // every thread has read this block's epoch
-  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;
+  __syncthreads();  // every thread of the block is through
+  if (threadIdx.x == 0) ll_finish(t, epoch, gridDim.x);
 }
 
-/// The LL all-reduce's memory: each rank's receive buffer and epoch counters on its device, and one
-/// abort word in host memory mapped into every device.
-struct LLBuffers {
+/// The one-shot all-reduce's memory: on each rank's device its receive buffer, its LLState and its
+/// LLTarget; one abort word in host memory mapped into every device.
+struct OneShotBuffers {
   std::vector<int> devices;
-  LLPeers peers{};
-  std::vector<std::uint32_t*> epochs;
+  std::vector<void*> recv, state, target;
   int* abort_flag = nullptr;
 
-  ~LLBuffers() {
+  ~OneShotBuffers() {
     int prev = 0;
     cudaGetDevice(&prev);
     for (std::size_t r = 0; r < devices.size(); ++r) {
       cudaSetDevice(devices[r]);
-      if (peers.recv[r]) cudaFree(peers.recv[r]);
-      if (r < epochs.size() && epochs[r]) cudaFree(epochs[r]);
+      for (auto* v : {&recv, &state, &target})
+        if (r < v->size() && (*v)[r]) cudaFree((*v)[r]);
     }
     if (abort_flag) cudaFreeHost(abort_flag);
     cudaSetDevice(prev);
   }
 };
 
-/// The LL buffers of a group on `devices`, or null where the one-shot all-reduce cannot run (a pair of
-/// devices without peer access, more than kMaxLLRanks ranks) or is turned off (QUARRY_TP_ALLREDUCE=nccl).
-std::unique_ptr<LLBuffers> make_ll_buffers(const std::vector<int>& devices) {
+/// The one-shot buffers of a group on `devices`, or null where it cannot run (a pair of devices without
+/// peer access, more than kMaxLLRanks ranks) or is turned off (QUARRY_TP_ALLREDUCE=nccl).
+std::unique_ptr<OneShotBuffers> make_one_shot_buffers(const std::vector<int>& devices) {
   if (const char* e = std::getenv("QUARRY_TP_ALLREDUCE"); e && std::string(e) == "nccl") return nullptr;
   if (devices.size() < 2 || devices.size() > kMaxLLRanks) return nullptr;
   for (int a : devices)
@@ -193,9 +148,13 @@ std::unique_ptr<LLBuffers> make_ll_buffers(const std::vector<int>& devices) {
     }
   int prev = 0;
   check(cudaGetDevice(&prev), "cudaGetDevice");
-  auto ll = std::make_unique<LLBuffers>();
-  ll->devices = devices;
-  const std::size_t bytes = 2 * devices.size() * kLLMaxPairs * sizeof(uint4);
+  auto o = std::make_unique<OneShotBuffers>();
+  o->devices = devices;
+  void* h = nullptr;
+  check(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+  o->abort_flag = static_cast<int*>(h);
+  *o->abort_flag = 0;
+  const std::size_t bytes = 2 * devices.size() * kLLMaxFloats * sizeof(uint2);
   for (std::size_t r = 0; r < devices.size(); ++r) {
     check(cudaSetDevice(devices[r]), "cudaSetDevice");
     for (int b : devices) {
@@ -206,21 +165,26 @@ std::unique_ptr<LLBuffers> make_ll_buffers(const std::vector<int>& devices) {
       else
         check(e, "cudaDeviceEnablePeerAccess");
     }
-    void* p = nullptr;
-    check(cudaMalloc(&p, bytes), "cudaMalloc (all-reduce buffers)");
-    ll->peers.recv[r] = static_cast<uint4*>(p);
-    check(cudaMemset(p, 0, bytes), "cudaMemset");
-    check(cudaMalloc(&p, kLLBlocks * sizeof(std::uint32_t)), "cudaMalloc (all-reduce epochs)");
-    ll->epochs.push_back(static_cast<std::uint32_t*>(p));
-    check(cudaMemset(p, 0, kLLBlocks * sizeof(std::uint32_t)), "cudaMemset");
+    for (auto [v, size] : {std::pair{&o->recv, bytes}, {&o->state, sizeof(LLState)}, {&o->target, sizeof(LLTarget)}}) {
+      void* p = nullptr;
+      check(cudaMalloc(&p, size), "cudaMalloc (all-reduce buffers)");
+      v->push_back(p);
+      check(cudaMemset(p, 0, size), "cudaMemset");
+    }
+  }
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    LLTarget t{};
+    for (std::size_t q = 0; q < devices.size(); ++q) t.recv[q] = static_cast<uint2*>(o->recv[q]);
+    t.rank = static_cast<unsigned>(r);
+    t.ranks = static_cast<unsigned>(devices.size());
+    t.state = static_cast<LLState*>(o->state[r]);
+    t.abort_flag = o->abort_flag;
+    check(cudaSetDevice(devices[r]), "cudaSetDevice");
+    check(cudaMemcpy(o->target[r], &t, sizeof t, cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
-  void* h = nullptr;
-  check(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
-  ll->abort_flag = static_cast<int*>(h);
-  *ll->abort_flag = 0;
   check(cudaSetDevice(prev), "cudaSetDevice");
-  return ll;
+  return o;
 }
 
 /// What the ranks share: the communicators (destroyed with the last rank), and a host barrier every
@@ -236,7 +200,7 @@ struct NcclGroup {
   explicit NcclGroup(std::size_t n) : size(n) {}
   const std::size_t size;
   std::vector<NcclComm> comms;
-  std::unique_ptr<LLBuffers> ll;  ///< null: every all-reduce goes through NCCL
+  std::unique_ptr<OneShotBuffers> one_shot;  ///< null: every all-reduce goes through NCCL
 
   std::atomic<std::size_t> arrived{0}, generation{0};
   std::atomic<bool> stopped{false};
@@ -260,7 +224,7 @@ struct NcclGroup {
     stopped = true;
     std::call_once(aborted, [&] {
       was_aborted = true;
-      if (ll) *static_cast<volatile int*>(ll->abort_flag) = 1;
+      if (one_shot) *static_cast<volatile int*>(one_shot->abort_flag) = 1;
       for (NcclComm c : comms)
         if (c) Nccl::get().comm_abort(c);
     });
@@ -295,20 +259,25 @@ class NcclCollective final : public Collective {
     int v = 0;
     Nccl::get().get_version(&v);
     std::string d = "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-    if (group_->ll) d += "; one-shot all-reduce over peer memory up to " + std::to_string(kLLMaxFloats) + " floats";
+    if (group_->one_shot) d += "; one-shot all-reduce over peer memory up to " + std::to_string(kLLMaxFloats) + " floats";
     return d;
+  }
+  /// one_shot_target for this rank.
+  const LLTarget* target(std::size_t n) {
+    const OneShotBuffers* o = group_->one_shot.get();
+    if (!o || n > kLLMaxFloats) return nullptr;
+    group_->barrier();
+    return static_cast<const LLTarget*>(o->target[rank()]);
   }
 
  private:
-  /// The LL all-reduce when the group has its buffers and n fits; false otherwise.
+  /// The one-shot all-reduce when the group has its buffers and n fits; false otherwise.
   bool one_shot(float* x, const float* y, std::size_t n, bool add) {
-    const LLBuffers* ll = group_->ll.get();
-    if (!ll || n > kLLMaxFloats) return false;
-    if (n == 0) return true;
-    group_->barrier();
-    launch_kernel("ll_all_reduce", ll_all_reduce_kernel, dim3(kLLBlocks), dim3(kLLThreads), 0, stream_, x, y, n,
-                  add ? 1 : 0, ll->peers, static_cast<unsigned>(rank()), static_cast<unsigned>(size()),
-                  ll->epochs[rank()], static_cast<const volatile int*>(ll->abort_flag));
+    if (n == 0) return group_->one_shot != nullptr;
+    const LLTarget* t = target(n);
+    if (!t) return false;
+    launch_kernel("one_shot_all_reduce", one_shot_all_reduce_kernel, dim3(kLLBlocks), dim3(kLLThreads), 0, stream_, x,
+                  y, n, add ? 1 : 0, t);
     return true;
   }
 
@@ -317,6 +286,16 @@ class NcclCollective final : public Collective {
 };
 
 }  // namespace
+
+const LLTarget* one_shot_target(Collective& tp, std::size_t n) {
+  // QUARRY_TP_ALLREDUCE=kernel: the one-shot all-reduce in its own kernel only (a diagnostic).
+  static const bool fuse = [] {
+    const char* e = std::getenv("QUARRY_TP_ALLREDUCE");
+    return !(e && std::string(e) == "kernel");
+  }();
+  auto* c = dynamic_cast<NcclCollective*>(&tp);
+  return c && fuse ? c->target(n) : nullptr;
+}
 
 std::vector<std::unique_ptr<Collective>> make_nccl_collectives(std::span<const std::shared_ptr<Backend>> backends) {
   const Nccl& api = Nccl::get();
@@ -334,7 +313,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_collectives(std::span<const s
   group->comms.assign(devices.size(), nullptr);
   check_nccl(api.comm_init_all(group->comms.data(), static_cast<int>(devices.size()), devices.data()),
              "ncclCommInitAll");
-  group->ll = make_ll_buffers(devices);
+  group->one_shot = make_one_shot_buffers(devices);
   std::vector<std::unique_ptr<Collective>> out;
   for (std::size_t r = 0; r < backends.size(); ++r)
     out.push_back(std::make_unique<NcclCollective>(r, backends.size(), group,

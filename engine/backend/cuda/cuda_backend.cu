@@ -13,6 +13,7 @@
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
+#include "engine/backend/cuda/one_shot.cuh"
 #include "engine/core/stopwatch.hpp"
 
 namespace quarry::engine::cuda {
@@ -676,6 +677,26 @@ class CudaBackend final : public Backend {
   void matmul_add(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight, float* y,
                   std::size_t ldy, float*) override {
     product(x, m, ldx, cuda_weight(weight), weight.rows, y, ldy, /*accumulate=*/true);
+  }
+
+  void matmul_all_reduce_add(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& weight, float* y,
+                             float* scratch, Collective& tp) override {
+    // One row on float weights: the GEMV sends each column's partial sum to the peers as it is done
+    // (mode 3), no scratch round trip and no all-reduce kernel of its own.
+    const CudaWeight& w = cuda_weight(weight);
+    if (m == 1 && !w.qtype && gemv_supported(x, ldx, w.data, w.cols) && gemv_all_reduce_fits(w.rows, kernel_type(w)))
+      if (const LLTarget* t = one_shot_target(tp, w.rows)) {
+        GemvArgs a;
+        a.x = x;
+        a.ldx = ldx;
+        a.k = w.cols;
+        a.round_x = w.bf16_compute;
+        a.seg[0] = {w.data, y, w.rows, w.rows, w.q};
+        a.all_reduce = t;
+        launch_gemv(a, 1, kernel_type(w), 3, stream_);
+        return;
+      }
+    Backend::matmul_all_reduce_add(x, m, ldx, weight, y, scratch, tp);
   }
 
   void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) override {

@@ -5,6 +5,7 @@
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
+#include "engine/backend/cuda/one_shot.cuh"
 
 namespace quarry::engine::cuda {
 
@@ -404,16 +405,34 @@ __global__ void __launch_bounds__(256, M == 1 ? 4 : 1) gemv_kernel(GemvArgs a) {
   }
   float* y = a.seg[s].y;
   const std::size_t ldy = a.seg[s].ldy;
+  if constexpr (MODE == 3) {  // m = 1: column j's partial sum to every peer, then the ranks' sum added to y
+    static_assert(M == 1, "the all-reduce GEMV takes one row");
+    const float v = warp_sum(acc[0][0]);
+    if (lane == 0) {
+      const LLTarget& t = *a.all_reduce;
+      const std::uint32_t epoch = ll_epoch(t);
+      for (unsigned q = 0; q < t.ranks; ++q)
+        if (q != t.rank) ll_store(ll_slot(t, q, t.rank, epoch) + j, v, epoch);
+      float sum = 0.f;
+      for (unsigned q = 0; q < t.ranks; ++q) {
+        const float p = q == t.rank ? v : ll_load(ll_slot(t, t.rank, q, epoch) + j, epoch, t.abort_flag);
+        sum = q == 0 ? p : sum + p;
+      }
+      y[j] += sum;
+      ll_finish(t, epoch, static_cast<unsigned>(a.seg[0].n));
+    }
+  } else {
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const float v = warp_sum(acc[0][r]);
-    if constexpr (MODE == 2) {
-      const float u = warp_sum(acc[NW - 1][r]);
-      if (lane == 0) y[r * ldy + j] = v / (1.f + expf(-v)) * u;
-    } else if constexpr (MODE == 1) {
-      if (lane == 0) y[r * ldy + j] += v;
-    } else {
-      if (lane == 0) y[r * ldy + j] = v;
+    for (int r = 0; r < M; ++r) {
+      const float v = warp_sum(acc[0][r]);
+      if constexpr (MODE == 2) {
+        const float u = warp_sum(acc[NW - 1][r]);
+        if (lane == 0) y[r * ldy + j] = v / (1.f + expf(-v)) * u;
+      } else if constexpr (MODE == 1) {
+        if (lane == 0) y[r * ldy + j] += v;
+      } else {
+        if (lane == 0) y[r * ldy + j] = v;
+      }
     }
   }
 }
@@ -675,6 +694,9 @@ void gemv_launch(const GemvArgs& a, int mode, cudaStream_t s) {
   switch (mode) {
     case 0: return gemv_mode<M, TYPE, 0>(a, s);
     case 1: return gemv_mode<M, TYPE, 1>(a, s);
+    case 3:
+      if constexpr (M == 1 && TYPE < kQ8) return gemv_mode<M, TYPE, 3>(a, s);
+      else throw std::invalid_argument("gemv: the all-reduce GEMV takes one row of float weights");
     default:  // SwiGLU: float weights only (swiglu_args keeps packed ones on the plain products)
       if constexpr (TYPE < kQ8) return gemv_mode<M, TYPE, 2>(a, s);
       else throw std::invalid_argument("gemv: the fused SwiGLU takes float weights only");
@@ -693,6 +715,16 @@ void gemv_typed(const GemvArgs& a, int type, int mode, cudaStream_t s) {
     case kG4: return gemv_launch<M, kG4>(a, mode, s);
     default: return gemv_launch<M, kBF16>(a, mode, s);
   }
+}
+
+template <int TYPE>
+int gemv_all_reduce_blocks_per_sm() {
+  static const int n = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<1, TYPE, 3, kGemvUnroll>, 256, 0) != cudaSuccess) b = 0;
+    return b;
+  }();
+  return n;
 }
 
 // ---------------------------------------------------------------------------------------------- f32 GEMM
@@ -928,6 +960,17 @@ std::atomic<bool> programmatic{false};
 
 bool programmatic_launch() { return programmatic.load(std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
+
+bool gemv_all_reduce_fits(std::size_t n, int type) {
+  int per_sm = 0;
+  switch (type) {
+    case kF32: per_sm = gemv_all_reduce_blocks_per_sm<kF32>(); break;
+    case kF16: per_sm = gemv_all_reduce_blocks_per_sm<kF16>(); break;
+    case kBF16: per_sm = gemv_all_reduce_blocks_per_sm<kBF16>(); break;
+    default: return false;
+  }
+  return ceil_div(n, 8) <= static_cast<std::size_t>(per_sm) * static_cast<std::size_t>(sm_count());
+}
 
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s) {
   if (m == 0) return;

@@ -204,12 +204,15 @@ struct GemvSeg {
 /// to bf16 first (bf16 compute, as the tensor-core path rounds them).
 /// Weights of the same width one GEMV launch takes (q, k, v; a linear-attention layer's qkv, z, b, a).
 constexpr int kGemvMaxSegments = 4;
+struct LLTarget;
 struct GemvArgs {
   const float* x = nullptr;
   std::size_t ldx = 0, k = 0;
   bool round_x = false;
   GemvSeg seg[kGemvMaxSegments];
   int n_seg = 1;
+  /// Mode 3: the one-shot all-reduce the partial sums go into (one_shot.cuh; device memory).
+  const LLTarget* all_reduce = nullptr;
 };
 #ifdef __CUDACC__
 /// x[i, at .. at + N - 1] as the GEMVs read it (N a multiple of 4, as is at; x 16-byte aligned), rounded
@@ -239,11 +242,16 @@ inline std::size_t gemv_output_rows(const GemvArgs& a, int mode) {
   return rows;
 }
 /// mode 0: seg[i].y = x . W_i^T for each segment (one launch for q, k and v); mode 1: seg[0].y += x . W^T;
-/// mode 2: seg[0].y = silu(x . Wg^T) * (x . Wu^T) with seg[0].w = gate, seg[1].w = up. One warp per output
+/// mode 2: seg[0].y = silu(x . Wg^T) * (x . Wu^T) with seg[0].w = gate, seg[1].w = up; mode 3 (m = 1, float
+/// weights, one segment; see gemv_all_reduce_fits): seg[0].y += the sum over the ranks of all_reduce of
+/// their x . W^T, each warp's column sent to the peers and summed in rank order as it is done. One warp per output
 /// column, the weights streamed once with 16-byte loads, several in flight per lane (decode is bound by
 /// reading the weights). Quantized types: see gemv_quant_supported; the others take any segment count
 /// with modes 0 and 1 only.
 void launch_gemv(const GemvArgs& a, std::size_t m, int type, int mode, cudaStream_t s);
+/// Whether mode 3 may run a GEMV of n output columns on weights of `type` (float types): its blocks all
+/// fit on the device at once, as they must, since each waits for the same block on the other ranks.
+bool gemv_all_reduce_fits(std::size_t n, int type);
 /// Whether the quantized GEMV (quantized.cu) takes a weight of QType `type` and width k: a whole 16-byte
 /// load of each row's values lies inside one scale block / group (no g_idx), rows 16-byte aligned. It
 /// takes every mode and up to kGemvMaxSegments segments; other quantized weights take the general GEMV (one segment,
