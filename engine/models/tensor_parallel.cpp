@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -59,16 +61,25 @@ class RankThreads {
   }
 
  private:
-  /// Spins (about 50 microseconds at most) until ready() holds; false if it did not.
+  /// Spins until ready() holds, for at most spin_us() microseconds; false if it did not hold by then.
   template <class F>
   static bool spin_until(F ready) {
-    for (int i = 0; i < 20000; ++i) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us());
+    for (unsigned i = 1;; ++i) {
       if (ready()) return true;
 #if defined(__x86_64__)
       __builtin_ia32_pause();
 #endif
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= end) return ready();
     }
-    return ready();
+  }
+  /// How long a waiting thread spins before it sleeps: QUARRY_TP_SPIN_US, else 50 microseconds.
+  static long spin_us() {
+    static const long us = [] {
+      const char* e = std::getenv("QUARRY_TP_SPIN_US");
+      return e ? std::max(0L, std::atol(e)) : 50L;
+    }();
+    return us;
   }
   void call(std::size_t r, const std::function<void(std::size_t)>& fn) {
     try {
