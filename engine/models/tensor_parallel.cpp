@@ -22,13 +22,13 @@ namespace {
 
 /// One thread per rank besides the caller's (rank 0): run(fn) runs fn(r) on every rank at once and
 /// returns when all are done. A rank that throws aborts the collectives (so that no other rank waits
-/// for it forever); the first exception is rethrown on the caller. Waiting threads spin for a short
-/// while before they sleep: a decode step is a few milliseconds, and a futex wake-up costs tens of
+/// for it forever); the first exception is rethrown on the caller. Waiting threads spin for a while
+/// before they sleep (spin_us): a decode step is a few milliseconds, and a futex wake-up costs tens of
 /// microseconds of it.
 class RankThreads {
  public:
   RankThreads(std::vector<std::shared_ptr<Backend>> backends, std::vector<Collective*> comms)
-      : backends_(std::move(backends)), comms_(std::move(comms)) {
+      : backends_(std::move(backends)), comms_(std::move(comms)), spin_us_(spin_us(*backends_[0])) {
     for (std::size_t r = 1; r < backends_.size(); ++r) workers_.emplace_back([this, r] { work(r); });
   }
   ~RankThreads() {
@@ -61,10 +61,10 @@ class RankThreads {
   }
 
  private:
-  /// Spins until ready() holds, for at most spin_us() microseconds; false if it did not hold by then.
+  /// Spins until ready() holds, for at most spin_us_ microseconds; false if it did not hold by then.
   template <class F>
-  static bool spin_until(F ready) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us());
+  bool spin_until(F ready) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
     for (unsigned i = 1;; ++i) {
       if (ready()) return true;
 #if defined(__x86_64__)
@@ -73,13 +73,14 @@ class RankThreads {
       if (i % 64 == 0 && std::chrono::steady_clock::now() >= end) return ready();
     }
   }
-  /// How long a waiting thread spins before it sleeps: QUARRY_TP_SPIN_US, else 50 microseconds.
-  static long spin_us() {
-    static const long us = [] {
-      const char* e = std::getenv("QUARRY_TP_SPIN_US");
-      return e ? std::max(0L, std::atol(e)) : 50L;
-    }();
-    return us;
+  /// How long a waiting thread spins before it sleeps (QUARRY_TP_SPIN_US overrides). GPUs: 5 ms, longer
+  /// than a decode step, so that neither the caller waiting for the step nor a rank waiting for the next
+  /// one sleeps between steps (two H200s, Qwen3-8B at TP 2: 1.02-1.04x the tok/s of 50 us; Qwen3-0.6B
+  /// 1.08x). Host backends (simulated ranks): 50 us, since a spinning thread there takes a core from the
+  /// ranks' own work.
+  static long spin_us(const Backend& b) {
+    if (const char* e = std::getenv("QUARRY_TP_SPIN_US")) return std::max(0L, std::atol(e));
+    return b.host_memory() ? 50L : 5000L;
   }
   void call(std::size_t r, const std::function<void(std::size_t)>& fn) {
     try {
@@ -122,6 +123,7 @@ class RankThreads {
 
   std::vector<std::shared_ptr<Backend>> backends_;
   std::vector<Collective*> comms_;
+  const long spin_us_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable start_, done_;
