@@ -277,6 +277,7 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
   over_row_blocks(pool, n, rows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
 #if defined(__x86_64__)
     if (k == GemmKernel::avx512 && detail::gemv_avx512(w.view, x, m, ldx, j0, j1, y, ldy)) return;
+    if (k == GemmKernel::avx2 && detail::gemv_avx2(w.view, x, m, ldx, j0, j1, y, ldy)) return;
 #endif
     std::vector<float>& buf = scratch.per_thread[t];
     if (buf.size() < rows * K) buf.resize(rows * K);

@@ -36,6 +36,11 @@ void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, flo
 /// apply (m > 4, desc_act groups, groups or scale blocks not multiples of 16).
 bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
                  float* y, std::size_t ldy);
+/// The same on AVX2 (in the order of the avx2 GEMV kernel, gemm_avx2.cpp) for GPTQ int4 with contiguous
+/// groups and row-quantized weights, groups and scale blocks of multiples of 8 columns; false for the rest
+/// (GPTQ int8, desc_act) and for m > 4.
+bool gemv_avx2(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
+               float* y, std::size_t ldy);
 /// GPTQ int4 (contiguous groups, group_size a multiple of 8) against one row of activations quantized per
 /// group (quant.cpp, quantize_activations): y[j - j0] = sum over groups g of scales[g, j] * xs[g] *
 /// (sum_k q[k, j] x_q[k] - zeros[g, j] * xsum[g]) for j in [j0, j1). x4: for every 8 input columns, the
