@@ -67,6 +67,22 @@ void gptq_row(const QuantView& q, std::size_t n, float* o) {
   if (K8 < K) dequant_range(q, n, K8, K, o);
 }
 
+/// Values k0 .. k0 + 7 of a row-quantized row as f32 before the scale: int8 and FP8 from the row's bytes
+/// b8, int4 (offset 8) from its words w4.
+template <int Element>
+inline __m256 row_values(const std::uint8_t* b8, const std::uint32_t* w4, std::size_t k0) {
+  if constexpr (Element == QuantView::int8) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
+  } else if constexpr (Element == QuantView::fp8_e4m3) {
+    return fp8_to_f32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
+  } else {
+    const __m256i v = _mm256_set1_epi32(static_cast<int>(w4[k0 / 8]));
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    return _mm256_cvtepi32_ps(
+        _mm256_sub_epi32(_mm256_and_si256(_mm256_srlv_epi32(v, shifts), _mm256_set1_epi32(15)), _mm256_set1_epi32(8)));
+  }
+}
+
 template <int Element>
 void rows_row(const QuantView& q, std::size_t n, float* o) {
   const std::size_t K = q.k, bc = q.block_cols;
@@ -76,25 +92,12 @@ void rows_row(const QuantView& q, std::size_t n, float* o) {
   }
   const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
   const std::size_t K8 = K / 8 * 8;
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   const auto* b8 = static_cast<const std::uint8_t*>(q.data) + n * K;
   const auto* w4 = static_cast<const std::uint32_t*>(q.data) + n * (K / 8);
   for (std::size_t b0 = 0, b = 0; b0 < K8; b0 += bc, ++b) {
     const __m256 s = _mm256_set1_ps(srow[b]);
     const std::size_t b1 = b0 + bc < K8 ? b0 + bc : K8;
-    for (std::size_t k0 = b0; k0 < b1; k0 += 8) {
-      __m256 f;
-      if constexpr (Element == QuantView::int8) {
-        f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
-      } else if constexpr (Element == QuantView::fp8_e4m3) {
-        f = fp8_to_f32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
-      } else {
-        const __m256i v = _mm256_set1_epi32(static_cast<int>(w4[k0 / 8]));
-        f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srlv_epi32(v, shifts), _mm256_set1_epi32(15)),
-                                                _mm256_set1_epi32(8)));
-      }
-      _mm256_storeu_ps(o + k0, _mm256_mul_ps(f, s));
-    }
+    for (std::size_t k0 = b0; k0 < b1; k0 += 8) _mm256_storeu_ps(o + k0, _mm256_mul_ps(row_values<Element>(b8, w4, k0), s));
   }
   if (K8 < K) dequant_range(q, n, K8, K, o);
 }
@@ -167,7 +170,6 @@ template <int Element>
 void rows_gemv(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
                float* y, std::size_t ldy) {
   const std::size_t K = q.k, K8 = K / 8 * 8, bc = q.block_cols;
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   for (std::size_t n = j0; n < j1; ++n) {
     const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
     const auto* b8 = static_cast<const std::uint8_t*>(q.data) + n * K;
@@ -177,17 +179,7 @@ void rows_gemv(const QuantView& q, const float* x, std::size_t m, std::size_t ld
       const __m256 s = _mm256_set1_ps(srow[b]);
       const std::size_t b1 = b0 + bc < K8 ? b0 + bc : K8;
       for (std::size_t k0 = b0; k0 < b1; k0 += 8) {
-        __m256 f;
-        if constexpr (Element == QuantView::int8) {
-          f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
-        } else if constexpr (Element == QuantView::fp8_e4m3) {
-          f = fp8_to_f32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b8 + k0))));
-        } else {
-          const __m256i v = _mm256_set1_epi32(static_cast<int>(w4[k0 / 8]));
-          f = _mm256_cvtepi32_ps(_mm256_sub_epi32(
-              _mm256_and_si256(_mm256_srlv_epi32(v, shifts), _mm256_set1_epi32(15)), _mm256_set1_epi32(8)));
-        }
-        const __m256 wv = _mm256_mul_ps(f, s);
+        const __m256 wv = _mm256_mul_ps(row_values<Element>(b8, w4, k0), s);
         for (std::size_t i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k0), wv, acc[i]);
       }
     }
