@@ -136,10 +136,20 @@ struct OneShotBuffers {
   }
 };
 
+/// QUARRY_TP_ALLREDUCE: "nccl" sends every all-reduce through NCCL; "kernel" runs the one-shot all-reduce
+/// in its own kernel only, never at the end of a GEMV (a diagnostic); anything else (unset): both.
+const std::string& all_reduce_choice() {
+  static const std::string choice = [] {
+    const char* e = std::getenv("QUARRY_TP_ALLREDUCE");
+    return std::string(e ? e : "");
+  }();
+  return choice;
+}
+
 /// The one-shot buffers of a group on `devices`, or null where it cannot run (a pair of devices without
 /// peer access, more than kMaxLLRanks ranks) or is turned off (QUARRY_TP_ALLREDUCE=nccl).
 std::unique_ptr<OneShotBuffers> make_one_shot_buffers(const std::vector<int>& devices) {
-  if (const char* e = std::getenv("QUARRY_TP_ALLREDUCE"); e && std::string(e) == "nccl") return nullptr;
+  if (all_reduce_choice() == "nccl") return nullptr;
   if (devices.size() < 2 || devices.size() > kMaxLLRanks) return nullptr;
   for (int a : devices)
     for (int b : devices) {
@@ -288,13 +298,8 @@ class NcclCollective final : public Collective {
 }  // namespace
 
 const LLTarget* one_shot_target(Collective& tp, std::size_t n) {
-  // QUARRY_TP_ALLREDUCE=kernel: the one-shot all-reduce in its own kernel only (a diagnostic).
-  static const bool fuse = [] {
-    const char* e = std::getenv("QUARRY_TP_ALLREDUCE");
-    return !(e && std::string(e) == "kernel");
-  }();
   auto* c = dynamic_cast<NcclCollective*>(&tp);
-  return c && fuse ? c->target(n) : nullptr;
+  return c && all_reduce_choice() != "kernel" ? c->target(n) : nullptr;
 }
 
 std::vector<std::unique_ptr<Collective>> make_nccl_collectives(std::span<const std::shared_ptr<Backend>> backends) {

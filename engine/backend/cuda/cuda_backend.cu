@@ -686,12 +686,7 @@ class CudaBackend final : public Backend {
     const CudaWeight& w = cuda_weight(weight);
     if (m == 1 && !w.qtype && gemv_supported(x, ldx, w.data, w.cols) && gemv_all_reduce_fits(w.rows, kernel_type(w)))
       if (const LLTarget* t = one_shot_target(tp, w.rows)) {
-        GemvArgs a;
-        a.x = x;
-        a.ldx = ldx;
-        a.k = w.cols;
-        a.round_x = w.bf16_compute;
-        a.seg[0] = {w.data, y, w.rows, w.rows, w.q};
+        GemvArgs a = gemv_args(x, ldx, w, y, w.rows, w.rows);
         a.all_reduce = t;
         launch_gemv(a, 1, kernel_type(w), 3, stream_);
         return;
@@ -904,6 +899,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  /// The GEMV arguments of one product of x (stride ldx) by the first n rows of w into y (stride ldy).
+  static GemvArgs gemv_args(const float* x, std::size_t ldx, const CudaWeight& w, float* y, std::size_t n,
+                            std::size_t ldy) {
+    GemvArgs a;
+    a.x = x;
+    a.ldx = ldx;
+    a.k = w.cols;
+    a.round_x = w.bf16_compute;
+    a.seg[0] = {w.data, y, n, ldy, w.q};
+    return a;
+  }
   /// The GEMV arguments of one launch for up to four weights of the same width and type (q, k, v of a
   /// decode step); false where the GEMV does not apply.
   bool many_args(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs, GemvArgs& a) const {
@@ -983,13 +989,7 @@ class CudaBackend final : public Backend {
     if (m == 0 || n == 0) return;
     const std::size_t k = w.cols;
     if (m <= 8 && gemv_supported(x, ldx, w.data, k)) {  // packed weights too: dequantized in registers
-      GemvArgs a;
-      a.x = x;
-      a.ldx = ldx;
-      a.k = k;
-      a.round_x = w.bf16_compute;
-      a.seg[0] = {w.data, y, n, ldy, w.q};
-      launch_gemv(a, m, kernel_type(w), accumulate ? 1 : 0, stream_);
+      launch_gemv(gemv_args(x, ldx, w, y, n, ldy), m, kernel_type(w), accumulate ? 1 : 0, stream_);
       return;
     }
     if (w.qtype) return dequantized_product(x, m, ldx, w, n, y, ldy, accumulate);
