@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "engine/backend/collective.hpp"
 #include "engine/models/registry.hpp"
@@ -21,10 +22,13 @@ namespace quarry::engine {
 namespace {
 
 /// One thread per rank besides the caller's (rank 0): run(fn) runs fn(r) on every rank at once and
-/// returns when all are done. A rank that throws aborts the collectives (so that no other rank waits
-/// for it forever); the first exception is rethrown on the caller. Waiting threads spin for a while
-/// before they sleep (spin_us): a decode step is a few milliseconds, and a futex wake-up costs tens of
-/// microseconds of it.
+/// returns when all are done. run(fn, tail) then runs tail(r) on the ranks r > 0 after the caller is
+/// released (a decode step: the other ranks wait for their devices while the caller queues rank 0's
+/// argmax behind its step, which the step's last collective keeps after theirs); quiesce() and the next
+/// run() wait for the tails. A rank that throws, in fn or in a tail, aborts the collectives at once (so
+/// that no other rank waits for it forever); the first exception is rethrown on the caller, by run() or,
+/// for a tail, by the next quiesce() / run(). Waiting threads spin for a while before they sleep
+/// (spin_us): a decode step is a few milliseconds, and a futex wake-up costs tens of microseconds of it.
 class RankThreads {
  public:
   RankThreads(std::vector<std::shared_ptr<Backend>> backends, std::vector<Collective*> comms)
@@ -41,10 +45,12 @@ class RankThreads {
     for (auto& t : workers_) t.join();
   }
 
-  void run(const std::function<void(std::size_t)>& fn) {
+  void run(const std::function<void(std::size_t)>& fn, std::function<void(std::size_t)> tail = {}) {
+    quiesce();
     job_ = &fn;
-    error_ = nullptr;
+    tail_ = std::move(tail);
     pending_.store(workers_.size(), std::memory_order_relaxed);
+    busy_.store(workers_.size(), std::memory_order_relaxed);
     {
       std::lock_guard lock(mutex_);
       generation_.fetch_add(1, std::memory_order_release);
@@ -57,10 +63,28 @@ class RankThreads {
       done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     }
     job_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    rethrow();
+  }
+
+  /// Waits for the tails of the last run() (the other ranks' devices idle, their threads waiting);
+  /// rethrows a tail's exception.
+  void quiesce() {
+    if (!spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+    }
+    rethrow();
   }
 
  private:
+  void rethrow() {
+    std::exception_ptr e;
+    {
+      std::lock_guard lock(mutex_);
+      e = std::exchange(error_, nullptr);
+    }
+    if (e) std::rethrow_exception(e);
+  }
   /// Spins until ready() holds, for at most spin_us_ microseconds; false if it did not hold by then.
   template <class F>
   bool spin_until(F ready) const {
@@ -114,7 +138,13 @@ class RankThreads {
         }
       }
       if (bound) call(r, *job_);
+      const bool tail = bound && tail_;  // read before the caller is released: it may run() again after
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mutex_);
+        done_.notify_all();
+      }
+      if (tail) call(r, tail_);  // the next run() waits for busy_ before it sets tail_ again
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard lock(mutex_);
         done_.notify_all();
       }
@@ -128,7 +158,8 @@ class RankThreads {
   std::mutex mutex_;
   std::condition_variable start_, done_;
   const std::function<void(std::size_t)>* job_ = nullptr;
-  std::atomic<std::size_t> pending_{0}, generation_{0};
+  std::function<void(std::size_t)> tail_;
+  std::atomic<std::size_t> pending_{0}, busy_{0}, generation_{0};
   bool stop_ = false;
   std::exception_ptr error_;
 };
@@ -136,10 +167,12 @@ class RankThreads {
 /// Every rank's K/V storage behind the one KvCache the runtime keeps (same block ids on every rank).
 class RankedKvStorage final : public KvStorage {
  public:
+  /// quiesce: waits for the ranks' devices (RankThreads::quiesce) before the caller's thread works on them.
   RankedKvStorage(const KvSpec& spec, std::vector<std::shared_ptr<Backend>> backends,
-                  std::vector<std::unique_ptr<KvStorage>> ranks)
-      : KvStorage(spec), backends_(std::move(backends)), ranks_(std::move(ranks)) {}
+                  std::vector<std::unique_ptr<KvStorage>> ranks, std::function<void()> quiesce)
+      : KvStorage(spec), backends_(std::move(backends)), ranks_(std::move(ranks)), quiesce_(std::move(quiesce)) {}
   void ensure_blocks(std::size_t n) override {
+    quiesce_();
     for (std::size_t r = ranks_.size(); r-- > 0;) {  // rank 0 last: the caller's thread stays bound to it
       backends_[r]->bind_thread();
       ranks_[r]->ensure_blocks(n);
@@ -147,6 +180,7 @@ class RankedKvStorage final : public KvStorage {
   }
   // Each rank keeps the recurrent state of its own heads, in the same slots.
   void ensure_state_slots(std::size_t n) override {
+    quiesce_();
     for (std::size_t r = ranks_.size(); r-- > 0;) {
       backends_[r]->bind_thread();
       ranks_[r]->ensure_state_slots(n);
@@ -154,6 +188,7 @@ class RankedKvStorage final : public KvStorage {
   }
   float* recurrent_state(std::size_t slot) const override { return ranks_[0]->recurrent_state(slot); }
   void copy_recurrent_state(std::size_t to, std::size_t from) override {
+    quiesce_();
     for (std::size_t r = ranks_.size(); r-- > 0;) {
       backends_[r]->bind_thread();
       ranks_[r]->copy_recurrent_state(to, from);
@@ -164,6 +199,7 @@ class RankedKvStorage final : public KvStorage {
  private:
   std::vector<std::shared_ptr<Backend>> backends_;
   std::vector<std::unique_ptr<KvStorage>> ranks_;
+  std::function<void()> quiesce_;
 };
 
 /// The recordings of one step, one per rank.
@@ -225,15 +261,16 @@ class TensorParallelModel final : public Model {
     const auto& rec = static_cast<const RankRecordings&>(ops);
     for (std::size_t r = 0; r < ranks_.size(); ++r)  // all or none: a rank alone would wait in its collectives
       if (!rec.ranks[r] || !backends_[r]->replayable(*rec.ranks[r])) return false;
-    threads_->run([&](std::size_t r) {
-      if (r == 0) {
-        backends_[0]->replay(*rec.ranks[0]);
-        return;
-      }
-      const ForwardBatch own(batch, *backends_[r]);
-      backends_[r]->replay(*rec.ranks[r]);
-      backends_[r]->synchronize();
-    });
+    threads_->run(
+        [&](std::size_t r) {
+          if (r == 0) {
+            backends_[0]->replay(*rec.ranks[0]);
+            return;
+          }
+          const ForwardBatch own(batch, *backends_[r]);
+          backends_[r]->replay(*rec.ranks[r]);
+        },
+        synchronize_);
     return true;
   }
 
@@ -243,7 +280,7 @@ class TensorParallelModel final : public Model {
       backends_[r]->bind_thread();
       ranks[r] = backends_[r]->make_kv_storage(spec, max_blocks);
     }
-    return std::make_unique<RankedKvStorage>(spec, backends_, std::move(ranks));
+    return std::make_unique<RankedKvStorage>(spec, backends_, std::move(ranks), [this] { threads_->quiesce(); });
   }
 
   using Model::forward;
@@ -253,12 +290,15 @@ class TensorParallelModel final : public Model {
                std::span<const std::uint32_t>) override {
     RankedKvStorage& st = ranked(kv);
     const bool want_logits = out.logits != nullptr;
-    threads_->run([&](std::size_t r) {
-      if (r == 0) return record(0, [&] { ranks_[0]->forward_rank(b, st.rank(0), out, want_logits, {}); });
-      const ForwardBatch own(b, *backends_[r]);
-      record(r, [&] { ranks_[r]->forward_rank(own, st.rank(r), {}, want_logits, {}); });
-      if (!capturing_) backends_[r]->synchronize();  // this rank's collectives are done when run() returns
-    });
+    // Ranks > 0 wait for their devices after the caller is released (the tail): rank 0's outputs come
+    // after the step's last collective, so after every rank's part of the step.
+    threads_->run(
+        [&](std::size_t r) {
+          if (r == 0) return record(0, [&] { ranks_[0]->forward_rank(b, st.rank(0), out, want_logits, {}); });
+          const ForwardBatch own(b, *backends_[r]);
+          record(r, [&] { ranks_[r]->forward_rank(own, st.rank(r), {}, want_logits, {}); });
+        },
+        capturing_ ? std::function<void(std::size_t)>{} : synchronize_);
     return false;
   }
 
@@ -322,6 +362,7 @@ class TensorParallelModel final : public Model {
   std::vector<std::unique_ptr<Collective>> collectives_;
   std::vector<std::unique_ptr<RankModel>> ranks_;
   std::unique_ptr<RankThreads> threads_;
+  const std::function<void(std::size_t)> synchronize_ = [this](std::size_t r) { backends_[r]->synchronize(); };
   std::vector<DeviceBuffer> hidden_in_, hidden_out_;  ///< ranks > 0: MTP hidden states in their memory
   std::vector<float> host_hidden_;
   bool capturing_ = false;

@@ -334,9 +334,11 @@ TEST(TensorParallel, RefusalsNameTheCheckpointAndTheReason) {
 }
 
 TEST(TensorParallel, CollectivesSumInRankOrderAddAndGather) {
-  // Simulated ranks on the CPU (3), or 2 GPUs: NCCL, and the one-shot all-reduce over peer memory up to
-  // 65,536 floats. Sizes on both sides of that bound and odd ones; repeated calls with new values each
-  // round, so that a rank reading a value of an earlier call (a wrong epoch or buffer parity) shows.
+  // Simulated ranks on the CPU (3), or 2 GPUs: NCCL, and the one-shot collectives over peer memory
+  // (all-reduces up to 65,536 floats, all-gathers up to 131,072 a rank). Sizes on both sides of those
+  // bounds (75,968: a rank's logits of Qwen3's vocabulary at TP 2) and odd ones; repeated calls with new
+  // values each round, so that a rank reading a value of an earlier call (a wrong epoch or buffer parity)
+  // shows.
   const std::size_t N = testing::on_gpu() ? 2 : 3;
   auto backends = rank_backends(N);
   if (backends.empty()) GTEST_SKIP() << "fewer than " << N << " GPUs";
@@ -346,7 +348,7 @@ TEST(TensorParallel, CollectivesSumInRankOrderAddAndGather) {
     return static_cast<float>(std::sin(0.1 * (i + 1) * (r + 1) + 0.7 * round)) * 1e3f;
   };
   for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1001}, std::size_t{4096}, std::size_t{65536},
-                              std::size_t{65537}}) {
+                              std::size_t{65537}, std::size_t{75968}, std::size_t{131072}, std::size_t{131073}}) {
     for (std::size_t round = 0; round < 3; ++round) {
       // Per rank: x (all_reduce_sum in place), base + y (all_reduce_add), the gather.
       std::vector<std::vector<float>> x(N), y(N), base(N), gathered(N, std::vector<float>(N * n));

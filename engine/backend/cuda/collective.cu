@@ -4,14 +4,16 @@
 // stable C ABI (nccl.h: ncclComm_t an opaque pointer, ncclFloat32 = 7, ncclSum = 0, ncclSuccess = 0), so
 // building needs no NCCL headers.
 //
-// The one-shot all-reduce (one_shot.cuh says how it works) runs the all-reduces of up to kLLMaxFloats
-// where every pair of devices has peer access: a kernel of its own here (all_reduce_sum / _add), or the
-// end of the row-parallel GEMV that makes the partial sums (Backend::matmul_all_reduce_add, kernels.cu).
+// The one-shot all-reduce (one_shot.cuh says how it works) runs the all-reduces of up to
+// kLLMaxReduceFloats where every pair of devices has peer access: a kernel of its own here (all_reduce_sum
+// / _add), or the end of the row-parallel GEMV that makes the partial sums (Backend::matmul_all_reduce_add,
+// kernels.cu); the all-gathers of up to kLLMaxFloats a rank (the LM head's logits) go the same way.
 // (An earlier one-shot kernel that read the peers' buffers after a flag barrier measured slower than
 // NCCL: 171 against 177 tok/s at TP 2 on two H100s.)
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -112,6 +114,35 @@ __global__ void __launch_bounds__(kLLThreads)
     x[2 * i] = add ? x[2 * i] + s.x : s.x;
     if (2 * i + 1 < n) x[2 * i + 1] = add ? x[2 * i + 1] + s.y : s.y;
   }
+  __syncthreads();  // every thread of the block is through
+  if (threadIdx.x == 0) ll_finish(t, epoch, gridDim.x);
+}
+
+/// out[q * n + i] = rank q's x[i], i < n, for every rank q (x may be out + rank * n): each rank's values
+/// stored into every peer's receive buffer, then the peers' read from its own.
+__global__ void __launch_bounds__(kLLThreads)
+    one_shot_all_gather_kernel(const float* x, std::size_t n, float* out, const LLTarget* target) {
+  pdl_enter();
+  const LLTarget& t = *target;
+  const std::uint32_t epoch = ll_epoch(t);
+  const std::size_t pairs = (n + 1) / 2, stride = std::size_t(gridDim.x) * blockDim.x;
+  const std::size_t first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (std::size_t i = first; i < pairs; i += stride) {
+    const float a = x[2 * i], b = 2 * i + 1 < n ? x[2 * i + 1] : 0.0f;
+    for (unsigned q = 0; q < t.ranks; ++q)
+      if (q != t.rank) ll_store2(ll_slot(t, q, t.rank, epoch) + 2 * i, a, b, epoch);
+    float* own = out + t.rank * n;
+    own[2 * i] = a;
+    if (2 * i + 1 < n) own[2 * i + 1] = b;
+  }
+  for (std::size_t i = first; i < pairs; i += stride)
+    for (unsigned q = 0; q < t.ranks; ++q) {
+      if (q == t.rank) continue;
+      const float2 v = ll_load2(ll_slot(t, t.rank, q, epoch) + 2 * i, epoch, t.abort_flag);
+      float* theirs = out + q * n;
+      theirs[2 * i] = v.x;
+      if (2 * i + 1 < n) theirs[2 * i + 1] = v.y;
+    }
   __syncthreads();  // every thread of the block is through
   if (threadIdx.x == 0) ll_finish(t, epoch, gridDim.x);
 }
@@ -256,6 +287,14 @@ class NcclCollective final : public Collective {
     check_nccl(Nccl::get().all_reduce(x, x, n, kNcclFloat32, kNcclSum, group_->comms[rank()], stream_), "ncclAllReduce");
   }
   void all_gather(const float* x, std::size_t n, float* out) override {
+    if (n == 0) return;
+    if (const LLTarget* t = target(n, kLLMaxFloats)) {
+      // A block a 512 values (4 pairs a thread), at least kLLBlocks, at most 128.
+      const std::size_t blocks = std::min<std::size_t>(std::max<std::size_t>((n + 1023) / 1024, kLLBlocks), 128);
+      launch_kernel("one_shot_all_gather", one_shot_all_gather_kernel, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kLLThreads), 0, stream_, x, n, out, t);
+      return;
+    }
     group_->barrier();
     check_nccl(Nccl::get().all_gather(x, out, n, kNcclFloat32, group_->comms[rank()], stream_), "ncclAllGather");
   }
@@ -269,13 +308,15 @@ class NcclCollective final : public Collective {
     int v = 0;
     Nccl::get().get_version(&v);
     std::string d = "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-    if (group_->one_shot) d += "; one-shot all-reduce over peer memory up to " + std::to_string(kLLMaxFloats) + " floats";
+    if (group_->one_shot)
+      d += "; one-shot over peer memory: all-reduces up to " + std::to_string(kLLMaxReduceFloats) +
+           " floats, all-gathers up to " + std::to_string(kLLMaxFloats) + " a rank";
     return d;
   }
-  /// one_shot_target for this rank.
-  const LLTarget* target(std::size_t n) {
+  /// one_shot_target for this rank, for a call of n <= limit floats.
+  const LLTarget* target(std::size_t n, std::size_t limit = kLLMaxReduceFloats) {
     const OneShotBuffers* o = group_->one_shot.get();
-    if (!o || n > kLLMaxFloats) return nullptr;
+    if (!o || n > limit) return nullptr;
     group_->barrier();
     return static_cast<const LLTarget*>(o->target[rank()]);
   }

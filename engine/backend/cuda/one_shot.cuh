@@ -24,8 +24,12 @@ class Collective;
 namespace quarry::engine::cuda {
 
 constexpr unsigned kMaxLLRanks = 8;
-/// The most floats one call sums (8 rows of an 8,192-wide hidden state); longer sums go through NCCL.
-constexpr std::size_t kLLMaxFloats = 64 * 1024;
+/// The most floats a rank sends to each peer in one call: an all-gather of a rank's slice of the LM head's
+/// logits (Qwen3.5's vocabulary of 248,320 at TP 2: 124,160); longer ones go through NCCL.
+constexpr std::size_t kLLMaxFloats = 128 * 1024;
+/// The most floats one all-reduce sums one-shot (8 rows of an 8,192-wide hidden state); longer sums
+/// (prefill) go through NCCL's bandwidth-bound algorithms.
+constexpr std::size_t kLLMaxReduceFloats = 64 * 1024;
 
 /// A rank's call counter in its device memory: `epoch` the calls completed; `done` the participants
 /// (blocks or warps) of the call in flight that have finished it.
@@ -45,7 +49,7 @@ struct LLTarget {
 };
 
 /// The device's LLTarget of `tp` when it is a group of CUDA devices with peer access that runs n-float
-/// all-reduces one-shot (n <= kLLMaxFloats, not turned off), after the group's host barrier (the caller
+/// all-reduces one-shot (n <= kLLMaxReduceFloats, not turned off), after the group's host barrier (the caller
 /// then enqueues its kernel at once; NcclCollective's comment says why); null, with nothing done,
 /// otherwise. Every rank makes the same call with the same n.
 const LLTarget* one_shot_target(Collective& tp, std::size_t n);
