@@ -90,21 +90,40 @@ void check_nccl(NcclResult r, const char* what) {
 /// Blocks and threads of the one-shot all-reduce kernel.
 constexpr unsigned kLLBlocks = 16, kLLThreads = 128;
 
+/// A one-shot call's epoch and this thread's pairs of values: first, first + stride, ... < pairs.
+struct LLCall {
+  std::uint32_t epoch;
+  std::size_t pairs, first, stride;
+};
+__device__ __forceinline__ LLCall ll_begin(const LLTarget& t, std::size_t n) {
+  return {ll_epoch(t), (n + 1) / 2, std::size_t(blockIdx.x) * blockDim.x + threadIdx.x,
+          std::size_t(gridDim.x) * blockDim.x};
+}
+/// The sending half of a call: this rank's src[0, n) stored into every peer's receive buffer, two units
+/// at a time (an odd n's last pair carries a unit nobody reads); also copied to `copy` where given.
+__device__ __forceinline__ void ll_send(const LLTarget& t, const LLCall& c, const float* src, std::size_t n,
+                                        float* copy) {
+  for (std::size_t i = c.first; i < c.pairs; i += c.stride) {
+    const float a = src[2 * i], b = 2 * i + 1 < n ? src[2 * i + 1] : 0.0f;
+    for (unsigned q = 0; q < t.ranks; ++q)
+      if (q != t.rank) ll_store2(ll_slot(t, q, t.rank, c.epoch) + 2 * i, a, b, c.epoch);
+    if (copy) {
+      copy[2 * i] = a;
+      if (2 * i + 1 < n) copy[2 * i + 1] = b;
+    }
+  }
+}
+
 /// x[i] (+)= the sum over ranks q = 0..ranks-1 of rank q's y[i], i < n, in rank order; x may be y. Units
-/// go two at a time (16-byte stores and loads); an odd n's last pair carries a unit nobody reads.
+/// go two at a time (16-byte stores and loads).
 __global__ void __launch_bounds__(kLLThreads)
     one_shot_all_reduce_kernel(float* x, const float* y, std::size_t n, int add, const LLTarget* target) {
   pdl_enter();
   const LLTarget& t = *target;
-  const std::uint32_t epoch = ll_epoch(t);
-  const std::size_t pairs = (n + 1) / 2, stride = std::size_t(gridDim.x) * blockDim.x;
-  const std::size_t first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (std::size_t i = first; i < pairs; i += stride) {
-    const float a = y[2 * i], b = 2 * i + 1 < n ? y[2 * i + 1] : 0.0f;
-    for (unsigned q = 0; q < t.ranks; ++q)
-      if (q != t.rank) ll_store2(ll_slot(t, q, t.rank, epoch) + 2 * i, a, b, epoch);
-  }
-  for (std::size_t i = first; i < pairs; i += stride) {
+  const LLCall c = ll_begin(t, n);
+  const std::uint32_t epoch = c.epoch;
+  ll_send(t, c, y, n, nullptr);
+  for (std::size_t i = c.first; i < c.pairs; i += c.stride) {
     float2 s = make_float2(0.0f, 0.0f);
     for (unsigned q = 0; q < t.ranks; ++q) {
       const float2 v = q == t.rank ? make_float2(y[2 * i], 2 * i + 1 < n ? y[2 * i + 1] : 0.0f)
@@ -124,18 +143,10 @@ __global__ void __launch_bounds__(kLLThreads)
     one_shot_all_gather_kernel(const float* x, std::size_t n, float* out, const LLTarget* target) {
   pdl_enter();
   const LLTarget& t = *target;
-  const std::uint32_t epoch = ll_epoch(t);
-  const std::size_t pairs = (n + 1) / 2, stride = std::size_t(gridDim.x) * blockDim.x;
-  const std::size_t first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (std::size_t i = first; i < pairs; i += stride) {
-    const float a = x[2 * i], b = 2 * i + 1 < n ? x[2 * i + 1] : 0.0f;
-    for (unsigned q = 0; q < t.ranks; ++q)
-      if (q != t.rank) ll_store2(ll_slot(t, q, t.rank, epoch) + 2 * i, a, b, epoch);
-    float* own = out + t.rank * n;
-    own[2 * i] = a;
-    if (2 * i + 1 < n) own[2 * i + 1] = b;
-  }
-  for (std::size_t i = first; i < pairs; i += stride)
+  const LLCall c = ll_begin(t, n);
+  const std::uint32_t epoch = c.epoch;
+  ll_send(t, c, x, n, out + t.rank * n);
+  for (std::size_t i = c.first; i < c.pairs; i += c.stride)
     for (unsigned q = 0; q < t.ranks; ++q) {
       if (q == t.rank) continue;
       const float2 v = ll_load2(ll_slot(t, t.rank, q, epoch) + 2 * i, epoch, t.abort_flag);
