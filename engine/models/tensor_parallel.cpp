@@ -58,10 +58,7 @@ class RankThreads {
     start_.notify_all();
     backends_[0]->bind_thread();
     call(0, fn);
-    if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
-      std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
-    }
+    wait_zero(pending_);
     job_ = nullptr;
     rethrow();
   }
@@ -69,14 +66,25 @@ class RankThreads {
   /// Waits for the tails of the last run() (the other ranks' devices idle, their threads waiting);
   /// rethrows a tail's exception.
   void quiesce() {
-    if (!spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; })) {
-      std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
-    }
+    wait_zero(busy_);
     rethrow();
   }
 
  private:
+  /// Waits until `count` (pending_ or busy_) is 0: spinning, then on done_.
+  void wait_zero(const std::atomic<std::size_t>& count) {
+    const auto zero = [&] { return count.load(std::memory_order_acquire) == 0; };
+    if (spin_until(zero)) return;
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, zero);
+  }
+  /// One rank through (pending_ or busy_); the last wakes a caller sleeping in wait_zero.
+  void count_down(std::atomic<std::size_t>& count) {
+    if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);
+      done_.notify_all();
+    }
+  }
   void rethrow() {
     std::exception_ptr e;
     {
@@ -139,15 +147,9 @@ class RankThreads {
       }
       if (bound) call(r, *job_);
       const bool tail = bound && tail_;  // read before the caller is released: it may run() again after
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard lock(mutex_);
-        done_.notify_all();
-      }
+      count_down(pending_);
       if (tail) call(r, tail_);  // the next run() waits for busy_ before it sets tail_ again
-      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard lock(mutex_);
-        done_.notify_all();
-      }
+      count_down(busy_);
     }
   }
 
