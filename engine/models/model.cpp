@@ -9,7 +9,7 @@
 
 namespace quarry::engine {
 
-ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, std::size_t vocab_size) {
+ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, std::size_t vocab_size, bool stage_now) {
   const std::size_t T = b.size();
   // The batch's sequences in order of first appearance, each with its block table.
   std::vector<SeqId> seqs;
@@ -51,7 +51,14 @@ ForwardBatch::ForwardBatch(Backend& backend, const Batch& b, const KvCache& kv, 
   tables_ = std::move(tables);
   logit_rows_ = std::move(logit_rows);
   max_blocks_ = max_blocks;
-  stage(backend);
+  n_tokens_ = tokens_.size();
+  n_logits_ = logit_rows_.size();
+  if (stage_now) stage(backend);
+}
+
+const StagedBatch& ForwardBatch::staged() const {
+  if (!staged_) throw std::logic_error("ForwardBatch: the batch was not staged on this backend");
+  return *staged_;
 }
 
 ForwardBatch::ForwardBatch(const ForwardBatch& o, Backend& backend)

@@ -30,16 +30,18 @@ struct ForwardOutputs {
 class ForwardBatch {
  public:
   /// Checks the batch (token ids < vocab_size, each position inside its sequence's block table) and
-  /// stages it on `backend`. Throws std::invalid_argument naming the token or position.
-  ForwardBatch(Backend& backend, const Batch& batch, const KvCache& kv, std::size_t vocab_size);
+  /// stages it on `backend`, unless `stage` is false (a model that stages batches itself, Model::
+  /// stages_batches; staged() then throws std::logic_error). Throws std::invalid_argument naming the
+  /// token or position.
+  ForwardBatch(Backend& backend, const Batch& batch, const KvCache& kv, std::size_t vocab_size, bool stage = true);
   /// The same batch staged on another backend (another rank of a tensor-parallel group).
   ForwardBatch(const ForwardBatch& other, Backend& backend);
   ForwardBatch(const ForwardBatch&) = delete;
   ForwardBatch& operator=(const ForwardBatch&) = delete;
-  const StagedBatch& staged() const { return *staged_; }
+  const StagedBatch& staged() const;
   /// Sequences in the batch and the stride of its block tables (a power of two, at least 16).
-  std::size_t n_seqs() const { return staged_->n_seqs; }
-  std::size_t table_stride() const { return staged_->max_blocks; }
+  std::size_t n_seqs() const { return max_blocks_ ? tables_.size() / max_blocks_ : 0; }
+  std::size_t table_stride() const { return max_blocks_; }
   std::size_t size() const { return n_tokens_; }
   std::size_t n_logits() const { return n_logits_; }
   /// Hybrid models: each sequence's recurrent-state slot (KvCache::state_slot), one per row of the staged
@@ -91,8 +93,12 @@ class Model {
   virtual bool can_record() const { return backend().supports_capture(); }
   virtual void begin_capture() { backend().begin_capture(); }
   virtual std::unique_ptr<CapturedOps> end_capture() { return backend().end_capture(); }
-  /// Replays a recording of forward() over `batch` (staged on backend() already; the recording reads
-  /// the staged inputs). Returns false, running nothing, when the recording went stale (Backend::replay).
+  /// Whether forward() and replay() stage the batch on their backends themselves (a tensor-parallel model:
+  /// on every rank at once, in the ranks' threads), so that the caller may pass it unstaged.
+  virtual bool stages_batches() const { return false; }
+  /// Replays a recording of forward() over `batch` (staged on backend() already unless stages_batches();
+  /// the recording reads the staged inputs). Returns false, running nothing, when the recording went
+  /// stale (Backend::replay).
   virtual bool replay(const CapturedOps& ops, const ForwardBatch& batch) {
     (void)batch;
     return backend().replay(ops);

@@ -259,17 +259,14 @@ class TensorParallelModel final : public Model {
     capturing_ = false;
     return std::move(recording_);
   }
+  bool stages_batches() const override { return true; }
   bool replay(const CapturedOps& ops, const ForwardBatch& batch) override {
     const auto& rec = static_cast<const RankRecordings&>(ops);
     for (std::size_t r = 0; r < ranks_.size(); ++r)  // all or none: a rank alone would wait in its collectives
       if (!rec.ranks[r] || !backends_[r]->replayable(*rec.ranks[r])) return false;
     threads_->run(
         [&](std::size_t r) {
-          if (r == 0) {
-            backends_[0]->replay(*rec.ranks[0]);
-            return;
-          }
-          const ForwardBatch own(batch, *backends_[r]);
+          const ForwardBatch own(batch, *backends_[r]);  // every rank stages at once (stages_batches)
           backends_[r]->replay(*rec.ranks[r]);
         },
         synchronize_);
@@ -296,9 +293,8 @@ class TensorParallelModel final : public Model {
     // after the step's last collective, so after every rank's part of the step.
     threads_->run(
         [&](std::size_t r) {
-          if (r == 0) return record(0, [&] { ranks_[0]->forward_rank(b, st.rank(0), out, want_logits, {}); });
-          const ForwardBatch own(b, *backends_[r]);
-          record(r, [&] { ranks_[r]->forward_rank(own, st.rank(r), {}, want_logits, {}); });
+          const ForwardBatch own(b, *backends_[r]);  // staged before a recording begins
+          record(r, [&] { ranks_[r]->forward_rank(own, st.rank(r), r == 0 ? out : ForwardOutputs{}, want_logits, {}); });
         },
         capturing_ ? std::function<void(std::size_t)>{} : synchronize_);
     return false;

@@ -65,7 +65,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
   };
   ensure(dev_logits_, std::max(nl, kMaxRecordedRows) * V);
   if (want_hidden) ensure(dev_hidden_, std::max(T, kMaxRecordedRows) * H);
-  const ForwardBatch fb(be, batch, *kv_, V);
+  const ForwardBatch fb(be, batch, *kv_, V, !model_->stages_batches());
   const ForwardOutputs outs{nl ? dev_logits_.as<float>() : nullptr, want_hidden ? dev_hidden_.as<float>() : nullptr};
   bool restricted = false;
   const bool recordable = !eager_ && model_->can_record() && T <= kMaxRecordedRows && model_->supports_capture(T) && lm_head_groups.empty();
