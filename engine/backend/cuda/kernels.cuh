@@ -327,7 +327,7 @@ constexpr int kAttentionSplit = 512;
 std::size_t attention_workspace_floats(const AttnBatch& b, int n_heads, int head_dim);
 /// Causal paged attention (GQA) of the batch's tokens over their sequences' K/V (attention.cu says how):
 /// flash tiles on the tensor cores for prefill runs over a bf16 cache, each other (token, head, split of
-/// kAttentionSplit positions) one block of 4 warps. head_dim at most 256.
+/// kAttentionSplit positions) one block of 16 warps. head_dim at most 256.
 void launch_attention(const float* q, std::size_t ldq, float* out, std::size_t ldo, int n_heads, const AttnBatch& b,
                       const KvLayer& kv, float scale, float* workspace, cudaStream_t s);
 
