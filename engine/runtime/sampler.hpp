@@ -62,9 +62,20 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  /// sample() without top-k, top-p or min-p: the draw from the whole softmax by selection (expected
+  /// linear time), not through a sorted distribution; the same token as sample_from(distribution()) for
+  /// the same uniform, up to the rounding of the sums.
+  TokenId sample_whole(std::span<const float> logits, std::span<const std::uint32_t> bitmask);
+
+  struct Weighted {
+    double e;    ///< exp(logit - max)
+    float l;     ///< logit / temperature
+    TokenId id;
+  };
   SamplingParams params_;
   Rng rng_;
   std::vector<std::pair<float, TokenId>> cand_;
+  std::vector<Weighted> weighted_;
   TokenDistribution dist_;
 };
 
