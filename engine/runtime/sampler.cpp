@@ -17,10 +17,11 @@ std::uint64_t seed_of(const SamplingParams& p) {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
 }
 
-/// The distribution's order: the larger (scaled) logit first, ties by the smaller id.
-bool before(const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
+/// The distribution's order: the larger (scaled) logit first, ties by the smaller id (a function object,
+/// so that the sorts inline it).
+constexpr auto before = [](const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
-}
+};
 
 /// Makes c[0, m) the first m candidates of c in the distribution's order, sorted, given that c[0, sorted)
 /// already are (and come before every later one): a selection over the rest (std::nth_element), then a
