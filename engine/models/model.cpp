@@ -89,7 +89,7 @@ void Model::mtp_forward(std::size_t, const ForwardBatch&, const float*, KvCache&
 bool Model::forward(const Batch& batch, KvCache& kv, float* logits_host, float* hidden_host,
                     std::span<const std::uint32_t> lm_head_groups) {
   Backend& be = backend();
-  const ForwardBatch fb(be, batch, kv, config().vocab_size);
+  const ForwardBatch fb(be, batch, kv, config().vocab_size, !stages_batches());
   const std::size_t V = config().vocab_size, H = config().hidden_size;
   if (be.host_memory()) return forward(fb, kv, {logits_host, hidden_host}, lm_head_groups);
   const std::size_t nl = logits_host ? fb.n_logits() * V : 0, nh = hidden_host ? fb.size() * H : 0;

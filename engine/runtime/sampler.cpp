@@ -52,32 +52,37 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint
   return sample_from(dist_);
 }
 
-TokenId Sampler::sample_whole(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {
-  // The candidates and their unnormalised probabilities exp(l - max).
+float Sampler::collect(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {
   cand_.clear();
   const float inv_t = 1.f / params_.temperature;
+  float mx = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < logits.size(); ++i) {
     const auto t = static_cast<TokenId>(i);
-    if (bitmask_allows(bitmask, t) && !std::isnan(logits[i])) cand_.emplace_back(logits[i] * inv_t, t);
+    if (bitmask_allows(bitmask, t) && !std::isnan(logits[i])) {
+      cand_.emplace_back(logits[i] * inv_t, t);
+      mx = std::max(mx, cand_.back().first);
+    }
   }
+  return mx;
+}
+
+TokenId Sampler::sample_whole(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {
+  const float mx = collect(logits, bitmask);
   if (cand_.empty()) return -1;
   if (cand_.size() == 1) {
     rng_.uniform();  // one draw per sample, as sample_from
     return cand_[0].second;
   }
-  float mx = cand_[0].first;
-  for (const auto& c : cand_) mx = std::max(mx, c.first);
+  // The candidates with their unnormalised probabilities exp(l - max).
   weighted_.resize(cand_.size());
   double total = 0.0;
-  for (std::size_t i = 0; i < cand_.size(); ++i)
-    total += weighted_[i].e = std::exp(static_cast<double>(cand_[i].first) - mx);
   for (std::size_t i = 0; i < cand_.size(); ++i) {
-    weighted_[i].l = cand_[i].first;
-    weighted_[i].id = cand_[i].second;
+    weighted_[i].c = cand_[i];
+    total += weighted_[i].e = std::exp(static_cast<double>(cand_[i].first) - mx);
   }
   // The token where the cumulative probability in the distribution's order passes r: quickselect by
   // mass (partition around a pivot, keep the side holding r), then a walk over a short sorted rest.
-  auto ord = [](const Weighted& a, const Weighted& b) { return a.l > b.l || (a.l == b.l && a.id < b.id); };
+  auto ord = [](const Weighted& a, const Weighted& b) { return before(a.c, b.c); };
   double r = rng_.uniform() * total;
   std::size_t lo = 0, hi = weighted_.size();
   const auto at = [&](std::size_t i) { return weighted_.begin() + static_cast<std::ptrdiff_t>(i); };
@@ -96,17 +101,17 @@ TokenId Sampler::sample_whole(std::span<const float> logits, std::span<const std
       continue;
     }
     r -= upper;
-    std::iter_swap(at(mid), std::find_if(at(mid), at(hi), [&](const Weighted& x) { return x.id == pivot.id; }));
-    if (r < weighted_[mid].e) return weighted_[mid].id;
+    std::iter_swap(at(mid), std::find_if(at(mid), at(hi), [&](const Weighted& x) { return x.c.second == pivot.c.second; }));
+    if (r < weighted_[mid].e) return weighted_[mid].c.second;
     r -= weighted_[mid].e;
     lo = mid + 1;
   }
   std::sort(at(lo), at(hi), ord);
   for (std::size_t i = lo; i < hi; ++i) {
     r -= weighted_[i].e;
-    if (r < 0.0) return weighted_[i].id;
+    if (r < 0.0) return weighted_[i].c.second;
   }
-  return weighted_[hi - 1].id;  // rounding left r at or above the mass walked: the last one
+  return weighted_[hi - 1].c.second;  // rounding left r at or above the mass walked: the last one
 }
 
 TokenId Sampler::sample_from(const TokenDistribution& d) {
@@ -162,12 +167,7 @@ void Sampler::distribution(std::span<const float> logits, std::span<const std::u
     }
     return;
   }
-  cand_.clear();
-  const float inv_t = 1.f / params_.temperature;
-  for (std::size_t i = 0; i < V; ++i) {
-    const auto t = static_cast<TokenId>(i);
-    if (bitmask_allows(bitmask, t) && !std::isnan(logits[i])) cand_.emplace_back(logits[i] * inv_t, t);
-  }
+  const float mx = collect(logits, bitmask);  // top-k below keeps the largest: the max stays
   if (cand_.empty()) return;
   // cand_[0, sorted) is always the start of the candidates in descending logit, ties by id.
   std::size_t sorted = 0;
@@ -178,8 +178,6 @@ void Sampler::distribution(std::span<const float> logits, std::span<const std::u
   }
   std::size_t keep = cand_.size();
   // Softmax over the kept candidates (in double for a stable cumulative sum).
-  float mx = cand_[0].first;
-  for (const auto& c : cand_) mx = std::max(mx, c.first);
   double sum = 0.0;
   for (const auto& c : cand_) sum += std::exp(static_cast<double>(c.first) - mx);
   const auto prob = [&](std::size_t i) { return std::exp(static_cast<double>(cand_[i].first) - mx) / sum; };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/core/constraint.hpp"
@@ -67,10 +68,13 @@ class Sampler {
   /// the same uniform, up to the rounding of the sums.
   TokenId sample_whole(std::span<const float> logits, std::span<const std::uint32_t> bitmask);
 
+  /// Fills cand_ with (logit / temperature, id) of every id the bitmask allows whose logit is not NaN, in
+  /// id order; returns the largest of those values (-infinity when there is none).
+  float collect(std::span<const float> logits, std::span<const std::uint32_t> bitmask);
+
   struct Weighted {
-    double e;    ///< exp(logit - max)
-    float l;     ///< logit / temperature
-    TokenId id;
+    double e;                         ///< exp(logit / temperature - max)
+    std::pair<float, TokenId> c;      ///< as in cand_
   };
   SamplingParams params_;
   Rng rng_;
