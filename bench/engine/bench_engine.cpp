@@ -21,6 +21,9 @@
 //                     [--compute auto|exact|bf16] [--threads N] [--tg 128] [--depth 16] [--pp 512,2048]
 //                     [--concurrency 1,4,16,64] [--ttft 32768] [--batch-tokens 2048] [--runs 3]
 //                     [--greedy-on-backend auto|on|off] [--eager on|off] [--work DIR] [--out DIR]
+//                     [--sampling T[,top_k[,top_p[,min_p]]]] [--sample-on-backend auto|on|off]
+//                     (--sampling: the decode requests sample, seeded, instead of greedy; with
+//                     --sample-on-backend off their rows are sampled on the host from downloaded logits)
 //                     (--eager on: no decode step recorded and replayed, EngineOptions::enforce_eager)
 //        bench_engine --kie models/quarry-extract-11m [--device cuda] [--mtp 4] [--runs 3] [--out DIR]
 //        bench_engine --quant int8,int4,fp8 [--preset qwen3-8b --layers 2] [--tg 32] [--pp 128] [--runs 3]
@@ -76,13 +79,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::vector<std::size_t> parse_list(const std::string& s) {
-  std::vector<std::size_t> out;
+/// The comma-separated items of s (empty items skipped).
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(std::stoul(item));
+    if (!item.empty()) out.push_back(item);
   return out;
+}
+
+std::vector<std::size_t> parse_list(const std::string& s) {
+  std::vector<std::size_t> out;
+  for (const auto& item : split_commas(s)) out.push_back(std::stoul(item));
+  return out;
+}
+
+EngineOptions::OnBackend parse_on_backend(const std::string& v) {
+  if (v == "auto") return EngineOptions::OnBackend::automatic;
+  if (v == "on") return EngineOptions::OnBackend::on;
+  if (v == "off") return EngineOptions::OnBackend::off;
+  throw std::invalid_argument("takes auto, on or off");
 }
 
 double now_s() {
@@ -122,7 +139,12 @@ struct Options {
   std::size_t ctx = 512;            ///< --ctx: tokens a perplexity window holds
   /// --greedy-on-backend auto|on|off: EngineOptions::greedy_on_backend (greedy rows' argmax where the
   /// logits are, only the ids downloaded)
-  EngineOptions::GreedyOnBackend greedy = EngineOptions::GreedyOnBackend::automatic;
+  EngineOptions::OnBackend greedy = EngineOptions::OnBackend::automatic;
+  /// --sample-on-backend auto|on|off: EngineOptions::sample_on_backend (rows of temperature > 0 drawn
+  /// where the logits are, only the ids downloaded)
+  EngineOptions::OnBackend sample = EngineOptions::OnBackend::automatic;
+  /// --sampling T[,top_k[,top_p[,min_p]]]: the decode requests' sampling (default greedy), seeded
+  SamplingParams sampling;
   bool eager = false;  ///< --eager on: EngineOptions::enforce_eager (no recorded decode steps)
 };
 
@@ -133,6 +155,7 @@ EngineOptions engine_options(const Options& o) {
   eo.n_threads = o.threads;
   eo.compute = parse_compute(o.compute);
   eo.greedy_on_backend = o.greedy;
+  eo.sample_on_backend = o.sample;
   eo.enforce_eager = o.eager;
   return eo;
 }
@@ -148,6 +171,7 @@ TgPp measure_tg_pp(Engine& e, const Options& o, std::size_t pp, std::uint64_t& s
   req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
   req.max_tokens = o.tg + 1;
   req.ignore_eos = true;
+  req.sampling = o.sampling;
   EngineStats before = e.stats();
   e.generate(req);
   EngineStats after = e.stats();
@@ -179,6 +203,8 @@ json report_header(const std::string& bench, const Engine& e, const std::string&
   rep["runs"] = o.runs;
   rep["tg"] = o.tg;
   rep["pp"] = pp;
+  rep["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k},
+                     {"top_p", o.sampling.top_p}, {"min_p", o.sampling.min_p}};
   return rep;
 }
 
@@ -190,6 +216,8 @@ double aggregate_decode(Engine& e, const Options& o, std::size_t level, std::uin
     q.prompt = prompt(32, salt++, V);
     q.max_tokens = o.tg + 1;
     q.ignore_eos = true;
+    q.sampling = o.sampling;
+    q.sampling.seed = salt;
   }
   const double t0 = now_s();
   e.generate(reqs);
@@ -613,6 +641,7 @@ int main(int argc, char** argv) {
       "usage: bench_engine [--device cpu|cuda[:N]] [--preset NAME] [--layers N] [--dtype bf16|f16|f32]\n"
       "         [--compute auto|exact|bf16] [--threads N] [--tg N] [--depth N] [--pp N,N] [--concurrency N,N]\n"
       "         [--ttft N] [--batch-tokens N] [--greedy-on-backend auto|on|off] [--eager on|off] [--runs N]\n"
+      "         [--sampling T[,top_k[,top_p[,min_p]]]] [--sample-on-backend auto|on|off]\n"
       "         [--work DIR] [--out DIR]\n"
       "       bench_engine --kie MODEL_DIR [--mtp N] ...   (MTP on the sample invoices)\n"
       "       bench_engine --quant int8,int4,fp8 ...       (quantized copies against the float model)\n"
@@ -642,18 +671,22 @@ int main(int argc, char** argv) {
     else if (a == "--perplexity") o.perplexity = v;
     else if (a == "--texts") o.texts = v;
     else if (a == "--ctx") o.ctx = std::max<std::size_t>(2, std::stoul(v));
-    else if (a == "--greedy-on-backend") {
-      if (v == "auto") o.greedy = EngineOptions::GreedyOnBackend::automatic;
-      else if (v == "on") o.greedy = EngineOptions::GreedyOnBackend::on;
-      else if (v == "off") o.greedy = EngineOptions::GreedyOnBackend::off;
-      else throw std::invalid_argument("takes auto, on or off");
+    else if (a == "--greedy-on-backend") o.greedy = parse_on_backend(v);
+    else if (a == "--sample-on-backend") o.sample = parse_on_backend(v);
+    else if (a == "--sampling") {
+      const std::vector<std::string> f = split_commas(v);
+      if (f.empty() || f.size() > 4) throw std::invalid_argument("takes T[,top_k[,top_p[,min_p]]]");
+      o.sampling.temperature = std::stof(f[0]);
+      if (f.size() > 1) o.sampling.top_k = std::stoul(f[1]);
+      if (f.size() > 2) o.sampling.top_p = std::stof(f[2]);
+      if (f.size() > 3) o.sampling.min_p = std::stof(f[3]);
+      o.sampling.seed = 1;
+      Sampler check(o.sampling);  // the sampler's own checks of the values
     } else if (a == "--eager") {
       if (v != "on" && v != "off") throw std::invalid_argument("takes on or off");
       o.eager = v == "on";
     } else if (a == "--quant") {
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ','))
+      for (const auto& item : split_commas(v))
         if (item == "int8" || item == "int4" || item == "fp8") o.quant.push_back(item);
         else throw std::invalid_argument("takes int8, int4, fp8 (comma-separated), not " + item);
     } else {
@@ -840,6 +873,7 @@ int main(int argc, char** argv) {
     rep["concurrency"] = conc;
     if (!ttft.is_null()) rep["ttft"] = ttft;
 
+    rep["sampling"]["steps_drawn_on_backend"] = engine->stats().sampled_on_backend_steps;
     fs::create_directories(o.out);
     std::ofstream(o.out / "bench_engine.json") << rep.dump(2) << "\n";
     std::ostringstream md;
@@ -847,8 +881,12 @@ int main(int argc, char** argv) {
        << "compute " << rep["model"]["compute"].get<std::string>() << ", KV " << rep["model"]["kv_dtype"].get<std::string>()
        << ", commit " << rep["commit"].get<std::string>() << "; median of " << o.runs << " runs after 1 warm-up; "
        << "bandwidth " << bw_best << " GB/s (best of " << bw.size() << "), matmul " << peak_gflops << " GFLOP/s ("
-       << gm << "x" << gk << "x" << gk << ").\n\n"
-       << "| measure | value | limit | fraction |\n| --- | --- | --- | --- |\n";
+       << gm << "x" << gk << "x" << gk << ").";
+    if (o.sampling.temperature > 0.f)
+      md << " Sampling: temperature " << o.sampling.temperature << ", top-k " << o.sampling.top_k << ", top-p "
+         << o.sampling.top_p << ", min-p " << o.sampling.min_p << "; "
+         << rep["sampling"]["steps_drawn_on_backend"].get<std::size_t>() << " steps drawn on the backend.";
+    md << "\n\n| measure | value | limit | fraction |\n| --- | --- | --- | --- |\n";
     char line[512];
     std::snprintf(line, sizeof line, "| tg%zu @ depth %zu, batch 1 | %.1f tok/s, %.0f GB/s | %.1f tok/s (%.2f GB/step) | %.1f%% |\n",
                   o.tg, o.depth, tg["tok_s"].get<double>(), tg["tok_s"].get<double>() * tg_bytes / 1e9,

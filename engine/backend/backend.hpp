@@ -32,6 +32,16 @@ class Collective;
 
 class Backend;
 
+/// One logit row's sampling for Backend::sample_rows: the filters of the host sampler
+/// (engine/runtime/sampler.hpp, SamplingParams), same meaning and order, and the draw's random key.
+struct RowSampling {
+  float temperature = 0.f;  ///< 0: the row's argmax
+  std::uint32_t top_k = 0;  ///< 0: off
+  float top_p = 1.f;        ///< 1: off
+  float min_p = 0.f;        ///< 0: off
+  std::uint64_t key = 0;    ///< the draw's key: the same row, parameters and key give the same id
+};
+
 /// Where a backend runs: the CPU, or CUDA device `index`.
 struct DeviceSpec {
   enum class Kind : std::uint8_t { cpu, cuda };
@@ -500,6 +510,20 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// device. Throws std::invalid_argument when masks are given but too short.
   virtual void argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
                            std::span<const std::uint32_t> masks, std::size_t mask_words, std::int32_t* out_host) = 0;
+  /// Sampling where the logits are: out_host[r] = an id drawn from row r of logits [rows, n] at stride ld
+  /// under params[r] (RowSampling), among the ids its mask allows (masks as argmax_rows; NaN logits never
+  /// drawn); -1 where none is. A row of temperature 0 gets argmax_rows's id. Otherwise the kept set is the
+  /// host sampler's (engine/runtime/sampler.hpp: v = logit * (1 / temperature), candidates in descending v,
+  /// ties by the smaller id; the top_k first; of those the shortest prefix whose mass reaches top_p, the
+  /// masses exp(v - max) summed in fixed point (sampling.hpp); those with exp(v - max) >= min_p), and the
+  /// draw is argmax over the kept ids of v + Gumbel noise keyed by params[r].key (the Gumbel-max trick,
+  /// sampling.hpp): the same logits, parameters and key give the same id on every backend, up to the
+  /// last bit of exp / log at a tie. Only the ids leave the device. Throws std::invalid_argument on
+  /// params.size() != rows, masks as argmax_rows, or parameters the sampler refuses (temperature < 0,
+  /// top_p outside (0, 1], min_p outside [0, 1]).
+  virtual void sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                           std::span<const std::uint32_t> masks, std::size_t mask_words,
+                           std::span<const RowSampling> params, std::int32_t* out_host) = 0;
 
   // ---- recording (CUDA graphs; Nguyen et al., "Getting Started with CUDA Graphs") ----
   /// Whether begin_capture / end_capture / replay work here.
@@ -542,6 +566,10 @@ class Backend : public std::enable_shared_from_this<Backend> {
   /// mask_words words with mask_words >= ceil(n / 32).
   static void check_argmax_masks(std::size_t rows, std::size_t n, std::span<const std::uint32_t> masks,
                                  std::size_t mask_words);
+  /// sample_rows()'s check of its arguments (the masks as check_argmax_masks, one RowSampling a row,
+  /// each valid): std::invalid_argument naming what is wrong.
+  static void check_sample_args(std::size_t rows, std::size_t n, std::span<const std::uint32_t> masks,
+                                std::size_t mask_words, std::span<const RowSampling> params);
 };
 
 }  // namespace quarry::engine

@@ -109,8 +109,11 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   if (options_.max_batch_tokens == 0)
     options_.max_batch_tokens = model->backend().host_memory() ? kHostBatchTokens : kDeviceBatchTokens;
   const std::size_t V = model->config().vocab_size;
-  greedy_on_backend_ = options_.greedy_on_backend == EngineOptions::GreedyOnBackend::on ||
-                       (options_.greedy_on_backend == EngineOptions::GreedyOnBackend::automatic &&
+  greedy_on_backend_ = options_.greedy_on_backend == EngineOptions::OnBackend::on ||
+                       (options_.greedy_on_backend == EngineOptions::OnBackend::automatic &&
+                        !model->backend().host_memory());
+  sample_on_backend_ = options_.sample_on_backend == EngineOptions::OnBackend::on ||
+                       (options_.sample_on_backend == EngineOptions::OnBackend::automatic &&
                         !model->backend().host_memory());
   std::size_t draft_vocab = options_.mtp_draft_vocab;
   if (draft_vocab == 0) draft_vocab = std::max(V / 4, std::min<std::size_t>(V, 4096));
@@ -324,39 +327,53 @@ void Engine::draft_step() {
   stats_.draft_s += step_draft_s_;
 }
 
-GreedyRows* Engine::greedy_rows(const SchedulerOutput& sched, GreedyRows& out) {
+BackendSampling* Engine::backend_sampling(const SchedulerOutput& sched, BackendSampling& out) {
   const std::size_t n_logits = sched.batch.n_logits();
-  if (!greedy_on_backend_ || n_logits == 0) return nullptr;
-  bool masked = false;
+  if (n_logits == 0) return nullptr;
+  bool masked = false, sampled = false;
   for (const Sequence* s : sched.logit_owners) {
-    if (s->sampler.params().temperature != 0.f) return nullptr;
+    if (s->sampler.params().temperature != 0.f) {
+      if (!sample_on_backend_ || s->mtp) return nullptr;
+      sampled = true;
+    }
     masked = masked || (s->constraint && !s->done);
   }
-  out = GreedyRows{};
+  if (!sampled && !greedy_on_backend_) return nullptr;
+  out = BackendSampling{};
+  if (sampled) {  // one key a row from its sequence's seeded stream; greedy rows stay argmax
+    step_rows_.assign(n_logits, RowSampling{});
+    for (Sequence* s : sched.logit_owners) {
+      const SamplingParams& p = s->sampler.params();
+      if (p.temperature == 0.f || s->done) continue;
+      step_rows_[s->logit_first] = RowSampling{p.temperature, static_cast<std::uint32_t>(std::min<std::size_t>(p.top_k, 0xffffffffu)),
+                                               p.top_p, p.min_p, s->sampler.next_key()};
+    }
+    out.rows = step_rows_;
+  }
   if (!masked) return &out;
   // Built while the device runs the step: every row allows everything but those of constrained
   // sequences, which take their k + 1 masks of this step.
-  out.build_masks = [this, &sched, n_logits](GreedyRows& g) {
+  out.build_masks = [this, &sched, n_logits](BackendSampling& g) {
     const std::size_t W = structured_->mask_words();
-    greedy_masks_.assign(n_logits * W, 0xffffffffu);
+    step_masks_.assign(n_logits * W, 0xffffffffu);
     for (Sequence* sp : sched.logit_owners) {
       Sequence& s = *sp;
       if (!s.constraint || s.done) continue;
       const auto masks = structured_->step_masks(s);
       const std::size_t rows = (s.drafted ? s.job.drafts.size() : 0) + 1;
       for (std::size_t j = 0; j < rows && j < masks.size(); ++j) {
-        if (masks[j].size() < W) throw std::logic_error("greedy_rows: a step mask is shorter than the vocabulary");
-        std::copy_n(masks[j].begin(), W, greedy_masks_.begin() + static_cast<std::ptrdiff_t>((s.logit_first + j) * W));
+        if (masks[j].size() < W) throw std::logic_error("backend_sampling: a step mask is shorter than the vocabulary");
+        std::copy_n(masks[j].begin(), W, step_masks_.begin() + static_cast<std::ptrdiff_t>((s.logit_first + j) * W));
       }
     }
-    g.masks = greedy_masks_;
+    g.masks = step_masks_;
     g.mask_words = W;
   };
   return &out;
 }
 
 std::size_t Engine::sample_outputs(const SchedulerOutput& sched, std::span<const float> logits,
-                                   std::span<const TokenId> argmax, std::span<const float> hidden) {
+                                   std::span<const TokenId> ids, std::span<const float> hidden) {
   const std::size_t V = runner_->model().config().vocab_size, H = runner_->model().config().hidden_size;
   std::size_t emitted = 0;
   // Prefill chunks before the prompt's end: only their hidden states (for the MTP module).
@@ -377,8 +394,8 @@ std::size_t Engine::sample_outputs(const SchedulerOutput& sched, std::span<const
     if (s.constraint) masks = structured_->step_masks(s);
     VerifyResult r;
     const bool want_bonus = !(s.drafted && s.job.ended && k > 0);
-    if (!argmax.empty()) {  // greedy rows picked by the backend
-      r = verify_greedy(argmax.subspan(s.logit_first, k + 1), std::span<const TokenId>(s.job.drafts.data(), k), want_bonus);
+    if (!ids.empty()) {  // ids picked by the backend: argmax rows (with drafts or not) or one drawn row
+      r = verify_greedy(ids.subspan(s.logit_first, k + 1), std::span<const TokenId>(s.job.drafts.data(), k), want_bonus);
     } else if (!s.mtp && !s.constraint) {
       const std::span<const float> rows(logits.data() + s.logit_first * V, V);
       r.next = s.sampler.sample(rows);
@@ -487,10 +504,11 @@ std::vector<FinishedRequest> Engine::step() {
       for (const auto& e : sched.scheduled)
         if (e.n_drafts > 0) kv.save_state(e.seq->kv);
     const std::size_t replays_before = runner_->replays();
-    GreedyRows greedy;
-    GreedyRows* greedy_here = greedy_rows(sched, greedy);
-    const ModelOutput result = runner_->execute(batch, want_hidden, groups, greedy_here);
-    if (greedy_here) ++stats_.greedy_on_backend_steps;
+    BackendSampling picks;
+    BackendSampling* picks_here = backend_sampling(sched, picks);
+    const ModelOutput result = runner_->execute(batch, want_hidden, groups, picks_here);
+    if (picks_here && picks_here->rows.empty()) ++stats_.greedy_on_backend_steps;
+    if (picks_here && !picks_here->rows.empty()) ++stats_.sampled_on_backend_steps;
     stats_.replayed_steps += runner_->replays() - replays_before;
     if (result.lm_head_restricted) {
       const std::size_t n_groups = (runner_->model().config().vocab_size + 15) / 16;
@@ -522,7 +540,7 @@ std::vector<FinishedRequest> Engine::step() {
         }
       }
     const Stopwatch accept_watch;
-    const std::size_t emitted = sample_outputs(sched, result.logits, result.argmax, result.hidden);
+    const std::size_t emitted = sample_outputs(sched, result.logits, result.ids, result.hidden);
     const double accept_s = accept_watch.seconds();
     if (sched.prefill_tokens == 0) {  // decode: output tokens, with the drafting and acceptance time
       stats_.decode_tokens += emitted;

@@ -51,7 +51,7 @@ namespace grammar {
 class TokenizerInfo;
 }  // namespace grammar
 class ModelRunner;
-struct GreedyRows;
+struct BackendSampling;
 class Scheduler;
 class StructuredOutput;
 struct Sequence;
@@ -114,8 +114,16 @@ struct EngineOptions {
   /// (Backend::argmax_rows, the masks of the whole batch in one upload), and only the ids come back
   /// instead of every logit row. Output unchanged (the sampler's order: the first of the largest).
   /// automatic: on for backends whose memory is not the host's (GPUs); on: on every backend; off: never.
-  enum class GreedyOnBackend : std::uint8_t { automatic, on, off };
-  GreedyOnBackend greedy_on_backend = GreedyOnBackend::automatic;
+  enum class OnBackend : std::uint8_t { automatic, on, off };
+  OnBackend greedy_on_backend = OnBackend::automatic;
+  /// Sampling where the logits are: a step with rows of temperature > 0 (and no MTP drafting, whose
+  /// lossless verification needs the distributions on the host) has every row's id drawn by the backend
+  /// (Backend::sample_rows: the sampler's filters, a Gumbel-max draw keyed from the request's seeded
+  /// stream, the masks of the whole batch in one upload) and only the ids come back. The draws follow
+  /// the same distribution as the host sampler's but are other draws: a seeded request gives the same
+  /// tokens on every backend that samples (up to the last bit of the logits), not those of the host
+  /// sampler. automatic: on for backends whose memory is not the host's (GPUs); on: everywhere; off: never.
+  OnBackend sample_on_backend = OnBackend::automatic;
   /// Grounded decoding: with a request's document text (GenerationRequest::document_pages), values of
   /// schema locations annotated `x-quarry-source` can only be what the document says
   /// (engine/grammar/grounding.hpp). false ignores the annotation.
@@ -263,13 +271,15 @@ class Engine {
   /// MTP rows of a prompt chunk just computed (MtpDrafter::catch_up), before its first token is timed.
   void mtp_catch_up(Sequence& s);
   /// Samples / verifies each sequence's logit rows and appends its tokens; returns the tokens emitted.
-  /// `argmax` (when not empty): every logit row's argmax among its allowed ids (greedy rows picked by
-  /// the backend), used instead of the logits.
-  std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const TokenId> argmax,
+  /// `ids` (when not empty): every logit row's id picked by the backend (its argmax, or its draw, among
+  /// its allowed ids), used instead of the logits.
+  std::size_t sample_outputs(const SchedulerOutput& sched, std::span<const float> logits, std::span<const TokenId> ids,
                              std::span<const float> hidden);
-  /// GreedyRows for this step when every logit row of it is greedy and greedy_on_backend applies (with
-  /// constrained rows: a build_masks that writes the step's masks into greedy_masks_); null otherwise.
-  GreedyRows* greedy_rows(const SchedulerOutput& sched, GreedyRows& out);
+  /// BackendSampling for this step when the backend may pick every logit row's id: every row greedy and
+  /// greedy_on_backend applies, or sample_on_backend applies and no sequence with rows of temperature > 0
+  /// drafts (with constrained rows: a build_masks that writes the step's masks into step_masks_); null
+  /// otherwise.
+  BackendSampling* backend_sampling(const SchedulerOutput& sched, BackendSampling& out);
   /// Appends `tok` to the output (callbacks, text, stop conditions); true if the sequence finished.
   /// `constraint_seen`: the constraint already accepted it (an accepted draft).
   bool append_token(Sequence& s, TokenId tok, bool sampled, bool constraint_seen = false);
@@ -286,7 +296,9 @@ class Engine {
   std::size_t mtp_draft_vocab_ = 0;  ///< drafts among token ids below this
   std::size_t snapshot_every_ = 0;   ///< hybrid models: prompt positions between recurrent-state snapshots (0: none)
   bool greedy_on_backend_ = false;   ///< EngineOptions::greedy_on_backend resolved for the backend
-  std::vector<std::uint32_t> greedy_masks_;  ///< the step's bitmasks of every logit row (greedy on the backend)
+  bool sample_on_backend_ = false;   ///< EngineOptions::sample_on_backend resolved for the backend
+  std::vector<std::uint32_t> step_masks_;  ///< the step's bitmasks of every logit row (ids picked by the backend)
+  std::vector<RowSampling> step_rows_;     ///< the step's sampling of every logit row (drawn by the backend)
   EngineStats stats_;
   Stopwatch clock_;
   RequestId next_request_id_ = 1;

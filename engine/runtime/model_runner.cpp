@@ -29,31 +29,43 @@ ModelRunner::ModelRunner(std::unique_ptr<Model> model, const ModelRunnerOptions&
 }
 
 ModelOutput ModelRunner::execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                                 GreedyRows* greedy) {
+                                 BackendSampling* sampling) {
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size, nl = batch.n_logits();
   Backend& be = model_->backend();
   const bool host = be.host_memory();
-  logits_.resize(greedy && !host ? 0 : nl * V);
+  logits_.resize(sampling && !host ? 0 : nl * V);
   hidden_.resize(want_hidden ? batch.size() * H : 0);
-  argmax_.resize(greedy ? nl : 0);
+  ids_.resize(sampling ? nl : 0);
   ModelOutput out;
   if (host) {  // the outputs are written straight into the host vectors
     out.lm_head_restricted =
         model_->forward(batch, *kv_, logits_.data(), want_hidden ? hidden_.data() : nullptr, lm_head_groups);
-    if (greedy && greedy->build_masks) greedy->build_masks(*greedy);
-    if (greedy && nl) be.argmax_rows(logits_.data(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
-    if (greedy) logits_.clear();
+    if (sampling) {
+      pick_ids(logits_.data(), nl, *sampling);
+      logits_.clear();
+    }
   } else {
-    out.lm_head_restricted = execute_device(batch, want_hidden, lm_head_groups, greedy);
+    out.lm_head_restricted = execute_device(batch, want_hidden, lm_head_groups, sampling);
   }
   out.logits = logits_;
   out.hidden = hidden_;
-  out.argmax = argmax_;
+  out.ids = ids_;
   return out;
 }
 
+void ModelRunner::pick_ids(const float* logits, std::size_t nl, BackendSampling& sampling) {
+  if (sampling.build_masks) sampling.build_masks(sampling);  // on a device: while it runs the step
+  if (nl == 0) return;
+  const std::size_t V = model_->config().vocab_size;
+  Backend& be = model_->backend();
+  if (sampling.rows.empty())
+    be.argmax_rows(logits, nl, V, V, sampling.masks, sampling.mask_words, ids_.data());
+  else
+    be.sample_rows(logits, nl, V, V, sampling.masks, sampling.mask_words, sampling.rows, ids_.data());
+}
+
 bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                                 GreedyRows* greedy) {
+                                 BackendSampling* sampling) {
   Backend& be = model_->backend();
   const std::size_t V = model_->config().vocab_size, H = model_->config().hidden_size;
   const std::size_t nl = batch.n_logits(), T = batch.size();
@@ -96,8 +108,7 @@ bool ModelRunner::execute_device(const Batch& batch, bool want_hidden, std::span
       }
     }
   }
-  if (greedy && greedy->build_masks) greedy->build_masks(*greedy);  // while the device runs the step
-  if (nl && greedy) be.argmax_rows(dev_logits_.as<float>(), nl, V, V, greedy->masks, greedy->mask_words, argmax_.data());
+  if (sampling) pick_ids(dev_logits_.as<float>(), nl, *sampling);
   else if (nl) be.download(logits_.data(), dev_logits_.data(), nl * V * sizeof(float));
   if (want_hidden) be.download(hidden_.data(), dev_hidden_.data(), T * H * sizeof(float));
   return restricted;

@@ -33,24 +33,27 @@ struct ModelRunnerOptions {
 /// (CUDA graphs) on backends that can record ops: one launch per step instead of one per op.
 constexpr std::size_t kMaxRecordedRows = 8;
 
-/// Greedy sampling where the logits are (Backend::argmax_rows): only the ids come back to the host.
-struct GreedyRows {
+/// Sampling where the logits are (Backend::argmax_rows, Backend::sample_rows): only the ids come back to
+/// the host.
+struct BackendSampling {
   /// The step's token bitmasks: mask_words words for each logit row (empty: every id allowed).
   std::span<const std::uint32_t> masks;
   std::size_t mask_words = 0;
-  /// When set, called once the forward call is issued and before the argmax, to fill `masks` and
-  /// `mask_words`: on an asynchronous backend the host builds the step's bitmasks while the device runs
-  /// the step.
-  std::function<void(GreedyRows&)> build_masks;
+  /// Each logit row's sampling (Backend::sample_rows); empty: every row is greedy (Backend::argmax_rows).
+  std::span<const RowSampling> rows;
+  /// When set, called once the forward call is issued and before the ids are picked, to fill `masks`
+  /// and `mask_words`: on an asynchronous backend the host builds the step's bitmasks while the device
+  /// runs the step.
+  std::function<void(BackendSampling&)> build_masks;
 };
 
 /// What one forward call gives the host.
 struct ModelOutput {
-  std::span<const float> logits;  ///< [n_logits, vocab_size]; empty when `argmax` was asked for
+  std::span<const float> logits;  ///< [n_logits, vocab_size]; empty when `ids` were asked for
   std::span<const float> hidden;  ///< [n_tokens, hidden_size] when asked for
-  /// [n_logits] when execute() had GreedyRows: each logit row's argmax among the ids its mask allows
-  /// (-1: none).
-  std::span<const TokenId> argmax;
+  /// [n_logits] when execute() had BackendSampling: each logit row's id (its argmax, or its draw) among
+  /// the ids its mask allows (-1: none).
+  std::span<const TokenId> ids;
   bool lm_head_restricted = false;
 };
 
@@ -67,23 +70,26 @@ class ModelRunner {
 
   /// Forward steps replayed from a recording so far.
   std::size_t replays() const { return replays_; }
-  /// Runs the batch; the spans stay valid until the next execute(). With `greedy`, the logit rows are
-  /// reduced to their argmax where they were computed and only the ids are handed over. Throws
-  /// std::invalid_argument when greedy's masks do not cover every logit row.
+  /// Runs the batch; the spans stay valid until the next execute(). With `sampling`, the logit rows are
+  /// reduced to their ids where they were computed and only the ids are handed over. Throws
+  /// std::invalid_argument when its masks do not cover every logit row, or its rows are not one a
+  /// logit row.
   ModelOutput execute(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                      GreedyRows* greedy = nullptr);
+                      BackendSampling* sampling = nullptr);
 
  private:
-  /// The device path: stage, run (recorded where the shape allows), copy the outputs (or the argmax
-  /// ids) to the host.
+  /// The device path: stage, run (recorded where the shape allows), copy the outputs (or the picked ids)
+  /// to the host.
   bool execute_device(const Batch& batch, bool want_hidden, std::span<const std::uint32_t> lm_head_groups,
-                      GreedyRows* greedy);
+                      BackendSampling* sampling);
+  /// The ids of the nl logit rows at `logits` (backend memory) into ids_, as `sampling` asks.
+  void pick_ids(const float* logits, std::size_t nl, BackendSampling& sampling);
 
   std::unique_ptr<Model> model_;
   bool eager_ = false;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_, hidden_;
-  std::vector<TokenId> argmax_;
+  std::vector<TokenId> ids_;
   // Device outputs (non-host backends) and the recordings of decode-shaped steps, keyed by
   // (rows, logit rows, hidden wanted, sequences, table stride, largest position / 512).
   DeviceBuffer dev_logits_, dev_hidden_;

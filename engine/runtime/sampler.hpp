@@ -59,6 +59,9 @@ class Sampler {
   TokenId sample_from(const TokenDistribution& d);
   /// Uniform in [0, 1) from this sampler's stream.
   double uniform() { return rng_.uniform(); }
+  /// 64 bits from this sampler's stream: the key of a draw made elsewhere (Backend::sample_rows), so
+  /// that a seeded request's draws stay reproducible.
+  std::uint64_t next_key() { return rng_.next(); }
 
   const SamplingParams& params() const { return params_; }
 

@@ -52,6 +52,8 @@ struct EngineStats {
   std::size_t grammar_lm_head_steps = 0, lm_head_groups_computed = 0, lm_head_groups_skipped = 0;
   /// Steps whose greedy rows were picked by the backend (EngineOptions::greedy_on_backend): only ids came back.
   std::size_t greedy_on_backend_steps = 0;
+  /// Steps whose rows were drawn by the backend (EngineOptions::sample_on_backend): only ids came back.
+  std::size_t sampled_on_backend_steps = 0;
   double decode_s = 0.0;
   /// Bytes decode steps read: weights once per step + the K/V of every context position attended (+ the
   /// recurrent state of each sequence, read and written, in hybrid models).

@@ -1186,6 +1186,74 @@ TEST_F(BackendOps, ArgmaxRowsOnlyAmongWhatTheBitmaskAllows) {
   EXPECT_THROW(under_test_->argmax_rows(b.as<float>(), rows, n, ld, masks, n / 32 - 1, out.data()), std::invalid_argument);
 }
 
+TEST_F(BackendOps, SampleRowsDrawTheCpuReferencesIds) {
+  // Qwen3's vocabulary; rows of random logits flat and peaked, with ties everywhere, under a random
+  // bitmask, with NaN / -inf, one allowed id, none allowed, +inf twice; each filter set with four keys. A
+  // GPU's ids equal the CPU reference's on every row (the same kept set and the same Gumbel draw); on every
+  // backend temperature 0 and top-k 1 give argmax_rows's id, and the rows allowing one id / none give it / -1.
+  const std::size_t R = 8, n = 151936, ld = n + 8, W = (n + 31) / 32;
+  std::vector<float> v(R * ld, 0.f);
+  const auto fill = [&](std::size_t r, float scale, std::uint64_t seed) {
+    const auto x = randn(n, seed, scale);
+    std::copy(x.begin(), x.end(), v.begin() + static_cast<std::ptrdiff_t>(r * ld));
+  };
+  fill(0, 1.f, 31);
+  fill(1, 4.f, 32);
+  fill(2, 2.f, 33);
+  for (std::size_t i = 0; i < n; ++i) v[2 * ld + i] = std::round(v[2 * ld + i] * 4.f) / 4.f;  // ties
+  fill(3, 3.f, 34);
+  fill(4, 2.f, 35);
+  fill(5, 2.f, 36);
+  fill(6, 2.f, 37);
+  for (std::size_t i = 0; i < n; i += 97) v[6 * ld + i] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t i = 5; i < n; i += 89) v[6 * ld + i] = -INFINITY;
+  fill(7, 2.f, 38);
+  v[7 * ld + 1234] = INFINITY;
+  v[7 * ld + 5678] = INFINITY;
+  std::vector<std::uint32_t> masks(R * W, 0xffffffffu);
+  std::mt19937 rng(41);
+  for (std::size_t w = 0; w < W; ++w) masks[3 * W + w] = static_cast<std::uint32_t>(rng());
+  std::fill_n(masks.begin() + 4 * W, W, 0u);
+  masks[4 * W + 77777 / 32] = 1u << (77777 % 32);
+  std::fill_n(masks.begin() + 5 * W, W, 0u);
+  auto b = dev_.put(v);
+  std::vector<std::int32_t> argmax(R);
+  under_test_->argmax_rows(b.as<float>(), R, n, ld, masks, W, argmax.data());
+  std::unique_ptr<DeviceBuffer> rb;
+  if (has_reference()) rb = std::make_unique<DeviceBuffer>(reference_.put(v));
+  const RowSampling sets[] = {{0.f, 0, 1.f, 0.f},      {1.f, 0, 1.f, 0.f},        {0.7f, 20, 1.f, 0.f},
+                              {0.7f, 0, 0.8f, 0.f},    {1.f, 50, 0.9f, 0.05f},    {1.3f, 0, 1.f, 0.1f},
+                              {1.f, 0, 0.999f, 0.f},   {1.f, 1, 1.f, 0.f},        {0.6f, 20, 0.95f, 0.f}};
+  int set = 0;
+  for (const RowSampling& base : sets) {
+    for (std::uint64_t key = 0; key < 4; ++key) {
+      SCOPED_TRACE("set " + std::to_string(set) + ", key " + std::to_string(key));
+      std::vector<RowSampling> params(R, base);
+      for (std::size_t r = 0; r < R; ++r) params[r].key = key * 7919 + r + 1000 * static_cast<std::uint64_t>(set);
+      std::vector<std::int32_t> got(R, -7);
+      under_test_->sample_rows(b.as<float>(), R, n, ld, masks, W, params, got.data());
+      if (has_reference()) {
+        std::vector<std::int32_t> want(R, -7);
+        reference_.be->sample_rows(rb->as<float>(), R, n, ld, masks, W, params, want.data());
+        EXPECT_EQ(got, want);
+      }
+      if (base.temperature == 0.f || base.top_k == 1) EXPECT_EQ(got, argmax);
+      EXPECT_EQ(got[4], 77777);
+      EXPECT_EQ(got[5], -1);
+      EXPECT_EQ(got[7], 1234);
+      for (std::size_t r = 0; r < R; ++r) {
+        ASSERT_GE(got[r], r == 5 ? -1 : 0);
+        if (got[r] >= 0) {
+          const float x = v[r * ld + static_cast<std::size_t>(got[r])];
+          EXPECT_FALSE(std::isnan(x) || x == -INFINITY) << "row " << r;
+          EXPECT_TRUE((masks[r * W + static_cast<std::size_t>(got[r]) / 32] >> (got[r] % 32)) & 1u) << "row " << r;
+        }
+      }
+    }
+    ++set;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- attention
 
 /// Random K/V for several sequences in a paged cache of `kv_dtype`, queries for chosen tokens, through

@@ -269,8 +269,8 @@ TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
     SCOPED_TRACE("mtp depth " + std::to_string(depth));
     auto on_opts = options(), off_opts = options();
     on_opts.mtp_depth = off_opts.mtp_depth = depth;
-    on_opts.greedy_on_backend = eng::EngineOptions::GreedyOnBackend::on;
-    off_opts.greedy_on_backend = eng::EngineOptions::GreedyOnBackend::off;
+    on_opts.greedy_on_backend = eng::EngineOptions::OnBackend::on;
+    off_opts.greedy_on_backend = eng::EngineOptions::OnBackend::off;
     auto on = eng::Engine::open(default_model(), m.tok, on_opts);
     auto off = eng::Engine::open(default_model(), m.tok, off_opts);
     for (const auto* reqs : {&greedy, &mixed}) {
@@ -288,6 +288,47 @@ TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
       EXPECT_GT(on->stats().accepted_tokens, 0u);
     }
   }
+}
+
+// Rows of temperature > 0 drawn by the backend (EngineOptions::sample_on_backend: Backend::sample_rows,
+// the batch's masks in one upload, only ids back): constrained draws stay valid JSON of their schema,
+// the same seeds give the same tokens on a fresh engine, a greedy request beside them keeps its host
+// tokens, and a drafting (MTP) request's sampled rows stay on the host.
+TEST(ConstrainedGeneration, SampledOnTheBackendStaysValidAndReproducible) {
+  auto& m = models();
+  const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
+  const auto short_prompt = m.tok->encode("Name and age of the person: Ann, 31, a member.");
+  std::vector<eng::GenerationRequest> reqs = {request(m.invoice_prompt, invoice, 0.8f, 3, 500),
+                                              request(short_prompt, kPerson, 0.9f, 5, 60),
+                                              request(m.invoice_prompt, "", 1.f, 6, 40),
+                                              request(short_prompt, kPerson, 0.f, 0, 60)};
+  reqs[1].sampling.top_p = 0.9f;
+  reqs[2].sampling.top_k = 20;
+  auto on_opts = options(), off_opts = options();
+  on_opts.sample_on_backend = eng::EngineOptions::OnBackend::on;
+  off_opts.sample_on_backend = eng::EngineOptions::OnBackend::off;
+  auto first = eng::Engine::open(default_model(), m.tok, on_opts);
+  auto second = eng::Engine::open(default_model(), m.tok, on_opts);
+  auto off = eng::Engine::open(default_model(), m.tok, off_opts);
+  const auto a = first->generate(reqs);
+  const auto b = second->generate(reqs);
+  const auto c = off->generate(reqs);
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+    EXPECT_FALSE(a[i].tokens.empty()) << "request " << i;
+  }
+  EXPECT_TRUE(valid_for(invoice, a[0].text)) << a[0].text;
+  EXPECT_TRUE(valid_for(kPerson, a[1].text)) << a[1].text;
+  EXPECT_EQ(a[3].tokens, c[3].tokens);  // greedy: the argmax either way
+  EXPECT_GT(first->stats().sampled_on_backend_steps, 0u);
+  EXPECT_EQ(off->stats().sampled_on_backend_steps, 0u);
+
+  auto mtp_opts = on_opts;
+  mtp_opts.mtp_depth = 2;
+  auto mtp = eng::Engine::open(default_model(), m.tok, mtp_opts);
+  const auto d = mtp->generate(reqs[1]);
+  EXPECT_TRUE(valid_for(kPerson, d.text)) << d.text;
+  EXPECT_EQ(mtp->stats().sampled_on_backend_steps, 0u);
 }
 
 TEST(ConstrainedGeneration, SchemaErrorsFailTheRequest) {

@@ -7,8 +7,10 @@
 #include <map>
 #include <random>
 
+#include "engine/backend/backend.hpp"
 #include "engine/core/rng.hpp"
 #include "engine/runtime/sampler.hpp"
+#include "tests/common/device.hpp"
 
 namespace quarry::engine {
 namespace {
@@ -191,6 +193,83 @@ TEST(Sampler, SelectionsMatchTheFullSortReference) {
       }
     }
   }
+}
+
+// Backend::sample_rows on the test device (the CPU reference in the default build, the CUDA kernel in the
+// gpu build) draws from the host sampler's distribution: over 12,000 keyed draws a case, no id outside the
+// sampler's kept set is drawn, each kept id's frequency is within 5.5 standard errors (+ 2 draws) of its
+// probability, and every kept id of probability >= 1% appears; on ties (few distinct values), a bitmask
+// with a NaN, and each filter. The same keys give the same ids again; temperature 0 is the argmax.
+TEST(Sampler, BackendDrawsFollowTheSamplersDistribution) {
+  if (!testing::test_device_present()) GTEST_SKIP() << "no " << testing::test_device_name() << " device here";
+  auto be = testing::test_backend(2);
+  std::mt19937 g(21);
+  const std::size_t V = 300, W = (V + 31) / 32, rows = 1000, calls = 12;
+  const double N = static_cast<double>(rows * calls);
+  struct Case {
+    SamplingParams p;
+    const char* what;
+  };
+  const Case cases[] = {{{0.f, 0, 1.f, 0.f, 1}, "greedy"},
+                        {{1.f, 0, 1.f, 0.f, 11}, "temperature 1"},
+                        {{0.7f, 0, 0.9f, 0.f, 12}, "top-p 0.9"},
+                        {{1.3f, 0, 0.999f, 0.f, 13}, "top-p 0.999"},
+                        {{1.f, 0, 0.5f, 0.1f, 14}, "top-p 0.5, min-p 0.1"},
+                        {{1.f, 0, 1.f, 0.05f, 15}, "min-p 0.05"},
+                        {{1.f, 40, 1.f, 0.f, 16}, "top-k 40"},
+                        {{1.f, 1, 1.f, 0.f, 18}, "top-k 1"},
+                        {{0.8f, 40, 0.8f, 0.2f, 17}, "top-k 40, top-p 0.8, min-p 0.2"}};
+  DeviceBuffer dl = be->alloc(V * sizeof(float));
+  std::vector<std::int32_t> ids(rows), again(rows);
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<float> l(V);
+    std::normal_distribution<float> n(0.f, 2.f);
+    for (auto& x : l) x = n(g);
+    if (variant == 1)  // few distinct values: ties at every cut
+      for (auto& x : l) x = std::round(x * 2.f) / 2.f;
+    std::vector<std::uint32_t> mask;
+    if (variant == 2) {
+      mask.assign(W, 0u);
+      for (std::size_t i = 0; i < V; ++i)
+        if (g() % 10 < 7) mask[i / 32] |= 1u << (i % 32);
+      l[3] = std::numeric_limits<float>::quiet_NaN();
+      mask[0] |= 1u << 3;
+    }
+    std::vector<std::uint32_t> masks;  // the row's mask for every row of a call
+    for (std::size_t r = 0; r < rows && !mask.empty(); ++r) masks.insert(masks.end(), mask.begin(), mask.end());
+    be->upload(dl.data(), l.data(), V * sizeof(float));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + ", variant " + std::to_string(variant));
+      Sampler host(c.p);
+      TokenDistribution want;
+      host.distribution(l, mask, want);
+      ASSERT_FALSE(want.empty());
+      std::map<TokenId, double> count;
+      std::vector<RowSampling> params(rows);
+      for (std::size_t call = 0; call < calls; ++call) {
+        for (std::size_t r = 0; r < rows; ++r)
+          params[r] = RowSampling{c.p.temperature, static_cast<std::uint32_t>(c.p.top_k), c.p.top_p, c.p.min_p,
+                                  *c.p.seed * 1000003u + call * rows + r};
+        // ld 0: every row reads the same logits.
+        be->sample_rows(dl.as<float>(), rows, V, 0, masks, mask.empty() ? 0 : W, params, ids.data());
+        for (auto id : ids) count[id] += 1.0;
+        if (call == 0) {
+          be->sample_rows(dl.as<float>(), rows, V, 0, masks, mask.empty() ? 0 : W, params, again.data());
+          EXPECT_EQ(ids, again) << "the same keys drew other ids";
+        }
+      }
+      for (const auto& [id, k] : count) ASSERT_GT(want.prob(id), 0.0) << "id " << id << " is not kept, drawn " << k << " times";
+      for (std::size_t i = 0; i < want.ids.size(); ++i) {
+        const double p = want.probs[i], f = count[want.ids[i]] / N;
+        EXPECT_NEAR(f, p, 5.5 * std::sqrt(p * (1.0 - p) / N) + 2.0 / N) << "id " << want.ids[i];
+        if (p >= 0.01) EXPECT_GT(f, 0.0) << "id " << want.ids[i];
+      }
+    }
+  }
+  std::vector<RowSampling> bad(rows);
+  bad[5].top_p = 0.f;
+  EXPECT_THROW(be->sample_rows(dl.as<float>(), rows, V, 0, {}, 0, bad, ids.data()), std::invalid_argument);
+  EXPECT_THROW(be->sample_rows(dl.as<float>(), rows, V, 0, {}, 0, std::span(bad).first(3), ids.data()), std::invalid_argument);
 }
 
 TEST(Sampler, RejectsBadParams) {

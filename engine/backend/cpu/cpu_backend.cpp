@@ -310,6 +310,14 @@ class CpuBackend final : public Backend {
       out[r] = argmax(logits + r * ld, n, masks.empty() ? nullptr : masks.data() + r * mask_words);
   }
 
+  void sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                   std::span<const std::uint32_t> masks, std::size_t mask_words, std::span<const RowSampling> params,
+                   std::int32_t* out) override {
+    check_sample_args(rows, n, masks, mask_words, params);
+    for (std::size_t r = 0; r < rows; ++r)
+      out[r] = sample_row(logits + r * ld, n, masks.empty() ? nullptr : masks.data() + r * mask_words, params[r]);
+  }
+
   // ---- probes ----
   std::vector<double> probe_bandwidth_gb_s(std::size_t bytes, int runs) override {
     // Streaming reads by every pool thread of its slice (stream_read.hpp), first touched by that thread.

@@ -9,6 +9,7 @@
 #include "engine/backend/cpu/attention_kernels.hpp"
 #include "engine/backend/cpu/cpu_features.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
+#include "engine/backend/sampling.hpp"
 #include "engine/core/dtype.hpp"
 
 namespace quarry::engine::cpu {
@@ -310,6 +311,53 @@ std::int32_t argmax(const float* logits, std::size_t n, const std::uint32_t* mas
     }
   }
   return best >= 0 ? static_cast<std::int32_t>(best) : (mask ? -1 : 0);
+}
+
+std::int32_t sample_row(const float* logits, std::size_t n, const std::uint32_t* mask, const RowSampling& p) {
+  if (p.temperature == 0.f) return argmax(logits, n, mask);
+  const float inv_t = 1.f / p.temperature;
+  struct Cand {
+    std::uint64_t key;
+    float v;
+    std::uint32_t id;
+  };
+  std::vector<Cand> c;
+  for (std::size_t i = 0; i < n; ++i) {
+    if ((mask && !((mask[i / 32] >> (i % 32)) & 1u)) || std::isnan(logits[i])) continue;
+    const float v = logits[i] * inv_t;
+    const auto id = static_cast<std::uint32_t>(i);
+    c.push_back({sampling::order_key(v, id), v, id});
+  }
+  if (c.empty()) return -1;
+  std::sort(c.begin(), c.end(), [](const Cand& a, const Cand& b) { return a.key > b.key; });
+  const float mx = c[0].v;
+  if (!std::isfinite(mx)) return static_cast<std::int32_t>(c[0].id);
+  std::size_t keep = c.size();
+  if (p.top_k > 0 && p.top_k < keep) keep = p.top_k;
+  if (p.top_p < 1.f) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < keep; ++i) total += sampling::mass(sampling::weight(c[i].v, mx));
+    const std::uint64_t target = sampling::top_p_target(p.top_p, total);
+    std::uint64_t cum = 0;
+    std::size_t m = 0;
+    while (m < keep && cum < target) cum += sampling::mass(sampling::weight(c[m++].v, mx));
+    keep = std::max<std::size_t>(m, 1);
+  }
+  if (p.min_p > 0.f) {
+    std::size_t m = 1;
+    while (m < keep && sampling::weight(c[m].v, mx) >= static_cast<double>(p.min_p)) ++m;
+    keep = m;
+  }
+  std::size_t best = 0;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < keep; ++i) {  // in key order: a tie keeps the earlier, the smaller id
+    const double score = static_cast<double>(c[i].v) + sampling::gumbel(p.key, c[i].id);
+    if (score > best_score || (score == best_score && c[i].id < c[best].id)) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return static_cast<std::int32_t>(c[best].id);
 }
 
 }  // namespace quarry::engine::cpu

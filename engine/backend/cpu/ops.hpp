@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/backend/backend.hpp"
 #include "engine/backend/cpu/gemm.hpp"
 
 namespace quarry::engine {
@@ -129,5 +130,12 @@ void add_inplace(float* x, const float* y, std::size_t n, ThreadPool* pool);
 /// all; bit i of word w allows id 32 w + i); NaN logits are never picked. Backend::argmax_rows for one
 /// row: -1 when the mask allows nothing, 0 for a row without a mask and without a number.
 std::int32_t argmax(const float* logits, std::size_t n, const std::uint32_t* mask = nullptr);
+
+/// Backend::sample_rows for one row, written plainly as the reference the other backends are checked
+/// against: the candidates fully sorted in the sampler's order, the top-k / top-p / min-p prefix cut as
+/// engine/runtime/sampler.cpp cuts it (top-p over sampling::mass sums), then the Gumbel-max draw over that
+/// prefix (engine/backend/sampling.hpp). A row whose largest candidate is infinite gets the first id of
+/// that value.
+std::int32_t sample_row(const float* logits, std::size_t n, const std::uint32_t* mask, const RowSampling& params);
 
 }  // namespace quarry::engine::cpu

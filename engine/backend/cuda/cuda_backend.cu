@@ -809,6 +809,26 @@ class CudaBackend final : public Backend {
     download(out_host, dev, rows * sizeof(std::int32_t));
   }
 
+  void sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                   std::span<const std::uint32_t> masks, std::size_t mask_words, std::span<const RowSampling> params,
+                   std::int32_t* out_host) override {
+    check_sample_args(rows, n, masks, mask_words, params);
+    if (rows == 0) return;
+    // One buffer, one upload: the rows' parameters, their masks, then the ids.
+    const std::size_t mask_ints = masks.empty() ? 0 : rows * mask_words;
+    const std::size_t param_bytes = rows * sizeof(RowSampling);
+    auto* dev_params = static_cast<RowSampling*>(
+        argmax_buf_.get(param_bytes + (mask_ints + rows) * sizeof(std::int32_t)));
+    auto* dev_masks = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(dev_params) + param_bytes);
+    auto* dev = reinterpret_cast<std::int32_t*>(dev_masks + mask_ints);
+    staging_.resize(param_bytes + mask_ints * sizeof(std::uint32_t));
+    std::memcpy(staging_.data(), params.data(), param_bytes);
+    if (mask_ints) std::memcpy(staging_.data() + param_bytes, masks.data(), mask_ints * sizeof(std::uint32_t));
+    upload(dev_params, staging_.data(), staging_.size());
+    launch_sample_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, dev_params, dev, stream_);
+    download(out_host, dev, rows * sizeof(std::int32_t));
+  }
+
   // ---- probes ----
   std::vector<double> probe_bandwidth_gb_s(std::size_t bytes, int runs) override {
     bytes = std::max<std::size_t>(bytes / 256 * 256, 256);
@@ -1045,6 +1065,7 @@ class CudaBackend final : public Backend {
   std::size_t pinned_ints_ = 0;
   std::vector<std::int32_t> host_positions_, host_seq_, host_state_slots_, fa_tiles_, simt_tokens_;
   std::vector<std::int32_t> delta_ints_;  ///< build_delta_chunks: runs, first chunks, chunks
+  std::vector<char> staging_;             ///< sample_rows: the parameters and masks of one upload
   bool delta_ok_ = false;
   DeltaChunks delta_;                     ///< its device copy in the staged batch
   std::int32_t simt_max_position_ = 0;

@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/backend/backend.hpp"
 #include "engine/backend/cuda/common.cuh"
 
 namespace quarry::engine::cuda {
@@ -97,6 +98,13 @@ std::size_t argmax_workspace(std::size_t rows, std::size_t n);
 /// key to `workspace` (argmax_workspace(rows, n) keys, device), a warp a row reduces them.
 void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
                         const std::uint32_t* masks, std::size_t mask_words, unsigned long long* workspace,
+                        std::int32_t* out, cudaStream_t s);
+/// Backend::sample_rows on the device (sampling.cu): out[r] (device) = the id drawn from row r under
+/// params[r] (device, one RowSampling a row), masks as launch_argmax_rows. One block of 1,024 threads a row:
+/// a pass for the max, radix passes of 8 bits for the top-k / top-p thresholds (4 to 8 each; none for
+/// a filter that is off), one pass for the draw.
+void launch_sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                        const std::uint32_t* masks, std::size_t mask_words, const RowSampling* params,
                         std::int32_t* out, cudaStream_t s);
 /// out[m, k] (contiguous) = bf16(x[m, k] at stride ldx), round to nearest even.
 void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s);

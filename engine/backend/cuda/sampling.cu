@@ -1,0 +1,277 @@
+// Backend::sample_rows on the device: one block a row finds the kept set of the host sampler's filters by
+// radix selection over the candidates' order keys (top-k by count, top-p by fixed-point mass; after the
+// radix top-k of Alabi et al., "Fast k-selection algorithms for graphics processing units", 2012), then
+// draws by the Gumbel-max trick over the kept ids (engine/backend/sampling.hpp). No sort, no cumulative
+// sum over the vocabulary, and only the ids come back to the host.
+#include "engine/backend/cuda/kernels.cuh"
+#include "engine/backend/sampling.hpp"
+
+namespace quarry::engine::cuda {
+
+namespace {
+
+constexpr int kSampleThreads = 1024;
+constexpr int kSampleWarps = kSampleThreads / 32;
+constexpr int kDigitBits = 8;
+constexpr int kBins = 1 << kDigitBits;
+
+/// One row as the passes read it: logits at `r`, its bitmask (null: every id), 1 / temperature.
+struct Row {
+  const float* r;
+  const std::uint32_t* mask;
+  std::size_t n;
+  float inv_t;
+  /// Whether id i is a candidate (allowed, not NaN); its scaled logit in v.
+  __device__ __forceinline__ bool candidate(std::size_t i, float& v) const {
+    const float l = r[i];
+    if (isnan(l) || (mask && !((mask[i >> 5] >> (i & 31)) & 1u))) return false;
+    v = l * inv_t;
+    return true;
+  }
+};
+
+/// The selection state every thread reads after a radix pass (shared memory).
+struct Select {
+  unsigned count[kBins];
+  unsigned long long mass[kBins];
+  unsigned long long remaining;  ///< what is still to be taken inside the chosen bin (ids or mass)
+  unsigned digit;                ///< the chosen bin
+  unsigned bin_count;            ///< candidates in the chosen bin
+};
+
+/// sampling::order_key as the type of the device's atomics and shuffles.
+__device__ __forceinline__ unsigned long long key_of(float v, std::size_t i) {
+  return key_of(v, i);
+}
+
+template <class T, class Op>
+__device__ __forceinline__ T warp_reduce(T x, Op op) {
+  for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+/// The reduction of x over the block, returned to every thread. `scratch` holds kSampleWarps values.
+template <class T, class Op>
+__device__ __forceinline__ T block_reduce(T x, Op op, T* scratch) {
+  x = warp_reduce(x, op);
+  __syncthreads();  // the scratch may still be read by the last reduction
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = x;
+  __syncthreads();
+  return warp_reduce(scratch[threadIdx.x & 31], op);
+}
+
+struct MaxF {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct MaxU64 {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
+};
+struct AddU64 {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a + b; }
+};
+struct AddU32 {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a + b; }
+};
+
+/// Adds a candidate to bin `bin` of the histogram (count 1, `mass`), the lanes of a warp with the same bin
+/// first summed among themselves (one shared atomic a bin a warp: a row's candidates crowd a few bins).
+/// Lanes without a candidate pass bin = -1. All 32 lanes of the warp must call it together.
+__device__ __forceinline__ void histogram_add(Select& s, int bin, unsigned long long mass, bool by_mass) {
+  const unsigned group = __match_any_sync(0xffffffffu, bin);
+  if (bin < 0) return;
+  const bool lead = static_cast<int>(threadIdx.x & 31) == __ffs(group) - 1;
+  if (by_mass) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // <= 2^40 + 1 each: two halves of 20 bits sum exactly in 32 bits over a warp.
+    const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(mass & 0xfffffu));
+    const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(mass >> 20));
+    if (lead) atomicAdd(&s.mass[bin], (static_cast<unsigned long long>(hi) << 20) + lo);
+#else
+    atomicAdd(&s.mass[bin], mass);
+#endif
+  }
+  if (lead) atomicAdd(&s.count[bin], static_cast<unsigned>(__popc(group)));
+}
+
+/// After a histogram pass: warp 0 walks the bins from the largest digit down and picks the one where what
+/// was taken reaches s.remaining (counts, or masses when by_mass); s.remaining becomes what is left to
+/// take inside it. Lane l holds bins 255 - 8 l .. 248 - 8 l.
+__device__ __forceinline__ void pick_digit(Select& s, bool by_mass) {
+  if (threadIdx.x >= 32) return;
+  const int lane = static_cast<int>(threadIdx.x);
+  unsigned long long v[8], sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int bin = kBins - 1 - (lane * 8 + j);
+    v[j] = by_mass ? s.mass[bin] : s.count[bin];
+    sum += v[j];
+  }
+  unsigned long long incl = sum;  // inclusive scan over lanes
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  const unsigned long long want = s.remaining;
+  const unsigned hit = __ballot_sync(0xffffffffu, incl >= want);
+  const int first = hit ? __ffs(hit) - 1 : 31;  // none: rounding cannot cause it; take the last bin
+  if (lane != first) return;
+  unsigned long long before = incl - sum;
+  for (int j = 0; j < 8; ++j) {
+    const int bin = kBins - 1 - (lane * 8 + j);
+    if (before + v[j] >= want || j == 7) {
+      s.digit = static_cast<unsigned>(bin);
+      s.remaining = want > before ? want - before : 0;
+      s.bin_count = s.count[bin];
+      return;
+    }
+    before += v[j];
+  }
+}
+
+/// The threshold key tau such that the candidates with order key >= tau (and >= lower) are: the `want`
+/// first ones in the sampler's order (by count), or the shortest prefix of that order whose masses sum to
+/// at least `want` (by mass). MSB radix selection in digits of 8 bits; it stops once the chosen bin must
+/// be taken whole (by count), or holds one candidate.
+__device__ unsigned long long select_threshold(const Row& row, float mx, unsigned long long lower,
+                                               unsigned long long want, bool by_mass, Select& s) {
+  unsigned long long prefix = 0, fixed = 0;
+  if (threadIdx.x == 0) s.remaining = want;
+  for (int shift = 64 - kDigitBits; shift >= 0; shift -= kDigitBits) {
+    for (int b = static_cast<int>(threadIdx.x); b < kBins; b += kSampleThreads) {
+      s.count[b] = 0;
+      s.mass[b] = 0;
+    }
+    __syncthreads();
+    for (std::size_t base = 0; base < row.n; base += kSampleThreads) {  // the same trips for every lane
+      const std::size_t i = base + threadIdx.x;
+      float v = 0.f;
+      int bin = -1;
+      unsigned long long m = 0;
+      if (i < row.n && row.candidate(i, v)) {
+        const unsigned long long key = key_of(v, i);
+        if (key >= lower && (key & fixed) == prefix) {
+          bin = static_cast<int>((key >> shift) & (kBins - 1));
+          if (by_mass) m = sampling::mass(sampling::weight(v, mx));
+        }
+      }
+      histogram_add(s, bin, m, by_mass);
+    }
+    __syncthreads();
+    pick_digit(s, by_mass);
+    __syncthreads();
+    prefix |= static_cast<unsigned long long>(s.digit) << shift;
+    fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
+    const bool whole = by_mass ? s.bin_count <= 1 : s.bin_count <= s.remaining;
+    __syncthreads();  // every thread has read s before the next pass clears it
+    if (whole) break;
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float* logits, std::size_t n, std::size_t ld,
+                                                                     const std::uint32_t* masks, std::size_t mask_words,
+                                                                     const RowSampling* params, std::int32_t* out) {
+  pdl_enter();
+  __shared__ Select s;
+  __shared__ unsigned long long scratch_u64[kSampleWarps];
+  __shared__ float scratch_f[kSampleWarps];
+  __shared__ unsigned scratch_u32[kSampleWarps];
+  __shared__ double scratch_d[kSampleWarps];
+  const std::size_t r = blockIdx.x;
+  const RowSampling p = params[r];
+  const Row row{logits + r * ld, masks ? masks + r * mask_words : nullptr, n, p.temperature > 0.f ? 1.f / p.temperature : 1.f};
+
+  if (p.temperature == 0.f) {  // argmax_rows's id
+    unsigned long long best = 0;
+    for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
+      float v;
+      if (row.candidate(i, v)) best = max(best, key_of(row.r[i], i));
+    }
+    best = block_reduce(best, MaxU64{}, scratch_u64);
+    if (threadIdx.x == 0)
+      out[r] = best == 0 ? (masks ? -1 : 0) : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(best));
+    return;
+  }
+
+  // Pass 1: the largest scaled logit and the number of candidates.
+  float mx = -INFINITY;
+  unsigned count = 0;
+  unsigned long long first = 0;  // the first candidate in order (for a row whose max is infinite)
+  for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
+    float v;
+    if (!row.candidate(i, v)) continue;
+    mx = fmaxf(mx, v);
+    ++count;
+    first = max(first, key_of(v, i));
+  }
+  mx = block_reduce(mx, MaxF{}, scratch_f);
+  count = block_reduce(count, AddU32{}, scratch_u32);
+  first = block_reduce(first, MaxU64{}, scratch_u64);
+  if (count == 0 || !isfinite(mx)) {
+    if (threadIdx.x == 0) out[r] = count == 0 ? -1 : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(first));
+    return;
+  }
+
+  // top-k: the k first candidates in order are those with key >= tau_k.
+  unsigned long long tau = 0;
+  if (p.top_k > 0 && p.top_k < count) tau = select_threshold(row, mx, 0, p.top_k, false, s);
+  // top-p: the shortest prefix of what top-k kept whose fixed-point masses reach ceil(top_p * total).
+  if (p.top_p < 1.f) {
+    unsigned long long total = 0;
+    for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
+      float v;
+      if (row.candidate(i, v) && key_of(v, i) >= tau)
+        total += sampling::mass(sampling::weight(v, mx));
+    }
+    total = block_reduce(total, AddU64{}, scratch_u64);
+    tau = select_threshold(row, mx, tau, sampling::top_p_target(p.top_p, total), true, s);
+  }
+  // The draw: argmax of v + Gumbel noise over the kept candidates (min-p: exp(v - max) >= min_p), ties by
+  // the smaller id.
+  double best = -INFINITY;
+  std::uint32_t best_id = 0xffffffffu;
+  for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
+    float v;
+    const auto id = static_cast<std::uint32_t>(i);
+    if (!row.candidate(i, v) || key_of(v, id) < tau) continue;
+    if (p.min_p > 0.f && !(sampling::weight(v, mx) >= static_cast<double>(p.min_p))) continue;
+    const double score = static_cast<double>(v) + sampling::gumbel(p.key, id);
+    if (score > best || (score == best && id < best_id)) {
+      best = score;
+      best_id = id;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const std::uint32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+    if (ob > best || (ob == best && oi < best_id)) {
+      best = ob;
+      best_id = oi;
+    }
+  }
+  if ((threadIdx.x & 31) == 0) {
+    scratch_d[threadIdx.x >> 5] = best;
+    scratch_u32[threadIdx.x >> 5] = best_id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kSampleWarps; ++w)
+      if (scratch_d[w] > best || (scratch_d[w] == best && scratch_u32[w] < best_id)) {
+        best = scratch_d[w];
+        best_id = scratch_u32[w];
+      }
+    out[r] = static_cast<std::int32_t>(best_id);
+  }
+}
+
+}  // namespace
+
+void launch_sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
+                        const std::uint32_t* masks, std::size_t mask_words, const RowSampling* params,
+                        std::int32_t* out, cudaStream_t s) {
+  if (rows == 0) return;
+  launch_kernel("sample_rows", sample_rows_kernel, static_cast<unsigned>(rows), kSampleThreads, 0, s, logits, n, ld,
+                masks, mask_words, params, out);
+}
+
+}  // namespace quarry::engine::cuda
