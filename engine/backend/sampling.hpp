@@ -1,6 +1,7 @@
 // The pieces of Backend::sample_rows that every backend computes alike, so that the same logits, parameters
-// and key give the same id on the CPU and on a GPU: the per-id uniform of a draw, the Gumbel noise, the
-// order key of a candidate and its probability mass in fixed point. Header-only, host and device.
+// and key give the same id on the CPU and on a GPU (up to the last bit of expf / logf, which the CPU's
+// libm and the GPU's may round apart): the per-id uniform of a draw, the Gumbel noise, the order key of
+// a candidate and its probability mass in fixed point. Header-only, host and device.
 //
 // The draw is the Gumbel-max trick (Gumbel 1954; Maddison, Tarlow and Minka, "A* Sampling", 2014):
 // argmax_i (l_i / T + g_i) with g_i = -log(-log(u_i)) and u_i uniform is a draw from softmax(l / T), and
@@ -30,11 +31,12 @@ QUARRY_HOST_DEVICE std::uint64_t mix(std::uint64_t key, std::uint32_t id) {
   return z ^ (z >> 31);
 }
 
-/// Gumbel(0, 1) noise of `id` in the draw keyed by `key`: -log(-log(u)) with u in (0, 1) from 53 bits
-/// (never 0 or 1, so the noise is finite: within about [-3.6, 36.7]).
-QUARRY_HOST_DEVICE double gumbel(std::uint64_t key, std::uint32_t id) {
-  const double u = (static_cast<double>(mix(key, id) >> 11) + 0.5) * 0x1.0p-53;
-  return -log(-log(u));
+/// Gumbel(0, 1) noise of `id` in the draw keyed by `key`: -log(-log(u)) in f32 with u in (0, 1) from 23
+/// bits (never 0 or 1, so the noise is finite: within about [-2.8, 16.6]). f32, as vLLM's exponential race
+/// on the GPU: a double log per id and draw made one block's draw over 151,936 ids take ~0.2 ms on an H200.
+QUARRY_HOST_DEVICE float gumbel(std::uint64_t key, std::uint32_t id) {
+  const float u = (static_cast<float>(mix(key, id) >> 41) + 0.5f) * 0x1.0p-23f;
+  return -logf(-logf(u));
 }
 
 /// A scaled logit as a 64-bit key whose unsigned order is the sampler's order: the larger value first,
@@ -51,18 +53,13 @@ QUARRY_HOST_DEVICE std::uint64_t order_key(float v, std::uint32_t id) {
   return (static_cast<std::uint64_t>(ordered) << 32) | (0xffffffffu - id);
 }
 
-/// Fixed-point scale of a candidate's probability mass for the top-p cut: exp(v - max) in (0, 1] as an
-/// integer of 40 fraction bits, so that 2^18 candidates sum exactly in 64 bits, in any order (a GPU's
-/// block sums in no fixed order; integer sums make the cut the same on every run and every backend).
-inline constexpr double kMassScale = 0x1.0p40;
+/// The unnormalised probability exp(v - max) of a candidate, in f32.
+QUARRY_HOST_DEVICE float weight(float v, float max) { return expf(v - max); }
 
-/// The unnormalised probability exp(v - max) of a candidate (double, as the host sampler computes it).
-QUARRY_HOST_DEVICE double weight(float v, float max) {
-  return exp(static_cast<double>(v) - static_cast<double>(max));
-}
-
-/// The candidate's mass for the top-p cut: weight * 2^40 rounded to the nearest integer.
-QUARRY_HOST_DEVICE std::uint64_t mass(double weight) { return static_cast<std::uint64_t>(weight * kMassScale + 0.5); }
+/// A candidate's probability mass for the top-p cut in fixed point: weight * 2^40 truncated (exact in f32,
+/// then to an integer), so that 2^18 candidates sum exactly in 64 bits in any order (a GPU's block sums
+/// in no fixed order; integer sums make the cut the same on every run and every backend).
+QUARRY_HOST_DEVICE std::uint64_t mass(float weight) { return static_cast<std::uint64_t>(weight * 0x1.0p40f); }
 
 /// The mass a top-p cut must reach: ceil(top_p * total), at least 1 and at most total.
 QUARRY_HOST_DEVICE std::uint64_t top_p_target(float top_p, std::uint64_t total) {

@@ -345,13 +345,13 @@ std::int32_t sample_row(const float* logits, std::size_t n, const std::uint32_t*
   }
   if (p.min_p > 0.f) {
     std::size_t m = 1;
-    while (m < keep && sampling::weight(c[m].v, mx) >= static_cast<double>(p.min_p)) ++m;
+    while (m < keep && sampling::weight(c[m].v, mx) >= p.min_p) ++m;
     keep = m;
   }
   std::size_t best = 0;
-  double best_score = -std::numeric_limits<double>::infinity();
+  float best_score = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < keep; ++i) {  // in key order: a tie keeps the earlier, the smaller id
-    const double score = static_cast<double>(c[i].v) + sampling::gumbel(p.key, c[i].id);
+    const float score = c[i].v + sampling::gumbel(p.key, c[i].id);
     if (score > best_score || (score == best_score && c[i].id < c[best].id)) {
       best = i;
       best_score = score;

@@ -41,7 +41,7 @@ struct Select {
 
 /// sampling::order_key as the type of the device's atomics and shuffles.
 __device__ __forceinline__ unsigned long long key_of(float v, std::size_t i) {
-  return key_of(v, i);
+  return sampling::order_key(v, static_cast<std::uint32_t>(i));
 }
 
 template <class T, class Op>
@@ -77,6 +77,7 @@ struct AddU32 {
 /// first summed among themselves (one shared atomic a bin a warp: a row's candidates crowd a few bins).
 /// Lanes without a candidate pass bin = -1. All 32 lanes of the warp must call it together.
 __device__ __forceinline__ void histogram_add(Select& s, int bin, unsigned long long mass, bool by_mass) {
+  if (!__any_sync(0xffffffffu, bin >= 0)) return;  // past the first pass most warps hold none
   const unsigned group = __match_any_sync(0xffffffffu, bin);
   if (bin < 0) return;
   const bool lead = static_cast<int>(threadIdx.x & 31) == __ffs(group) - 1;
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
   __shared__ unsigned long long scratch_u64[kSampleWarps];
   __shared__ float scratch_f[kSampleWarps];
   __shared__ unsigned scratch_u32[kSampleWarps];
-  __shared__ double scratch_d[kSampleWarps];
+  __shared__ float scratch_best[kSampleWarps];
   const std::size_t r = blockIdx.x;
   const RowSampling p = params[r];
   const Row row{logits + r * ld, masks ? masks + r * mask_words : nullptr, n, p.temperature > 0.f ? 1.f / p.temperature : 1.f};
@@ -228,21 +229,21 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
   }
   // The draw: argmax of v + Gumbel noise over the kept candidates (min-p: exp(v - max) >= min_p), ties by
   // the smaller id.
-  double best = -INFINITY;
+  float best = -INFINITY;
   std::uint32_t best_id = 0xffffffffu;
   for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
     float v;
     const auto id = static_cast<std::uint32_t>(i);
     if (!row.candidate(i, v) || key_of(v, id) < tau) continue;
-    if (p.min_p > 0.f && !(sampling::weight(v, mx) >= static_cast<double>(p.min_p))) continue;
-    const double score = static_cast<double>(v) + sampling::gumbel(p.key, id);
+    if (p.min_p > 0.f && !(sampling::weight(v, mx) >= p.min_p)) continue;
+    const float score = v + sampling::gumbel(p.key, id);
     if (score > best || (score == best && id < best_id)) {
       best = score;
       best_id = id;
     }
   }
   for (int o = 16; o > 0; o >>= 1) {
-    const double ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
     const std::uint32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
     if (ob > best || (ob == best && oi < best_id)) {
       best = ob;
@@ -250,14 +251,14 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
     }
   }
   if ((threadIdx.x & 31) == 0) {
-    scratch_d[threadIdx.x >> 5] = best;
+    scratch_best[threadIdx.x >> 5] = best;
     scratch_u32[threadIdx.x >> 5] = best_id;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kSampleWarps; ++w)
-      if (scratch_d[w] > best || (scratch_d[w] == best && scratch_u32[w] < best_id)) {
-        best = scratch_d[w];
+      if (scratch_best[w] > best || (scratch_best[w] == best && scratch_u32[w] < best_id)) {
+        best = scratch_best[w];
         best_id = scratch_u32[w];
       }
     out[r] = static_cast<std::int32_t>(best_id);
