@@ -61,6 +61,16 @@ QUARRY_HOST_DEVICE float weight(float v, float max) { return expf(v - max); }
 /// in no fixed order; integer sums make the cut the same on every run and every backend).
 QUARRY_HOST_DEVICE std::uint64_t mass(float weight) { return static_cast<std::uint64_t>(weight * 0x1.0p40f); }
 
+/// mass(weight(v, max)) without the exp where it is 0 for certain: exp(-28) * 2^40 < 0.77.
+QUARRY_HOST_DEVICE std::uint64_t mass_at(float v, float max) {
+  const float d = v - max;
+  return d < -28.f ? 0 : mass(expf(d));
+}
+
+/// Candidates with v < max - kGumbelReach never win a draw: the largest (always kept) scores at least
+/// max - 2.82, any other at most v + 16.64 (the noise's range above).
+inline constexpr float kGumbelReach = 20.f;
+
 /// The mass a top-p cut must reach: ceil(top_p * total), at least 1 and at most total.
 QUARRY_HOST_DEVICE std::uint64_t top_p_target(float top_p, std::uint64_t total) {
   const double t = ceil(static_cast<double>(top_p) * static_cast<double>(total));

@@ -336,11 +336,11 @@ std::int32_t sample_row(const float* logits, std::size_t n, const std::uint32_t*
   if (p.top_k > 0 && p.top_k < keep) keep = p.top_k;
   if (p.top_p < 1.f) {
     std::uint64_t total = 0;
-    for (std::size_t i = 0; i < keep; ++i) total += sampling::mass(sampling::weight(c[i].v, mx));
+    for (std::size_t i = 0; i < keep; ++i) total += sampling::mass_at(c[i].v, mx);
     const std::uint64_t target = sampling::top_p_target(p.top_p, total);
     std::uint64_t cum = 0;
     std::size_t m = 0;
-    while (m < keep && cum < target) cum += sampling::mass(sampling::weight(c[m++].v, mx));
+    while (m < keep && cum < target) cum += sampling::mass_at(c[m++].v, mx);
     keep = std::max<std::size_t>(m, 1);
   }
   if (p.min_p > 0.f) {

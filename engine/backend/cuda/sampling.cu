@@ -15,18 +15,37 @@ constexpr int kSampleWarps = kSampleThreads / 32;
 constexpr int kDigitBits = 8;
 constexpr int kBins = 1 << kDigitBits;
 
+/// Logits a thread loads before it uses the first of them: each pass over a row is bound by the latency
+/// of its loads (one block a row), so every thread keeps this many in flight.
+constexpr int kInFlight = 8;
+
 /// One row as the passes read it: logits at `r`, its bitmask (null: every id), 1 / temperature.
 struct Row {
   const float* r;
   const std::uint32_t* mask;
   std::size_t n;
   float inv_t;
-  /// Whether id i is a candidate (allowed, not NaN); its scaled logit in v.
-  __device__ __forceinline__ bool candidate(std::size_t i, float& v) const {
-    const float l = r[i];
-    if (isnan(l) || (mask && !((mask[i >> 5] >> (i & 31)) & 1u))) return false;
-    v = l * inv_t;
-    return true;
+  /// Calls f(i, v, ok) for every id i of the row (and for the padding of the last round, with ok false):
+  /// ok whether i is a candidate (allowed, not NaN), v its logit times inv_t. Every thread of the block
+  /// makes the same number of calls, so f may use warp-wide operations.
+  template <class F>
+  __device__ __forceinline__ void scan(F&& f) const {
+    for (std::size_t base = 0; base < n; base += static_cast<std::size_t>(kSampleThreads) * kInFlight) {
+      float l[kInFlight];
+      std::uint32_t bits[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const std::size_t i = base + static_cast<std::size_t>(j) * kSampleThreads + threadIdx.x;
+        l[j] = i < n ? r[i] : __int_as_float(0x7fffffff);
+        bits[j] = mask && i < n ? mask[i >> 5] : 0xffffffffu;
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const std::size_t i = base + static_cast<std::size_t>(j) * kSampleThreads + threadIdx.x;
+        const bool ok = !isnan(l[j]) && ((bits[j] >> (i & 31)) & 1u);
+        f(i, l[j] * inv_t, ok);
+      }
+    }
   }
 };
 
@@ -66,9 +85,6 @@ struct MaxF {
 struct MaxU64 {
   __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
 };
-struct AddU64 {
-  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a + b; }
-};
 struct AddU32 {
   __device__ unsigned operator()(unsigned a, unsigned b) const { return a + b; }
 };
@@ -97,7 +113,9 @@ __device__ __forceinline__ void histogram_add(Select& s, int bin, unsigned long 
 /// After a histogram pass: warp 0 walks the bins from the largest digit down and picks the one where what
 /// was taken reaches s.remaining (counts, or masses when by_mass); s.remaining becomes what is left to
 /// take inside it. Lane l holds bins 255 - 8 l .. 248 - 8 l.
-__device__ __forceinline__ void pick_digit(Select& s, bool by_mass) {
+/// With top_p < 1 (the first pass of a top-p cut, whose histogram holds every candidate) what it must take
+/// is ceil(top_p * the histogram's total mass) instead of s.remaining.
+__device__ __forceinline__ void pick_digit(Select& s, bool by_mass, float top_p) {
   if (threadIdx.x >= 32) return;
   const int lane = static_cast<int>(threadIdx.x);
   unsigned long long v[8], sum = 0;
@@ -112,7 +130,8 @@ __device__ __forceinline__ void pick_digit(Select& s, bool by_mass) {
     const unsigned long long t = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += t;
   }
-  const unsigned long long want = s.remaining;
+  const unsigned long long total = __shfl_sync(0xffffffffu, incl, 31);
+  const unsigned long long want = top_p < 1.f ? sampling::top_p_target(top_p, total) : s.remaining;
   const unsigned hit = __ballot_sync(0xffffffffu, incl >= want);
   const int first = hit ? __ffs(hit) - 1 : 31;  // none: rounding cannot cause it; take the last bin
   if (lane != first) return;
@@ -130,11 +149,13 @@ __device__ __forceinline__ void pick_digit(Select& s, bool by_mass) {
 }
 
 /// The threshold key tau such that the candidates with order key >= tau (and >= lower) are: the `want`
-/// first ones in the sampler's order (by count), or the shortest prefix of that order whose masses sum to
-/// at least `want` (by mass). MSB radix selection in digits of 8 bits; it stops once the chosen bin must
-/// be taken whole (by count), or holds one candidate.
+/// first ones in the sampler's order (by count), or, with top_p < 1, the shortest prefix of that order
+/// whose masses reach ceil(top_p * their total) (by mass; the total is the first pass's). MSB radix
+/// selection in digits of 8 bits; it stops once the chosen bin must be taken whole (by count), or holds
+/// one candidate.
 __device__ unsigned long long select_threshold(const Row& row, float mx, unsigned long long lower,
-                                               unsigned long long want, bool by_mass, Select& s) {
+                                               unsigned long long want, float top_p, Select& s) {
+  const bool by_mass = top_p < 1.f;
   unsigned long long prefix = 0, fixed = 0;
   if (threadIdx.x == 0) s.remaining = want;
   for (int shift = 64 - kDigitBits; shift >= 0; shift -= kDigitBits) {
@@ -143,22 +164,20 @@ __device__ unsigned long long select_threshold(const Row& row, float mx, unsigne
       s.mass[b] = 0;
     }
     __syncthreads();
-    for (std::size_t base = 0; base < row.n; base += kSampleThreads) {  // the same trips for every lane
-      const std::size_t i = base + threadIdx.x;
-      float v = 0.f;
+    row.scan([&](std::size_t i, float v, bool ok) {
       int bin = -1;
       unsigned long long m = 0;
-      if (i < row.n && row.candidate(i, v)) {
+      if (ok) {
         const unsigned long long key = key_of(v, i);
         if (key >= lower && (key & fixed) == prefix) {
           bin = static_cast<int>((key >> shift) & (kBins - 1));
-          if (by_mass) m = sampling::mass(sampling::weight(v, mx));
+          if (by_mass) m = sampling::mass_at(v, mx);
         }
       }
       histogram_add(s, bin, m, by_mass);
-    }
+    });
     __syncthreads();
-    pick_digit(s, by_mass);
+    pick_digit(s, by_mass, shift == 64 - kDigitBits ? top_p : 1.f);
     __syncthreads();
     prefix |= static_cast<unsigned long long>(s.digit) << shift;
     fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
@@ -184,10 +203,9 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
 
   if (p.temperature == 0.f) {  // argmax_rows's id
     unsigned long long best = 0;
-    for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
-      float v;
-      if (row.candidate(i, v)) best = max(best, key_of(row.r[i], i));
-    }
+    row.scan([&](std::size_t i, float v, bool ok) {
+      if (ok) best = max(best, key_of(v, i));  // inv_t is 1 here
+    });
     best = block_reduce(best, MaxU64{}, scratch_u64);
     if (threadIdx.x == 0)
       out[r] = best == 0 ? (masks ? -1 : 0) : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(best));
@@ -198,13 +216,12 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
   float mx = -INFINITY;
   unsigned count = 0;
   unsigned long long first = 0;  // the first candidate in order (for a row whose max is infinite)
-  for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
-    float v;
-    if (!row.candidate(i, v)) continue;
+  row.scan([&](std::size_t i, float v, bool ok) {
+    if (!ok) return;
     mx = fmaxf(mx, v);
     ++count;
     first = max(first, key_of(v, i));
-  }
+  });
   mx = block_reduce(mx, MaxF{}, scratch_f);
   count = block_reduce(count, AddU32{}, scratch_u32);
   first = block_reduce(first, MaxU64{}, scratch_u64);
@@ -215,33 +232,23 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
 
   // top-k: the k first candidates in order are those with key >= tau_k.
   unsigned long long tau = 0;
-  if (p.top_k > 0 && p.top_k < count) tau = select_threshold(row, mx, 0, p.top_k, false, s);
+  if (p.top_k > 0 && p.top_k < count) tau = select_threshold(row, mx, 0, p.top_k, 1.f, s);
   // top-p: the shortest prefix of what top-k kept whose fixed-point masses reach ceil(top_p * total).
-  if (p.top_p < 1.f) {
-    unsigned long long total = 0;
-    for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
-      float v;
-      if (row.candidate(i, v) && key_of(v, i) >= tau)
-        total += sampling::mass(sampling::weight(v, mx));
-    }
-    total = block_reduce(total, AddU64{}, scratch_u64);
-    tau = select_threshold(row, mx, tau, sampling::top_p_target(p.top_p, total), true, s);
-  }
+  if (p.top_p < 1.f) tau = select_threshold(row, mx, tau, 0, p.top_p, s);
   // The draw: argmax of v + Gumbel noise over the kept candidates (min-p: exp(v - max) >= min_p), ties by
   // the smaller id.
   float best = -INFINITY;
   std::uint32_t best_id = 0xffffffffu;
-  for (std::size_t i = threadIdx.x; i < n; i += kSampleThreads) {
-    float v;
+  row.scan([&](std::size_t i, float v, bool ok) {
     const auto id = static_cast<std::uint32_t>(i);
-    if (!row.candidate(i, v) || key_of(v, id) < tau) continue;
-    if (p.min_p > 0.f && !(sampling::weight(v, mx) >= p.min_p)) continue;
+    if (!ok || v - mx < -sampling::kGumbelReach || key_of(v, id) < tau) return;
+    if (p.min_p > 0.f && !(sampling::weight(v, mx) >= p.min_p)) return;
     const float score = v + sampling::gumbel(p.key, id);
     if (score > best || (score == best && id < best_id)) {
       best = score;
       best_id = id;
     }
-  }
+  });
   for (int o = 16; o > 0; o >>= 1) {
     const float ob = __shfl_xor_sync(0xffffffffu, best, o);
     const std::uint32_t oi = __shfl_xor_sync(0xffffffffu, best_id, o);
