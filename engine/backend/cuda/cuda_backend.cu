@@ -814,18 +814,25 @@ class CudaBackend final : public Backend {
                    std::int32_t* out_host) override {
     check_sample_args(rows, n, masks, mask_words, params);
     if (rows == 0) return;
-    // One buffer, one upload: the rows' parameters, their masks, then the ids.
+    // Every row greedy or of a small top-k: the shortlist path (many blocks a row).
+    const std::size_t short_keys = sample_rows_workspace(rows, n);
+    const bool shortlist = short_keys > 0 && std::all_of(params.begin(), params.end(), [](const RowSampling& p) {
+                             return p.temperature == 0.f || (p.top_k >= 1 && p.top_k <= kShortlist);
+                           });
+    // One buffer, one upload: the shortlist's keys, the rows' parameters, their masks, then the ids.
     const std::size_t mask_ints = masks.empty() ? 0 : rows * mask_words;
-    const std::size_t param_bytes = rows * sizeof(RowSampling);
-    auto* dev_params = static_cast<RowSampling*>(
-        argmax_buf_.get(param_bytes + (mask_ints + rows) * sizeof(std::int32_t)));
-    auto* dev_masks = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(dev_params) + param_bytes);
+    const std::size_t param_bytes = rows * sizeof(RowSampling), key_bytes = shortlist ? short_keys * 8 : 0;
+    char* base = static_cast<char*>(argmax_buf_.get(key_bytes + param_bytes + (mask_ints + rows) * sizeof(std::int32_t)));
+    auto* dev_keys = reinterpret_cast<unsigned long long*>(base);
+    auto* dev_params = reinterpret_cast<RowSampling*>(base + key_bytes);
+    auto* dev_masks = reinterpret_cast<std::uint32_t*>(base + key_bytes + param_bytes);
     auto* dev = reinterpret_cast<std::int32_t*>(dev_masks + mask_ints);
     staging_.resize(param_bytes + mask_ints * sizeof(std::uint32_t));
     std::memcpy(staging_.data(), params.data(), param_bytes);
     if (mask_ints) std::memcpy(staging_.data() + param_bytes, masks.data(), mask_ints * sizeof(std::uint32_t));
     upload(dev_params, staging_.data(), staging_.size());
-    launch_sample_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, dev_params, dev, stream_);
+    launch_sample_rows(logits, rows, n, ld, mask_ints ? dev_masks : nullptr, mask_words, dev_params, shortlist, dev_keys,
+                       dev, stream_);
     download(out_host, dev, rows * sizeof(std::int32_t));
   }
 

@@ -103,9 +103,19 @@ void launch_argmax_rows(const float* logits, std::size_t rows, std::size_t n, st
 /// params[r] (device, one RowSampling a row), masks as launch_argmax_rows. One block of 1,024 threads a row:
 /// a pass for the max, radix passes of 8 bits for the top-k / top-p thresholds (4 to 8 each; none for
 /// a filter that is off), one pass for the draw.
+///
+/// With `shortlist` (every row greedy or of top-k 1..kShortlist, and sample_rows_workspace(rows, n) > 0)
+/// the rows take two launches of many blocks instead: blocks of 4,096 ids keep their chunk's k first
+/// candidates in `workspace` (sample_rows_workspace(rows, n) keys, device), then a block a row cuts and
+/// draws over those.
 void launch_sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
                         const std::uint32_t* masks, std::size_t mask_words, const RowSampling* params,
-                        std::int32_t* out, cudaStream_t s);
+                        bool shortlist, unsigned long long* workspace, std::int32_t* out, cudaStream_t s);
+/// The largest top-k of launch_sample_rows's shortlist path.
+constexpr unsigned kShortlist = 64;
+/// Keys of the shortlist path's workspace for `rows` rows of n ids; 0 where rows of n ids do not fit it
+/// (more than 262,144 ids).
+std::size_t sample_rows_workspace(std::size_t rows, std::size_t n);
 /// out[m, k] (contiguous) = bf16(x[m, k] at stride ldx), round to nearest even.
 void launch_to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx, __nv_bfloat16* out, cudaStream_t s);
 /// out[i] = bf16(in[i]) for weights of type `type` (f32 or f16) being stored as bf16.

@@ -272,14 +272,190 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
   }
 }
 
+// ---- the shortlist path: every row greedy or top-k with k <= kShortlist -------------------------------
+//
+// The kept set of a top-k row lies within its k first candidates, so the row is cut into chunks of
+// kShortChunk ids, each chunk's block keeps its own k first (a radix selection over its keys in shared
+// memory), and one block a row then holds at most chunks * k candidates: the top-k, top-p and min-p cuts
+// and the draw run over those alone. A greedy row is top-1. Many blocks a row instead of one, two launches.
+
+constexpr int kShortThreads = 256;
+constexpr int kShortChunk = 4096;  ///< ids a block of the first pass holds in shared memory
+
+/// The threshold tau such that exactly `want` of the nonzero keys[0, kShortChunk) are >= tau (keys are
+/// distinct; want <= their number). Shared memory, digits of 8 bits from the top.
+__device__ unsigned long long shared_kth(const unsigned long long* keys, unsigned want, Select& s) {
+  unsigned long long prefix = 0, fixed = 0;
+  if (threadIdx.x == 0) s.remaining = want;
+  for (int shift = 64 - kDigitBits; shift >= 0; shift -= kDigitBits) {
+    for (int b = static_cast<int>(threadIdx.x); b < kBins; b += kShortThreads) s.count[b] = 0;
+    __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads) {  // same trips for all
+      const unsigned long long key = keys[e];
+      histogram_add(s, key != 0 && (key & fixed) == prefix ? static_cast<int>((key >> shift) & (kBins - 1)) : -1, 0,
+                    false);
+    }
+    __syncthreads();
+    pick_digit(s, false, 1.f);
+    __syncthreads();
+    prefix |= static_cast<unsigned long long>(s.digit) << shift;
+    fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
+    const bool whole = s.bin_count <= s.remaining;
+    __syncthreads();
+    if (whole) break;
+  }
+  return prefix;
+}
+
+/// The float an order key was made from (sampling::order_key's high word inverted).
+__device__ __forceinline__ float value_of(unsigned long long key) {
+  const auto o = static_cast<std::uint32_t>(key >> 32);
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+
+/// The k (top-k; 1 for a greedy row) first candidates of chunk blockIdx.x of row blockIdx.y as order keys
+/// at shortlist[(row * chunks + chunk) * kShortlist ..], the unused slots 0.
+__global__ void __launch_bounds__(kShortThreads) shortlist_kernel(const float* logits, std::size_t n, std::size_t ld,
+                                                                  const std::uint32_t* masks, std::size_t mask_words,
+                                                                  const RowSampling* params,
+                                                                  unsigned long long* shortlist) {
+  pdl_enter();
+  __shared__ unsigned long long keys[kShortChunk];
+  __shared__ Select s;
+  __shared__ unsigned taken;
+  const std::size_t r = blockIdx.y, chunk = blockIdx.x;
+  const RowSampling p = params[r];
+  const unsigned k = p.temperature == 0.f ? 1u : p.top_k;
+  const float inv_t = p.temperature > 0.f ? 1.f / p.temperature : 1.f;
+  const float* row = logits + r * ld;
+  const std::uint32_t* mask = masks ? masks + r * mask_words : nullptr;
+  if (threadIdx.x == 0) taken = 0;
+  unsigned count = 0;
+  for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads) {
+    const std::size_t i = chunk * kShortChunk + static_cast<std::size_t>(e);
+    const float l = i < n ? row[i] : __int_as_float(0x7fffffff);
+    const bool ok = !isnan(l) && (!mask || ((mask[i >> 5] >> (i & 31)) & 1u));
+    keys[e] = ok ? key_of(l * inv_t, i) : 0;
+    count += ok ? 1u : 0u;
+  }
+  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&taken, count);
+  __syncthreads();
+  const unsigned candidates = taken;
+  __syncthreads();
+  if (threadIdx.x == 0) taken = 0;
+  const unsigned want = min(k, candidates);
+  const unsigned long long tau = want == 0 ? ~0ull : want == candidates ? 1ull : shared_kth(keys, want, s);
+  __syncthreads();
+  unsigned long long* out = shortlist + (r * gridDim.x + chunk) * kShortlist;
+  for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads)
+    if (keys[e] != 0 && keys[e] >= tau) out[atomicAdd(&taken, 1u)] = keys[e];
+  __syncthreads();
+  for (unsigned j = taken + threadIdx.x; j < kShortlist; j += kShortThreads) out[j] = 0;
+}
+
+/// Row blockIdx.x from its chunks' shortlists: the k first candidates in order, then the top-p and min-p
+/// cuts over them and the Gumbel-max draw (the CPU reference's steps over the same values).
+__global__ void __launch_bounds__(kShortThreads) shortlist_draw_kernel(const unsigned long long* shortlist,
+                                                                       unsigned chunks, bool masked,
+                                                                       const RowSampling* params, std::int32_t* out) {
+  pdl_enter();
+  __shared__ unsigned long long keys[kShortChunk];
+  __shared__ unsigned long long top[kShortlist];
+  __shared__ unsigned long long sorted[kShortlist];
+  __shared__ Select s;
+  __shared__ unsigned taken;
+  const std::size_t r = blockIdx.x;
+  const RowSampling p = params[r];
+  const unsigned k = p.temperature == 0.f ? 1u : p.top_k;
+  const unsigned long long* in = shortlist + r * chunks * kShortlist;
+  unsigned count = 0;
+  for (unsigned e = threadIdx.x; e < static_cast<unsigned>(kShortChunk); e += kShortThreads) {
+    keys[e] = e < chunks * kShortlist ? in[e] : 0;
+    count += keys[e] != 0 ? 1u : 0u;
+  }
+  if (threadIdx.x == 0) taken = 0;
+  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&taken, count);
+  __syncthreads();
+  const unsigned candidates = taken;
+  __syncthreads();
+  if (candidates == 0) {
+    if (threadIdx.x == 0) out[r] = p.temperature == 0.f && !masked ? 0 : -1;
+    return;
+  }
+  if (threadIdx.x == 0) taken = 0;
+  const unsigned want = min(k, candidates);
+  const unsigned long long tau = want == candidates ? 1ull : shared_kth(keys, want, s);
+  __syncthreads();
+  for (unsigned e = threadIdx.x; e < static_cast<unsigned>(kShortChunk); e += kShortThreads)
+    if (keys[e] != 0 && keys[e] >= tau) top[atomicAdd(&taken, 1u)] = keys[e];
+  __syncthreads();
+  if (threadIdx.x < want) {  // the order: a candidate's rank is the number of larger keys
+    unsigned rank = 0;
+    for (unsigned j = 0; j < want; ++j) rank += top[j] > top[threadIdx.x] ? 1u : 0u;
+    sorted[rank] = top[threadIdx.x];
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const float mx = value_of(sorted[0]);
+  const auto id_of = [](unsigned long long key) { return static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(key)); };
+  if (p.temperature == 0.f || !isfinite(mx)) {
+    out[r] = id_of(sorted[0]);
+    return;
+  }
+  unsigned keep = want;
+  if (p.top_p < 1.f) {
+    unsigned long long total = 0, cum = 0;
+    for (unsigned j = 0; j < keep; ++j) total += sampling::mass_at(value_of(sorted[j]), mx);
+    const unsigned long long target = sampling::top_p_target(p.top_p, total);
+    unsigned m = 0;
+    while (m < keep && cum < target) cum += sampling::mass_at(value_of(sorted[m++]), mx);
+    keep = max(m, 1u);
+  }
+  if (p.min_p > 0.f) {
+    unsigned m = 1;
+    while (m < keep && sampling::weight(value_of(sorted[m]), mx) >= p.min_p) ++m;
+    keep = m;
+  }
+  float best = -INFINITY;
+  std::int32_t best_id = id_of(sorted[0]);
+  for (unsigned j = 0; j < keep; ++j) {
+    const std::int32_t id = id_of(sorted[j]);
+    const float score = value_of(sorted[j]) + sampling::gumbel(p.key, static_cast<std::uint32_t>(id));
+    if (score > best || (score == best && id < best_id)) {
+      best = score;
+      best_id = id;
+    }
+  }
+  out[r] = best_id;
+}
+
 }  // namespace
+
+std::size_t sample_rows_workspace(std::size_t rows, std::size_t n) {
+  const std::size_t chunks = std::max<std::size_t>(1, ceil_div(n, kShortChunk));
+  return chunks * kShortlist > static_cast<std::size_t>(kShortChunk) ? 0 : rows * chunks * kShortlist;
+}
 
 void launch_sample_rows(const float* logits, std::size_t rows, std::size_t n, std::size_t ld,
                         const std::uint32_t* masks, std::size_t mask_words, const RowSampling* params,
-                        std::int32_t* out, cudaStream_t s) {
+                        bool shortlist, unsigned long long* workspace, std::int32_t* out, cudaStream_t s) {
   if (rows == 0) return;
-  launch_kernel("sample_rows", sample_rows_kernel, static_cast<unsigned>(rows), kSampleThreads, 0, s, logits, n, ld,
-                masks, mask_words, params, out);
+  if (!shortlist) {
+    launch_kernel("sample_rows", sample_rows_kernel, static_cast<unsigned>(rows), kSampleThreads, 0, s, logits, n, ld,
+                  masks, mask_words, params, out);
+    return;
+  }
+  const unsigned chunks = std::max(1u, ceil_div(n, kShortChunk));
+  if (sample_rows_workspace(rows, n) == 0)
+    throw std::invalid_argument("sample_rows: a shortlist of " + std::to_string(n) + " ids does not fit one block");
+  launch_kernel("sample_rows", shortlist_kernel, dim3(chunks, static_cast<unsigned>(rows)), kShortThreads, 0, s, logits,
+                n, ld, masks, mask_words, params, workspace);
+  launch_kernel("sample_rows", shortlist_draw_kernel, static_cast<unsigned>(rows), kShortThreads, 0, s,
+                static_cast<const unsigned long long*>(workspace), chunks, masks != nullptr, params, out);
 }
 
 }  // namespace quarry::engine::cuda
