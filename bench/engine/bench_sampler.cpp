@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
                             {"temperature 0.7, top-p 0.8", {0.7f, 0, 0.8f, 0.f, 1}},
                             {"temperature 1, top-p 0.95", {1.f, 0, 0.95f, 0.f, 1}},
                             {"temperature 1, top-k 50", {1.f, 50, 1.f, 0.f, 1}},
+                            {"temperature 0.7, top-k 20, top-p 0.8", {0.7f, 20, 0.8f, 0.f, 1}},
                             {"temperature 1, min-p 0.05", {1.f, 0, 1.f, 0.05f, 1}}};
   std::shared_ptr<Backend> be;
   if (!device.empty()) be = make_backend({parse_device(device), 0});
