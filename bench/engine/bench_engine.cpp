@@ -777,6 +777,7 @@ int main(int argc, char** argv) {
         req.prompt = prompt(std::max<std::size_t>(o.depth, 1), salt++, V);
         req.max_tokens = o.tg + 1;  // the first token comes from the prefill
         req.ignore_eos = true;
+        req.sampling = o.sampling;
         const EngineStats before = engine->stats();
         const auto res = engine->generate(req);
         const EngineStats& after = engine->stats();
