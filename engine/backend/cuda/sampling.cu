@@ -313,6 +313,29 @@ __device__ __forceinline__ float value_of(unsigned long long key) {
   return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
+/// Copies the min(k, their number) largest of the nonzero keys[0, kShortChunk) (distinct) to out[0, ..),
+/// in no order; returns how many, and the number of nonzero keys in `candidates`. `taken`: shared scratch.
+__device__ unsigned keep_largest(const unsigned long long* keys, unsigned k, unsigned long long* out,
+                                 unsigned& candidates, unsigned& taken, Select& s) {
+  unsigned count = 0;
+  for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads) count += keys[e] != 0 ? 1u : 0u;
+  if (threadIdx.x == 0) taken = 0;
+  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&taken, count);
+  __syncthreads();
+  candidates = taken;
+  __syncthreads();
+  if (threadIdx.x == 0) taken = 0;
+  const unsigned want = min(k, candidates);
+  const unsigned long long tau = want == 0 ? ~0ull : want == candidates ? 1ull : shared_kth(keys, want, s);
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads)
+    if (keys[e] != 0 && keys[e] >= tau) out[atomicAdd(&taken, 1u)] = keys[e];
+  __syncthreads();
+  return want;
+}
+
 /// The k (top-k; 1 for a greedy row) first candidates of chunk blockIdx.x of row blockIdx.y as order keys
 /// at shortlist[(row * chunks + chunk) * kShortlist ..], the unused slots 0.
 __global__ void __launch_bounds__(kShortThreads) shortlist_kernel(const float* logits, std::size_t n, std::size_t ld,
@@ -329,30 +352,17 @@ __global__ void __launch_bounds__(kShortThreads) shortlist_kernel(const float* l
   const float inv_t = p.temperature > 0.f ? 1.f / p.temperature : 1.f;
   const float* row = logits + r * ld;
   const std::uint32_t* mask = masks ? masks + r * mask_words : nullptr;
-  if (threadIdx.x == 0) taken = 0;
-  unsigned count = 0;
   for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads) {
     const std::size_t i = chunk * kShortChunk + static_cast<std::size_t>(e);
     const float l = i < n ? row[i] : __int_as_float(0x7fffffff);
     const bool ok = !isnan(l) && (!mask || ((mask[i >> 5] >> (i & 31)) & 1u));
     keys[e] = ok ? key_of(l * inv_t, i) : 0;
-    count += ok ? 1u : 0u;
   }
   __syncthreads();
-  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(&taken, count);
-  __syncthreads();
-  const unsigned candidates = taken;
-  __syncthreads();
-  if (threadIdx.x == 0) taken = 0;
-  const unsigned want = min(k, candidates);
-  const unsigned long long tau = want == 0 ? ~0ull : want == candidates ? 1ull : shared_kth(keys, want, s);
-  __syncthreads();
   unsigned long long* out = shortlist + (r * gridDim.x + chunk) * kShortlist;
-  for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads)
-    if (keys[e] != 0 && keys[e] >= tau) out[atomicAdd(&taken, 1u)] = keys[e];
-  __syncthreads();
-  for (unsigned j = taken + threadIdx.x; j < kShortlist; j += kShortThreads) out[j] = 0;
+  unsigned candidates = 0;
+  const unsigned kept = keep_largest(keys, k, out, candidates, taken, s);
+  for (unsigned j = kept + threadIdx.x; j < kShortlist; j += kShortThreads) out[j] = 0;
 }
 
 /// Row blockIdx.x from its chunks' shortlists: the k first candidates in order, then the top-p and min-p
@@ -370,29 +380,15 @@ __global__ void __launch_bounds__(kShortThreads) shortlist_draw_kernel(const uns
   const RowSampling p = params[r];
   const unsigned k = p.temperature == 0.f ? 1u : p.top_k;
   const unsigned long long* in = shortlist + r * chunks * kShortlist;
-  unsigned count = 0;
-  for (unsigned e = threadIdx.x; e < static_cast<unsigned>(kShortChunk); e += kShortThreads) {
+  for (unsigned e = threadIdx.x; e < static_cast<unsigned>(kShortChunk); e += kShortThreads)
     keys[e] = e < chunks * kShortlist ? in[e] : 0;
-    count += keys[e] != 0 ? 1u : 0u;
-  }
-  if (threadIdx.x == 0) taken = 0;
   __syncthreads();
-  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(&taken, count);
-  __syncthreads();
-  const unsigned candidates = taken;
-  __syncthreads();
+  unsigned candidates = 0;
+  const unsigned want = keep_largest(keys, k, top, candidates, taken, s);
   if (candidates == 0) {
     if (threadIdx.x == 0) out[r] = p.temperature == 0.f && !masked ? 0 : -1;
     return;
   }
-  if (threadIdx.x == 0) taken = 0;
-  const unsigned want = min(k, candidates);
-  const unsigned long long tau = want == candidates ? 1ull : shared_kth(keys, want, s);
-  __syncthreads();
-  for (unsigned e = threadIdx.x; e < static_cast<unsigned>(kShortChunk); e += kShortThreads)
-    if (keys[e] != 0 && keys[e] >= tau) top[atomicAdd(&taken, 1u)] = keys[e];
-  __syncthreads();
   if (threadIdx.x < want) {  // the order: a candidate's rank is the number of larger keys
     unsigned rank = 0;
     for (unsigned j = 0; j < want; ++j) rank += top[j] > top[threadIdx.x] ? 1u : 0u;
