@@ -255,7 +255,8 @@ TEST(ConstrainedGeneration, GrammarLmHeadChangesNoToken) {
 // Greedy rows picked by the backend (EngineOptions::greedy_on_backend: masked argmax, only ids back)
 // give the tokens the host sampler gives: a batch of constrained and unconstrained greedy requests,
 // with and without MTP drafting (verification from the ids), and with a sampled request beside them
-// (its steps take the logits as before).
+// (its rows are drawn alike in both engines: from the logits on the host, or by the backend where
+// sample_on_backend applies).
 TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
   auto& m = models();
   const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
