@@ -54,6 +54,7 @@ const char* kPerson = R"({"type":"object","properties":{
   "member":{"type":"boolean"},
   "nickname":{"type":["string","null"],"maxLength":4}},
   "required":["name","age","member"],"additionalProperties":false})";
+const char* kPersonPrompt = "Name and age of the person: Ann, 31, a member.";
 const char* kColours = R"({"type":"array","items":{"enum":["red","green","blue",null,3]},"minItems":1,"maxItems":4})";
 // Numbers with a free fraction let a model repeat digits until max_tokens (a random-weight model does,
 // "444.4444..."): the grammar cannot end them for it, so the always-complete schemas bound them.
@@ -257,15 +258,22 @@ TEST(ConstrainedGeneration, GrammarLmHeadChangesNoToken) {
 // with and without MTP drafting (verification from the ids), and with a sampled request beside them
 // (its rows are drawn alike in both engines: from the logits on the host, or by the backend where
 // sample_on_backend applies).
+/// Three requests at `temperature`, seeded seed, seed + 1, seed + 2: the invoice prompt under the invoice
+/// schema (500 tokens), a short prompt under kPerson (60), the invoice prompt unconstrained (40).
+std::vector<eng::GenerationRequest> three_requests(float temperature, std::uint64_t seed) {
+  auto& m = models();
+  const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
+  return {request(m.invoice_prompt, invoice, temperature, seed, 500),
+          request(m.tok->encode(kPersonPrompt), kPerson, temperature, seed + 1, 60),
+          request(m.invoice_prompt, "", temperature, seed + 2, 40)};
+}
+
 TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
   auto& m = models();
   const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
-  const auto short_prompt = m.tok->encode("Name and age of the person: Ann, 31, a member.");
-  std::vector<eng::GenerationRequest> greedy = {request(m.invoice_prompt, invoice, 0.f, 0, 500),
-                                                request(short_prompt, kPerson, 0.f, 0, 60),
-                                                request(m.invoice_prompt, "", 0.f, 0, 40)};
+  std::vector<eng::GenerationRequest> greedy = three_requests(0.f, 0);
   auto mixed = greedy;
-  mixed.push_back(request(short_prompt, kPerson, 0.9f, 5, 60));
+  mixed.push_back(request(m.tok->encode(kPersonPrompt), kPerson, 0.9f, 5, 60));
   for (std::size_t depth : {0, 2}) {
     SCOPED_TRACE("mtp depth " + std::to_string(depth));
     auto on_opts = options(), off_opts = options();
@@ -298,11 +306,8 @@ TEST(ConstrainedGeneration, GreedyOnTheBackendChangesNoToken) {
 TEST(ConstrainedGeneration, SampledOnTheBackendStaysValidAndReproducible) {
   auto& m = models();
   const std::string invoice = read_file(kSource / "schemas/invoice.schema.json");
-  const auto short_prompt = m.tok->encode("Name and age of the person: Ann, 31, a member.");
-  std::vector<eng::GenerationRequest> reqs = {request(m.invoice_prompt, invoice, 0.8f, 3, 500),
-                                              request(short_prompt, kPerson, 0.9f, 5, 60),
-                                              request(m.invoice_prompt, "", 1.f, 6, 40),
-                                              request(short_prompt, kPerson, 0.f, 0, 60)};
+  std::vector<eng::GenerationRequest> reqs = three_requests(0.8f, 3);
+  reqs.push_back(request(m.tok->encode(kPersonPrompt), kPerson, 0.f, 0, 60));
   reqs[1].sampling.top_p = 0.9f;
   reqs[2].sampling.top_k = 20;
   auto on_opts = options(), off_opts = options();
