@@ -148,11 +148,7 @@ void Backend::check_sample_args(std::size_t rows, std::size_t n, std::span<const
     throw std::invalid_argument("sample_rows: " + std::to_string(params.size()) + " sampling parameters for " +
                                 std::to_string(rows) + " rows");
   if (n > 0x7fffffffu) throw std::invalid_argument("sample_rows: more than 2^31 - 1 ids a row");
-  for (const RowSampling& p : params) {
-    if (!(p.temperature >= 0.f)) throw std::invalid_argument("sample_rows: temperature must be >= 0");
-    if (!(p.top_p > 0.f && p.top_p <= 1.f)) throw std::invalid_argument("sample_rows: top_p must be in (0, 1]");
-    if (!(p.min_p >= 0.f && p.min_p <= 1.f)) throw std::invalid_argument("sample_rows: min_p must be in [0, 1]");
-  }
+  for (const RowSampling& p : params) check_sampling(p.temperature, p.top_p, p.min_p, "sample_rows");
 }
 
 void Backend::matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) {

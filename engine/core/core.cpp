@@ -15,6 +15,13 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+void check_sampling(float temperature, float top_p, float min_p, std::string_view who) {
+  const std::string w(who);
+  if (!(temperature >= 0.f)) throw std::invalid_argument(w + ": temperature must be >= 0");
+  if (!(top_p > 0.f && top_p <= 1.f)) throw std::invalid_argument(w + ": top_p must be in (0, 1]");
+  if (!(min_p >= 0.f && min_p <= 1.f)) throw std::invalid_argument(w + ": min_p must be in [0, 1]");
+}
+
 const char* compute_name(Compute c) {
   switch (c) {
     case Compute::automatic: return "auto";

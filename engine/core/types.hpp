@@ -36,6 +36,11 @@ enum class Compute : std::uint8_t { automatic, exact, bf16 };
 
 /// "auto", "exact" or "bf16".
 const char* compute_name(Compute c);
+
+/// The sampling filters' domains, for the host sampler (engine/runtime/sampler.hpp) and a backend's draws
+/// (Backend::sample_rows): std::invalid_argument "`who`: ..." unless temperature >= 0, top_p is in (0, 1]
+/// and min_p in [0, 1].
+void check_sampling(float temperature, float top_p, float min_p, std::string_view who);
 /// Inverse of compute_name(); throws std::invalid_argument on anything else.
 Compute parse_compute(std::string_view name);
 

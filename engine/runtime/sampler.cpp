@@ -37,9 +37,7 @@ void extend_sorted(std::vector<std::pair<float, TokenId>>& c, std::size_t& sorte
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(seed_of(p)) {
-  if (!(p.temperature >= 0.f)) throw std::invalid_argument("sampling: temperature must be >= 0");
-  if (!(p.top_p > 0.f && p.top_p <= 1.f)) throw std::invalid_argument("sampling: top_p must be in (0, 1]");
-  if (!(p.min_p >= 0.f && p.min_p <= 1.f)) throw std::invalid_argument("sampling: min_p must be in [0, 1]");
+  check_sampling(p.temperature, p.top_p, p.min_p, "sampling");
 }
 
 TokenId Sampler::sample(std::span<const float> logits, std::span<const std::uint32_t> bitmask) {

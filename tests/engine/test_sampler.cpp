@@ -143,19 +143,22 @@ TokenDistribution reference_distribution(const SamplingParams& p, const std::vec
 // The sampler's selections (a sorted prefix only, a draw by quickselect when nothing is cut) keep the
 // distribution and the draws of the plain full sort: same ids in the same order, the same token for the
 // same uniform, on vocabularies of 300 and 5,000 (ties, masks, NaN) under each filter.
+/// The filter sets the distribution tests walk (seeded).
+struct FilterCase {
+  SamplingParams p;
+  const char* what;
+};
+const FilterCase kFilterCases[] = {{{1.f, 0, 1.f, 0.f, 11}, "temperature 1"},
+                                   {{0.7f, 0, 0.9f, 0.f, 12}, "top-p 0.9"},
+                                   {{1.3f, 0, 0.999f, 0.f, 13}, "top-p 0.999 (a long prefix)"},
+                                   {{1.f, 0, 0.5f, 0.1f, 14}, "top-p 0.5, min-p 0.1"},
+                                   {{1.f, 0, 1.f, 0.05f, 15}, "min-p 0.05"},
+                                   {{1.f, 40, 1.f, 0.f, 16}, "top-k 40"},
+                                   {{0.8f, 40, 0.8f, 0.2f, 17}, "top-k 40, top-p 0.8, min-p 0.2"}};
+
 TEST(Sampler, SelectionsMatchTheFullSortReference) {
   std::mt19937 g(5);
-  struct Case {
-    SamplingParams p;
-    const char* what;
-  };
-  const Case cases[] = {{{1.f, 0, 1.f, 0.f, 11}, "temperature 1"},
-                        {{0.7f, 0, 0.9f, 0.f, 12}, "top-p 0.9"},
-                        {{1.3f, 0, 0.999f, 0.f, 13}, "top-p 0.999 (a long prefix)"},
-                        {{1.f, 0, 0.5f, 0.1f, 14}, "top-p 0.5, min-p 0.1"},
-                        {{1.f, 0, 1.f, 0.05f, 15}, "min-p 0.05"},
-                        {{1.f, 40, 1.f, 0.f, 16}, "top-k 40"},
-                        {{0.8f, 40, 0.8f, 0.2f, 17}, "top-k 40, top-p 0.8, min-p 0.2"}};
+  const auto& cases = kFilterCases;
   for (const std::size_t V : {std::size_t{300}, std::size_t{5000}}) {
     for (int variant = 0; variant < 3; ++variant) {
       std::vector<float> l(V);
@@ -170,7 +173,7 @@ TEST(Sampler, SelectionsMatchTheFullSortReference) {
           if (g() % 10 < 7) mask[i / 32] |= 1u << (i % 32);
         l[3] = std::numeric_limits<float>::quiet_NaN();
       }
-      for (const Case& c : cases) {
+      for (const FilterCase& c : cases) {
         SCOPED_TRACE(std::string(c.what) + ", V " + std::to_string(V) + ", variant " + std::to_string(variant));
         const TokenDistribution want = reference_distribution(c.p, l, mask);
         Sampler s(c.p);
@@ -206,19 +209,8 @@ TEST(Sampler, BackendDrawsFollowTheSamplersDistribution) {
   std::mt19937 g(21);
   const std::size_t V = 300, W = (V + 31) / 32, rows = 1000, calls = 12;
   const double N = static_cast<double>(rows * calls);
-  struct Case {
-    SamplingParams p;
-    const char* what;
-  };
-  const Case cases[] = {{{0.f, 0, 1.f, 0.f, 1}, "greedy"},
-                        {{1.f, 0, 1.f, 0.f, 11}, "temperature 1"},
-                        {{0.7f, 0, 0.9f, 0.f, 12}, "top-p 0.9"},
-                        {{1.3f, 0, 0.999f, 0.f, 13}, "top-p 0.999"},
-                        {{1.f, 0, 0.5f, 0.1f, 14}, "top-p 0.5, min-p 0.1"},
-                        {{1.f, 0, 1.f, 0.05f, 15}, "min-p 0.05"},
-                        {{1.f, 40, 1.f, 0.f, 16}, "top-k 40"},
-                        {{1.f, 1, 1.f, 0.f, 18}, "top-k 1"},
-                        {{0.8f, 40, 0.8f, 0.2f, 17}, "top-k 40, top-p 0.8, min-p 0.2"}};
+  std::vector<FilterCase> cases = {{{0.f, 0, 1.f, 0.f, 1}, "greedy"}, {{1.f, 1, 1.f, 0.f, 18}, "top-k 1"}};
+  cases.insert(cases.end(), std::begin(kFilterCases), std::end(kFilterCases));
   DeviceBuffer dl = be->alloc(V * sizeof(float));
   std::vector<std::int32_t> ids(rows), again(rows);
   for (int variant = 0; variant < 3; ++variant) {
@@ -238,7 +230,7 @@ TEST(Sampler, BackendDrawsFollowTheSamplersDistribution) {
     std::vector<std::uint32_t> masks;  // the row's mask for every row of a call
     for (std::size_t r = 0; r < rows && !mask.empty(); ++r) masks.insert(masks.end(), mask.begin(), mask.end());
     be->upload(dl.data(), l.data(), V * sizeof(float));
-    for (const Case& c : cases) {
+    for (const FilterCase& c : cases) {
       SCOPED_TRACE(std::string(c.what) + ", variant " + std::to_string(variant));
       Sampler host(c.p);
       TokenDistribution want;

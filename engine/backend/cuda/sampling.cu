@@ -67,6 +67,11 @@ __device__ __forceinline__ unsigned long long key_of(float v, std::size_t i) {
   return sampling::order_key(v, static_cast<std::uint32_t>(i));
 }
 
+/// The id an order key was made for (its low word inverted).
+__device__ __forceinline__ std::int32_t id_of(unsigned long long key) {
+  return static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(key));
+}
+
 template <class T, class Op>
 __device__ __forceinline__ T warp_reduce(T x, Op op) {
   for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -152,22 +157,41 @@ __device__ __forceinline__ void pick_digit(Select& s, bool by_mass, float top_p)
   }
 }
 
-/// The threshold key tau such that the candidates with order key >= tau (and >= lower) are: the `want`
-/// first ones in the sampler's order (by count), or, with top_p < 1, the shortest prefix of that order
-/// whose masses reach ceil(top_p * their total) (by mass; the total is the first pass's). MSB radix
-/// selection in digits of 8 bits; it stops once the chosen bin must be taken whole (by count), or holds
-/// one candidate.
-__device__ unsigned long long select_threshold(const Row& row, float mx, unsigned long long lower,
-                                               unsigned long long want, float top_p, Select& s) {
+/// MSB radix selection in digits of 8 bits: the threshold key tau such that the candidates with key >= tau
+/// are the `want` first ones in the sampler's order (by count), or, with top_p < 1, the shortest prefix of
+/// that order whose masses reach ceil(top_p * their total) (by mass; the total is the first pass's).
+/// `histogram(prefix, fixed, shift)` is called by every thread of the block and adds each candidate whose
+/// key & fixed == prefix to bin (key >> shift) & 255 through histogram_add. It stops once the chosen bin
+/// must be taken whole (by count), or holds one candidate.
+template <class Histogram>
+__device__ unsigned long long radix_threshold(unsigned long long want, float top_p, Select& s, Histogram&& histogram) {
   const bool by_mass = top_p < 1.f;
   unsigned long long prefix = 0, fixed = 0;
   if (threadIdx.x == 0) s.remaining = want;
   for (int shift = 64 - kDigitBits; shift >= 0; shift -= kDigitBits) {
-    for (int b = static_cast<int>(threadIdx.x); b < kBins; b += kSampleThreads) {
+    for (int b = static_cast<int>(threadIdx.x); b < kBins; b += static_cast<int>(blockDim.x)) {
       s.count[b] = 0;
       s.mass[b] = 0;
     }
     __syncthreads();
+    histogram(prefix, fixed, shift);
+    __syncthreads();
+    pick_digit(s, by_mass, shift == 64 - kDigitBits ? top_p : 1.f);
+    __syncthreads();
+    prefix |= static_cast<unsigned long long>(s.digit) << shift;
+    fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
+    const bool whole = by_mass ? s.bin_count <= 1 : s.bin_count <= s.remaining;
+    __syncthreads();  // every thread has read s before the next pass clears it
+    if (whole) break;
+  }
+  return prefix;
+}
+
+/// radix_threshold over a whole row (one block a row), among the candidates with key >= lower.
+__device__ unsigned long long select_threshold(const Row& row, float mx, unsigned long long lower,
+                                               unsigned long long want, float top_p, Select& s) {
+  const bool by_mass = top_p < 1.f;
+  return radix_threshold(want, top_p, s, [&](unsigned long long prefix, unsigned long long fixed, int shift) {
     row.scan([&](std::size_t i, float v, bool ok) {
       int bin = -1;
       unsigned long long m = 0;
@@ -180,16 +204,7 @@ __device__ unsigned long long select_threshold(const Row& row, float mx, unsigne
       }
       histogram_add(s, bin, m, by_mass);
     });
-    __syncthreads();
-    pick_digit(s, by_mass, shift == 64 - kDigitBits ? top_p : 1.f);
-    __syncthreads();
-    prefix |= static_cast<unsigned long long>(s.digit) << shift;
-    fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
-    const bool whole = by_mass ? s.bin_count <= 1 : s.bin_count <= s.remaining;
-    __syncthreads();  // every thread has read s before the next pass clears it
-    if (whole) break;
-  }
-  return prefix;
+  });
 }
 
 __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float* logits, std::size_t n, std::size_t ld,
@@ -212,7 +227,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
     });
     best = block_reduce(best, MaxU64{}, scratch_u64);
     if (threadIdx.x == 0)
-      out[r] = best == 0 ? (masks ? -1 : 0) : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(best));
+      out[r] = best == 0 ? (masks ? -1 : 0) : id_of(best);
     return;
   }
 
@@ -230,7 +245,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const float
   count = block_reduce(count, AddU32{}, scratch_u32);
   first = block_reduce(first, MaxU64{}, scratch_u64);
   if (count == 0 || !isfinite(mx)) {
-    if (threadIdx.x == 0) out[r] = count == 0 ? -1 : static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(first));
+    if (threadIdx.x == 0) out[r] = count == 0 ? -1 : id_of(first);
     return;
   }
 
@@ -289,26 +304,13 @@ constexpr int kShortChunk = 4096;  ///< ids a block of the first pass holds in s
 /// The threshold tau such that exactly `want` of the nonzero keys[0, kShortChunk) are >= tau (keys are
 /// distinct; want <= their number). Shared memory, digits of 8 bits from the top.
 __device__ unsigned long long shared_kth(const unsigned long long* keys, unsigned want, Select& s) {
-  unsigned long long prefix = 0, fixed = 0;
-  if (threadIdx.x == 0) s.remaining = want;
-  for (int shift = 64 - kDigitBits; shift >= 0; shift -= kDigitBits) {
-    for (int b = static_cast<int>(threadIdx.x); b < kBins; b += kShortThreads) s.count[b] = 0;
-    __syncthreads();
+  return radix_threshold(want, 1.f, s, [&](unsigned long long prefix, unsigned long long fixed, int shift) {
     for (int e = static_cast<int>(threadIdx.x); e < kShortChunk; e += kShortThreads) {  // same trips for all
       const unsigned long long key = keys[e];
       histogram_add(s, key != 0 && (key & fixed) == prefix ? static_cast<int>((key >> shift) & (kBins - 1)) : -1, 0,
                     false);
     }
-    __syncthreads();
-    pick_digit(s, false, 1.f);
-    __syncthreads();
-    prefix |= static_cast<unsigned long long>(s.digit) << shift;
-    fixed |= static_cast<unsigned long long>(kBins - 1) << shift;
-    const bool whole = s.bin_count <= s.remaining;
-    __syncthreads();
-    if (whole) break;
-  }
-  return prefix;
+  });
 }
 
 /// The float an order key was made from (sampling::order_key's high word inverted).
@@ -401,7 +403,6 @@ __global__ void __launch_bounds__(kShortThreads) shortlist_draw_kernel(const uns
   __syncthreads();
   if (threadIdx.x != 0) return;
   const float mx = value_of(sorted[0]);
-  const auto id_of = [](unsigned long long key) { return static_cast<std::int32_t>(0xffffffffu - static_cast<std::uint32_t>(key)); };
   if (p.temperature == 0.f || !isfinite(mx)) {
     out[r] = id_of(sorted[0]);
     return;
