@@ -482,13 +482,15 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
 }
 
 TEST_F(BackendOps, NormFoldedIntoProductsGivesTheSameBitsAsNormThenProduct) {
-  // norm_matmul_many / norm_matmul_swiglu (CUDA decode: RMSNorm read inside the GEMV) against rms_norm
-  // then the product on the same backend: bit-identical, so that decode and verify steps of any size
-  // agree (lossless MTP) whichever path a row takes.
+  // norm_matmul_many / norm_matmul_swiglu (CUDA: the GEMV at up to 8 rows; beyond, the norm writes the
+  // bf16 operand that every cuBLAS product of the call shares) against rms_norm then the products on the
+  // same backend, and against rms_norm then one matmul a weight (each converting its own operand):
+  // bit-identical, so that decode and verify steps of any size agree (lossless MTP) whichever path a row
+  // takes.
   const std::size_t k = 1024;
   std::uint64_t seed = 900;
   for (const Compute compute : {Compute::exact, Compute::bf16})
-    for (const std::size_t m : {1u, 3u, 8u, 12u}) {
+    for (const std::size_t m : {1u, 3u, 8u, 12u, 33u}) {
       const Compute resolved = under_test_->resolve_compute(compute, DType::bf16);
       const std::string what = std::string(compute_name(resolved)) + " m=" + std::to_string(m);
       const auto x = randn(m * k, seed++, 3.f), nw = randn(k, seed++);
@@ -509,13 +511,26 @@ TEST_F(BackendOps, NormFoldedIntoProductsGivesTheSameBitsAsNormThenProduct) {
       under_test_->norm_matmul_many(xb.as<float>(), m, k, k, nb.as<float>(), 1e-6f, hb.as<float>(), fo);
       under_test_->rms_norm(xb.as<float>(), h2.as<float>(), m, k, k, nb.as<float>(), 1e-6f);
       under_test_->matmul_many(h2.as<float>(), m, k, po);
-      for (std::size_t i = 0; i < 3; ++i)
-        EXPECT_EQ(dev_.get(fused[i], m * hw[i].rows), dev_.get(plain[i], m * hw[i].rows)) << "output " << i << " " << what;
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto got = dev_.get(fused[i], m * hw[i].rows);
+        EXPECT_EQ(got, dev_.get(plain[i], m * hw[i].rows)) << "output " << i << " " << what;
+        auto one = dev_.zeros(m * hw[i].rows);
+        under_test_->matmul(h2.as<float>(), m, k, *w[i], hw[i].rows, one.as<float>(), hw[i].rows);
+        EXPECT_EQ(got, dev_.get(one, m * hw[i].rows)) << "output " << i << " against its own matmul, " << what;
+      }
       auto of = dev_.zeros(m * 64), op = dev_.zeros(m * 64), sf = dev_.zeros(m * 64), sp = dev_.zeros(m * 64);
       under_test_->norm_matmul_swiglu(xb.as<float>(), m, k, k, nb.as<float>(), 1e-6f, hb.as<float>(), *w[1], *w[2],
                                       of.as<float>(), 64, sf.as<float>());
       under_test_->matmul_swiglu(h2.as<float>(), m, k, *w[1], *w[2], op.as<float>(), 64, sp.as<float>());
-      EXPECT_EQ(dev_.get(of, m * 64), dev_.get(op, m * 64)) << "swiglu " << what;
+      const auto got = dev_.get(of, m * 64);
+      EXPECT_EQ(got, dev_.get(op, m * 64)) << "swiglu " << what;
+      if (m > 8) {  // beyond the GEMV: the same as the two products and silu_mul one by one
+        auto g = dev_.zeros(m * 64), u = dev_.zeros(m * 64);
+        under_test_->matmul(h2.as<float>(), m, k, *w[1], 64, g.as<float>(), 64);
+        under_test_->matmul(h2.as<float>(), m, k, *w[2], 64, u.as<float>(), 64);
+        under_test_->silu_mul(g.as<float>(), 64, u.as<float>(), 64, g.as<float>(), 64, m, 64);
+        EXPECT_EQ(got, dev_.get(g, m * 64)) << "swiglu against its own products, " << what;
+      }
     }
 }
 

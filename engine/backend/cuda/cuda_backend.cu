@@ -696,14 +696,33 @@ class CudaBackend final : public Backend {
 
   void matmul_many(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) override {
     GemvArgs a;
-    if (!many_args(x, m, ldx, outs, a)) return Backend::matmul_many(x, m, ldx, outs);
-    launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
+    if (many_args(x, m, ldx, outs, a)) return launch_gemv(a, m, kernel_type(cuda_weight(*outs[0].w)), 0, stream_);
+    if (takes_gemm_bf16(x, m, ldx, outs)) return gemms_bf16(to_bf16(x, m, outs[0].w->cols, ldx), m, outs);
+    Backend::matmul_many(x, m, ldx, outs);
   }
   void matmul_swiglu(const float* x, std::size_t m, std::size_t ldx, const engine::Weight& gate,
                      const engine::Weight& up, float* out, std::size_t ldo, float* scratch) override {
     GemvArgs a;
-    if (!swiglu_args(x, m, ldx, gate, up, out, ldo, a)) return Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
-    launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
+    if (swiglu_args(x, m, ldx, gate, up, out, ldo, a)) return launch_gemv(a, m, kernel_type(cuda_weight(gate)), 2, stream_);
+    const MatmulOut pair[] = {{&gate, out, ldo}, {&up, scratch, up.rows}};
+    if (takes_gemm_bf16(x, m, ldx, pair)) return swiglu_bf16(to_bf16(x, m, gate.cols, ldx), m, gate, up, out, ldo, scratch);
+    Backend::matmul_swiglu(x, m, ldx, gate, up, out, ldo, scratch);
+  }
+  // On the cuBLAS path (prefill, batches of more than 8 rows) the norm writes the GEMMs' bf16 operand
+  // directly (h is not written); elsewhere rms_norm into h, then the products (the GEMV reads h).
+  void norm_matmul_many(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
+                        float eps, float* h, std::span<const MatmulOut> outs) override {
+    if (ldx == hidden && takes_gemm_bf16(h, m, hidden, outs) && outs[0].w->cols == hidden)
+      return gemms_bf16(norm_to_bf16(x, m, hidden, ldx, norm_weight, eps), m, outs);
+    Backend::norm_matmul_many(x, m, hidden, ldx, norm_weight, eps, h, outs);
+  }
+  void norm_matmul_swiglu(const float* x, std::size_t m, std::size_t hidden, std::size_t ldx, const float* norm_weight,
+                          float eps, float* h, const engine::Weight& gate, const engine::Weight& up, float* out,
+                          std::size_t ldo, float* scratch) override {
+    const MatmulOut pair[] = {{&gate, out, ldo}, {&up, scratch, up.rows}};
+    if (ldx == hidden && takes_gemm_bf16(h, m, hidden, pair) && gate.cols == hidden)
+      return swiglu_bf16(norm_to_bf16(x, m, hidden, ldx, norm_weight, eps), m, gate, up, out, ldo, scratch);
+    Backend::norm_matmul_swiglu(x, m, hidden, ldx, norm_weight, eps, h, gate, up, out, ldo, scratch);
   }
   void qk_norm_rope_store(float* q, std::size_t ldq, float* k, const float* v, std::size_t ldkv, std::size_t n_heads,
                           std::size_t n_kv_heads, std::size_t head_dim, const float* q_norm, const float* k_norm,
@@ -1020,20 +1039,56 @@ class CudaBackend final : public Backend {
       return;
     }
     if (w.qtype) return dequantized_product(x, m, ldx, w, n, y, ldy, accumulate);
-    if (w.bf16_compute && cublas_) {
-      // Tensor cores: x rounded to bf16, f32 accumulation and output (cuBLAS, column-major: Y^T = W X^T);
-      // beta = 1 adds the product to y.
-      auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * k * sizeof(__nv_bfloat16)));
-      launch_to_bf16(x, m, k, ldx, xb, stream_);
-      const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-      check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                                         static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
-                                         CUDA_R_16BF, static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(ldy),
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "matmul (cublasGemmEx)");
-      return;
-    }
+    if (w.bf16_compute && cublas_) return gemm_bf16(to_bf16(x, m, k, ldx), m, w, n, y, ldy, accumulate);
     launch_gemm_f32(x, m, ldx, w.data, wtype(w.device_dtype), n, k, y, ldy, accumulate, stream_);
+  }
+
+  /// Whether product() of these rows takes the cuBLAS path (bf16 tensor cores): more rows than the GEMV
+  /// takes (or a layout it does not), float weights, bf16 compute.
+  bool takes_gemm_bf16(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w) const {
+    return !(m <= 8 && gemv_supported(x, ldx, w.data, w.cols)) && !w.qtype && w.bf16_compute && cublas_;
+  }
+  bool takes_gemm_bf16(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) const {
+    if (outs.empty()) return false;
+    for (const auto& o : outs)
+      if (!takes_gemm_bf16(x, m, ldx, cuda_weight(*o.w)) || o.w->cols != outs[0].w->cols) return false;
+    return true;
+  }
+  /// x [m, k] at stride ldx rounded to bf16 into the scratch, [m, k] contiguous.
+  const __nv_bfloat16* to_bf16(const float* x, std::size_t m, std::size_t k, std::size_t ldx) {
+    auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * k * sizeof(__nv_bfloat16)));
+    launch_to_bf16(x, m, k, ldx, xb, stream_);
+    return xb;
+  }
+  /// RMSNorm of x written as bf16 into the scratch: to_bf16() of rms_norm(), bit for bit, in one launch.
+  const __nv_bfloat16* norm_to_bf16(const float* x, std::size_t m, std::size_t dim, std::size_t ldx,
+                                    const float* norm_weight, float eps) {
+    auto* xb = static_cast<__nv_bfloat16*>(bf16_scratch_.get(m * dim * sizeof(__nv_bfloat16)));
+    launch_rms_norm_bf16(x, m, dim, ldx, norm_weight, eps, xb, stream_);
+    return xb;
+  }
+  /// y (=|+=) xb . W[0:n]^T on the tensor cores: xb bf16 [m, W.cols] contiguous, f32 accumulation and
+  /// output (cuBLAS, column-major: Y^T = W X^T); beta = 1 adds the product to y.
+  void gemm_bf16(const __nv_bfloat16* xb, std::size_t m, const CudaWeight& w, std::size_t n, float* y, std::size_t ldy,
+                 bool accumulate) {
+    const std::size_t k = w.cols;
+    const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+    check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                       static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
+                                       CUDA_R_16BF, static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(ldy),
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "matmul (cublasGemmEx)");
+  }
+  /// matmul_many / matmul_swiglu on the cuBLAS path from an operand already in bf16 (one conversion or
+  /// one bf16-writing norm for all the products, instead of one conversion a product).
+  void gemms_bf16(const __nv_bfloat16* xb, std::size_t m, std::span<const MatmulOut> outs) {
+    for (const auto& o : outs) gemm_bf16(xb, m, cuda_weight(*o.w), o.w->rows, o.y, o.ldy, false);
+  }
+  void swiglu_bf16(const __nv_bfloat16* xb, std::size_t m, const engine::Weight& gate, const engine::Weight& up,
+                   float* out, std::size_t ldo, float* scratch) {
+    gemm_bf16(xb, m, cuda_weight(gate), gate.rows, out, ldo, false);
+    gemm_bf16(xb, m, cuda_weight(up), up.rows, scratch, up.rows, false);
+    launch_silu_mul(out, ldo, scratch, up.rows, out, ldo, m, gate.rows, stream_);
   }
 
   /// One small product at creation: cuBLAS's first call on a stream sets up its workspace and loads its

@@ -43,13 +43,19 @@ __global__ void embedding_kernel(const std::int32_t* tokens, const void* table, 
 /// 8,192 wide are read once.
 constexpr int kNormThreads = 1024, kNormPer = 8;
 
-/// grid (rows): y = w * (x * inv_rms(x)) a row, x and y at stride ld (x may be y). The sum of squares in
-/// double: each thread's values in order, then the warp's shuffle tree, then the warps in order.
-__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, float* y, std::size_t dim,
-                                                                std::size_t ld, const float* w, float eps) {
+/// A normalised value as the norm kernels store it: f32, or rounded to bf16 (the operand of the bf16 GEMMs,
+/// the bits launch_to_bf16 gives the f32 value).
+__device__ __forceinline__ void store_norm(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_norm(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+/// grid (rows): y = w * (x * inv_rms(x)) a row, x at stride ld, y at stride ldy (x may be y). The sum of
+/// squares in double: each thread's values in order, then the warp's shuffle tree, then the warps in order.
+template <typename Y>
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, Y* y, std::size_t dim, std::size_t ld,
+                                                                std::size_t ldy, const float* w, float eps) {
   pdl_enter();
   const float* xr = x + blockIdx.x * ld;
-  float* yr = y + blockIdx.x * ld;
+  Y* yr = y + blockIdx.x * ldy;
   float v[kNormPer], g[kNormPer];
   double ss = 0.0;
 #pragma unroll
@@ -77,22 +83,24 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
 #pragma unroll
   for (int j = 0; j < kNormPer; ++j) {
     const std::size_t i = threadIdx.x + static_cast<std::size_t>(j) * blockDim.x;
-    if (i < dim) yr[i] = g[j] * (v[j] * s);
+    if (i < dim) store_norm(yr + i, g[j] * (v[j] * s));
   }
-  for (std::size_t i = threadIdx.x + kNormPer * blockDim.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * s);
+  for (std::size_t i = threadIdx.x + kNormPer * blockDim.x; i < dim; i += blockDim.x)
+    store_norm(yr + i, w[i] * (xr[i] * s));
 }
 
 /// rms_norm_kernel for narrow rows (dim <= kNarrowNorm: per-head norms, T x heads rows): a warp a row,
 /// 8 rows a block, the sum of squares in double (each lane's values in order, then the shuffle tree).
 constexpr std::size_t kNarrowNorm = 512;
-__global__ void __launch_bounds__(256) rms_norm_rows_kernel(const float* x, float* y, std::size_t rows, std::size_t dim,
-                                                            std::size_t ld, const float* w, float eps) {
+template <typename Y>
+__global__ void __launch_bounds__(256) rms_norm_rows_kernel(const float* x, Y* y, std::size_t rows, std::size_t dim,
+                                                            std::size_t ld, std::size_t ldy, const float* w, float eps) {
   pdl_enter();
   const std::size_t row = blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const float* xr = x + row * ld;
-  float* yr = y + row * ld;
+  Y* yr = y + row * ldy;
   float v[kNarrowNorm / 32];
   double ss = 0.0;
 #pragma unroll
@@ -106,7 +114,7 @@ __global__ void __launch_bounds__(256) rms_norm_rows_kernel(const float* x, floa
 #pragma unroll
   for (int j = 0; j < static_cast<int>(kNarrowNorm / 32); ++j) {
     const std::size_t i = lane + static_cast<std::size_t>(j) * 32;
-    if (i < dim) yr[i] = w[i] * (v[j] * s);
+    if (i < dim) store_norm(yr + i, w[i] * (v[j] * s));
   }
 }
 
@@ -878,12 +886,25 @@ void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* tab
                 ldo);
 }
 
-void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
-                     float eps, cudaStream_t s) {
+template <typename Y>
+void rms_norm_launch(const float* x, Y* y, std::size_t rows, std::size_t dim, std::size_t ld, std::size_t ldy,
+                     const float* w, float eps, cudaStream_t s) {
   if (rows == 0) return;
   if (dim <= kNarrowNorm)
-    return launch_kernel("rms_norm", rms_norm_rows_kernel, ceil_div(rows, 8), 256, 0, s, x, y, rows, dim, ld, w, eps);
-  launch_kernel("rms_norm", rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, y, dim, ld, w, eps);
+    return launch_kernel("rms_norm", rms_norm_rows_kernel<Y>, ceil_div(rows, 8), 256, 0, s, x, y, rows, dim, ld, ldy, w,
+                         eps);
+  launch_kernel("rms_norm", rms_norm_kernel<Y>, static_cast<unsigned>(rows), kNormThreads, 0, s, x, y, dim, ld, ldy, w,
+                eps);
+}
+
+void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
+                     float eps, cudaStream_t s) {
+  rms_norm_launch(x, y, rows, dim, ld, ld, w, eps, s);
+}
+
+void launch_rms_norm_bf16(const float* x, std::size_t rows, std::size_t dim, std::size_t ld, const float* w, float eps,
+                          __nv_bfloat16* out, cudaStream_t s) {
+  rms_norm_launch(x, out, rows, dim, ld, dim, w, eps, s);
 }
 
 void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,

@@ -22,6 +22,10 @@ void launch_embedding(const std::int32_t* tokens, std::size_t n, const void* tab
 /// RMSNorm of `rows` rows of `dim` at stride ld (sum of squares in double, as the CPU reference).
 void launch_rms_norm(const float* x, float* y, std::size_t rows, std::size_t dim, std::size_t ld, const float* w,
                      float eps, cudaStream_t s);
+/// The same RMSNorm written as bf16 rows [rows, dim] (contiguous): the bits launch_to_bf16 gives
+/// launch_rms_norm's output, in one launch (the operand of the bf16 GEMMs).
+void launch_rms_norm_bf16(const float* x, std::size_t rows, std::size_t dim, std::size_t ld, const float* w, float eps,
+                          __nv_bfloat16* out, cudaStream_t s);
 /// cos/sin [n, half] of (float)positions[t] * inv_freq[i], cos and sin in double rounded to f32.
 void launch_rope_angles(const std::int32_t* positions, std::size_t n, const float* inv_freq, std::size_t half,
                         float* cos, float* sin, cudaStream_t s);
