@@ -411,7 +411,8 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
   // Quantized q / k / v in one product (matmul_many), with the input norm folded in (norm_matmul_many),
   // and gate / up with the SwiGLU (norm_matmul_swiglu): the same bits as rms_norm, then each product on
   // its own, then silu(gate) * up; and the values of the dequantized weights' double products. Decode
-  // (1 row) and verify (5, 8 rows) steps; widths where a warp of the GPU kernel takes 1 row and more.
+  // (1 row) and verify (5, 8 rows) steps; widths where a warp of the GPU kernel takes 1 row and more; and
+  // 12 rows (the GPU's cuBLAS path: the weights dequantized, one bf16 operand for the call's products).
   // Each set: three weights for matmul_many, the last two also gate and up. (Cases are moved, never
   // copied: their QuantizedMatrix points into their own buffers.)
   struct Set {
@@ -437,7 +438,7 @@ TEST_F(BackendOps, QuantizedWeightsInOneLaunchGiveTheBitsOfSeparateProducts) {
     for (const auto& set : sets) {
       std::vector<std::unique_ptr<Weight>> w;
       for (const auto& c : set.w) w.push_back(under_test_->load_quantized(c.q, WeightUse::matmul, compute));
-      for (const std::size_t m : {1u, 5u, 8u}) {
+      for (const std::size_t m : {1u, 5u, 8u, 12u}) {
         const std::string what = set.w[0].name + " " + std::string(compute_name(compute)) + " m=" + std::to_string(m);
         const auto x = randn(m * K, seed++, 3.f), nw = randn(K, seed++);
         auto xb = dev_.put(x), nb = dev_.put(nw), hb = dev_.zeros(m * K), h2 = dev_.zeros(m * K);

@@ -1003,27 +1003,32 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  /// product() of a quantized weight beyond the GEMV's 8 rows: the first n rows dequantized into scratch
-  /// (bf16 for cuBLAS under bf16 compute, else f32 for the tiled kernel: the same values and products as
-  /// the f32 model's), then the float path.
+  /// A float view of a quantized weight's first n rows, dequantized into scratch; owns nothing.
+  struct DequantizedView {
+    CudaWeight w;
+    ~DequantizedView() { w.data = nullptr; }
+  };
+  /// Dequantizes the first n rows of w into scratch as bf16 (for cuBLAS) or f32 (for the tiled kernel: the
+  /// same values and products as the f32 model's) and points v at them.
+  void dequantize_view(const CudaWeight& w, std::size_t n, bool bf16, DequantizedView& v) {
+    const std::size_t k = w.cols;
+    v.w.rows = n;
+    v.w.cols = k;
+    v.w.bf16_compute = bf16;
+    v.w.device_dtype = v.w.dtype = bf16 ? DType::bf16 : DType::f32;
+    void* buf = dequant_scratch_.get(n * k * dtype_size(v.w.device_dtype));
+    launch_dequantize_rows(w.q, w.qtype, nullptr, n, k, bf16 ? nullptr : static_cast<float*>(buf),
+                           bf16 ? static_cast<__nv_bfloat16*>(buf) : nullptr, k, stream_);
+    v.w.data = buf;
+  }
+
+  /// product() of a quantized weight beyond the GEMV's 8 rows: its first n rows dequantized (bf16 under
+  /// bf16 compute, else f32), then the float path.
   void dequantized_product(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w, std::size_t n,
                            float* y, std::size_t ldy, bool accumulate) {
-    const std::size_t k = w.cols;
-    CudaWeight tmp;  // a float view of the dequantized rows (owns nothing)
-    struct Release {
-      CudaWeight& w;
-      ~Release() { w.data = nullptr; }
-    } release{tmp};
-    tmp.rows = n;
-    tmp.cols = k;
-    tmp.bf16_compute = w.bf16_compute && cublas_;
-    tmp.device_dtype = tmp.bf16_compute ? DType::bf16 : DType::f32;
-    tmp.dtype = tmp.device_dtype;
-    void* buf = dequant_scratch_.get(n * k * dtype_size(tmp.device_dtype));
-    launch_dequantize_rows(w.q, w.qtype, nullptr, n, k, tmp.bf16_compute ? nullptr : static_cast<float*>(buf),
-                           tmp.bf16_compute ? static_cast<__nv_bfloat16*>(buf) : nullptr, k, stream_);
-    tmp.data = buf;
-    product(x, m, ldx, tmp, n, y, ldy, accumulate);
+    DequantizedView v;
+    dequantize_view(w, n, w.bf16_compute && cublas_, v);
+    product(x, m, ldx, v.w, n, y, ldy, accumulate);
   }
 
   /// y (=|+=) x . W[0:n]^T: the GEMV kernel for up to 8 rows, cuBLAS (bf16 tensor cores) under bf16 compute,
@@ -1044,9 +1049,9 @@ class CudaBackend final : public Backend {
   }
 
   /// Whether product() of these rows takes the cuBLAS path (bf16 tensor cores): more rows than the GEMV
-  /// takes (or a layout it does not), float weights, bf16 compute.
+  /// takes (or a layout it does not) under bf16 compute; quantized weights dequantized to bf16 first.
   bool takes_gemm_bf16(const float* x, std::size_t m, std::size_t ldx, const CudaWeight& w) const {
-    return !(m <= 8 && gemv_supported(x, ldx, w.data, w.cols)) && !w.qtype && w.bf16_compute && cublas_;
+    return !(m <= 8 && gemv_supported(x, ldx, w.data, w.cols)) && w.bf16_compute && cublas_;
   }
   bool takes_gemm_bf16(const float* x, std::size_t m, std::size_t ldx, std::span<const MatmulOut> outs) const {
     if (outs.empty()) return false;
@@ -1068,10 +1073,16 @@ class CudaBackend final : public Backend {
     return xb;
   }
   /// y (=|+=) xb . W[0:n]^T on the tensor cores: xb bf16 [m, W.cols] contiguous, f32 accumulation and
-  /// output (cuBLAS, column-major: Y^T = W X^T); beta = 1 adds the product to y.
+  /// output (cuBLAS, column-major: Y^T = W X^T); beta = 1 adds the product to y. A quantized W: its first n
+  /// rows dequantized to bf16 into scratch first (the values dequantized_product gives cuBLAS).
   void gemm_bf16(const __nv_bfloat16* xb, std::size_t m, const CudaWeight& w, std::size_t n, float* y, std::size_t ldy,
                  bool accumulate) {
     const std::size_t k = w.cols;
+    if (w.qtype) {
+      DequantizedView v;
+      dequantize_view(w, n, true, v);
+      return gemm_bf16(xb, m, v.w, n, y, ldy, accumulate);
+    }
     const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
     check_cublas(Cublas::get().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
                                        static_cast<int>(k), &alpha, w.data, CUDA_R_16BF, static_cast<int>(k), xb,
