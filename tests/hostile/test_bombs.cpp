@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <future>
+#include <iterator>
 #include <set>
+#include <sstream>
+#include <vector>
 
 #include "tests/hostile/hostile_support.hpp"
 #include "tests/hostile/pdf_bombs.hpp"
@@ -45,6 +48,18 @@ std::map<pid_t, std::pair<pid_t, std::uint64_t>> processes() {
   }
   ::closedir(d);
   return out;
+}
+
+/// CPU time (user + system) process `pid` has used, seconds; 0 if it is gone.
+double cpu_seconds(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');  // after the command name, which may hold spaces
+  if (close == std::string::npos) return 0.0;
+  std::istringstream rest(stat.substr(close + 2));
+  const std::vector<std::string> f{std::istream_iterator<std::string>(rest), {}};  // fields 3 (state) on
+  if (f.size() < 13) return 0.0;
+  const auto utime = std::stoull(f[11]), stime = std::stoull(f[12]);  // fields 14 and 15, clock ticks
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 /// RSS of `root` and all its descendants, KiB.
@@ -150,7 +165,12 @@ TEST(Bombs, AWorkerThatCrashesCostsOneDocumentAndTheBatchGoesOn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GT(worker, 0) << read_file(s.dir / "log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // busy with the slow document by now
+  // Busy with the slow document: a second of CPU is past the worker's start-up handshake (a fixed 300 ms
+  // once hit a worker under AddressSanitizer still starting, and the run stopped: no worker could start).
+  const auto t1 = std::chrono::steady_clock::now();
+  while (cpu_seconds(worker) < 1.0 && !exited(pid) && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(cpu_seconds(worker), 1.0) << read_file(s.dir / "log");
   ::kill(worker, SIGSEGV);
   const int rc = wait_child_for(pid, std::chrono::seconds(60));
   EXPECT_EQ(rc, 2) << read_file(s.dir / "log");
