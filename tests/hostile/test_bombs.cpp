@@ -24,6 +24,18 @@ namespace fs = std::filesystem;
 using namespace quarry::test_run;
 using namespace quarry::test_hostile;
 
+/// The fields of /proc/<pid>/stat from field 3 (the state) on: they start after the command name's last
+/// ')' (the name may hold spaces and parentheses). Empty if the process is gone.
+std::vector<std::string> stat_fields(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  std::getline(stat, s);
+  const auto close = s.rfind(')');
+  if (close == std::string::npos || close + 2 > s.size()) return {};
+  std::istringstream rest(s.substr(close + 2));
+  return {std::istream_iterator<std::string>(rest), {}};
+}
+
 /// Parent pid and RSS (KiB) of every process, from /proc.
 std::map<pid_t, std::pair<pid_t, std::uint64_t>> processes() {
   std::map<pid_t, std::pair<pid_t, std::uint64_t>> out;
@@ -32,15 +44,9 @@ std::map<pid_t, std::pair<pid_t, std::uint64_t>> processes() {
   while (const dirent* e = ::readdir(d)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string s;
-    std::getline(stat, s);
-    const auto close = s.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(s.substr(close + 2));
-    std::string state;
-    long ppid = 0;
-    rest >> state >> ppid;
+    const auto f = stat_fields(pid);
+    if (f.size() < 2) continue;
+    const long ppid = std::atol(f[1].c_str());  // field 4
     std::ifstream statm("/proc/" + std::string(e->d_name) + "/statm");
     std::uint64_t size = 0, resident = 0;
     statm >> size >> resident;
@@ -52,11 +58,7 @@ std::map<pid_t, std::pair<pid_t, std::uint64_t>> processes() {
 
 /// CPU time (user + system) process `pid` has used, seconds; 0 if it is gone.
 double cpu_seconds(pid_t pid) {
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');  // after the command name, which may hold spaces
-  if (close == std::string::npos) return 0.0;
-  std::istringstream rest(stat.substr(close + 2));
-  const std::vector<std::string> f{std::istream_iterator<std::string>(rest), {}};  // fields 3 (state) on
+  const auto f = stat_fields(pid);
   if (f.size() < 13) return 0.0;
   const auto utime = std::stoull(f[11]), stime = std::stoull(f[12]);  // fields 14 and 15, clock ticks
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
