@@ -305,6 +305,44 @@ TEST_F(BackendOps, QuantizedProductsEqualTheirDequantizedValues) {
     }
 }
 
+TEST_F(BackendOps, Fp8ProductsUnderBf16ComputeAreThoseOfTheRoundedActivations) {
+  // Under bf16 compute FP8 weights meet the activations rounded to bf16, and nothing else is rounded but
+  // the f32 sums (the GPU's tensor-core GEMV takes them as f16 scaled by a power of two per 64 columns:
+  // exact for these values): decode and verify rows; 128 x 128 blocks (the last tile of 16 rows short),
+  // per-channel scales, 64-column blocks on a narrow weight; widths of a chunk or two per warp and 12,288.
+  // Against the double products of the rounded activations (or, where a CPU resolves bf16 compute to
+  // exact, of the activations themselves).
+  std::uint32_t seed = 4700;
+  std::vector<testing::Case> cs;
+  cs.push_back(testing::rows_case("fp8_block128", 1000, 1024, QuantElement::fp8_e4m3, 128, 128, seed++));
+  cs.push_back(testing::rows_case("fp8_block128_wide", 300, 12288, QuantElement::fp8_e4m3, 128, 128, seed++));
+  cs.push_back(testing::rows_case("fp8_channel", 517, 4096, QuantElement::fp8_e4m3, 1, 4096, seed++));
+  cs.push_back(testing::rows_case("fp8_block64_narrow", 37, 192, QuantElement::fp8_e4m3, 32, 64, seed++));
+  const bool gpu = under_test_->device().kind != DeviceSpec::Kind::cpu;
+  for (const auto& c : cs)
+    for (const std::size_t m : {1u, 3u, 8u}) {
+      const std::size_t rows = c.q.rows, cols = c.q.cols;
+      const auto w = under_test_->load_quantized(c.q, WeightUse::matmul, Compute::bf16);
+      auto x = randn(m * cols, seed++, 4.f);
+      x[cols / 2] = 0.f;  // a zero and a chunk of zeros among the activations
+      for (std::size_t k = 0; k < std::min<std::size_t>(64, cols); ++k) x[(m - 1) * cols + k] = 0.f;
+      auto xb = dev_.put(x), yb = dev_.zeros(m * rows);
+      under_test_->matmul(xb.as<float>(), m, cols, *w, rows, yb.as<float>(), rows);
+      const auto got = dev_.get(yb, m * rows);
+      std::vector<double> rounded(m * rows, 0.0), plain(m * rows, 0.0);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t n = 0; n < rows; ++n)
+          for (std::size_t k = 0; k < cols; ++k) {
+            const double wv = c.want[n * cols + k], xv = x[i * cols + k];
+            rounded[i * rows + n] += static_cast<double>(from_bf16(to_bf16(x[i * cols + k]))) * wv;
+            plain[i * rows + n] += xv * wv;
+          }
+      const std::string what = c.name + " cols=" + std::to_string(cols) + " m=" + std::to_string(m);
+      const double e = gpu ? nmse(got, rounded) : std::min(nmse(got, rounded), nmse(got, plain));
+      EXPECT_LT(e, 1e-10) << what;
+    }
+}
+
 /// "" when a and b hold the same bits, else where and how many values differ (a short failure message).
 std::string bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());

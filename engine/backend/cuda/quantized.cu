@@ -20,7 +20,8 @@
 //  - under bf16 compute, integer weights (int8, int4, GPTQ) meet int8 activations: each thread block
 //    quantizes the activations once into shared memory (per 16 columns, absmax / 127, as llama.cpp's
 //    q8_1 blocks and the CPU's VNNI kernels do per group) and the warps sum with dp4a, about one
-//    instruction per weight value; exact compute and FP8 keep f32 products.
+//    instruction per weight value; FP8 under bf16 compute goes through the tensor cores (mma.sync with
+//    f16 inputs, gemv_fp8_mma_kernel below); exact compute keeps f32 products.
 // On devices before Ada (no FP8 conversion instruction) FP8's NaN codes (S.1111.111) read as +-480, where
 // the CPU's kernels give NaN: a checkpoint holds no NaN weights.
 // The summation order of an output row (the lane's loads in column order, the values of a load in order,
@@ -29,6 +30,7 @@
 // follows the fast dequantizing GEMV kernels of the field (FasterTransformer's and Marlin's bit-placement
 // conversions; llama.cpp's per-block scales).
 #include <algorithm>
+#include <cstdlib>
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/kernels.cuh"
@@ -399,6 +401,301 @@ __global__ void __launch_bounds__(kThreads, quant_blocks(M, QT, MODE, R, IQ)) ge
     }
 }
 
+// ------------------------------------------------------------- FP8 through the tensor cores (bf16 compute)
+//
+// The f32-product FP8 GEMV above spends about five instructions a weight value (a conversion to f16, one
+// to f32, an FMA and its share of the activations' loads), so it runs below the memory's speed where the
+// integer types' dp4a kernels do not. Under bf16 compute the products go to the tensor cores instead, as
+// Marlin-style mixed-input kernels do (Frantar et al. 2024): a warp takes a tile of 16 weight rows and
+// 64-column chunks of its share of the columns; each lane loads 16 bytes of row g = lane / 4 and of row
+// g + 8 at columns 16 (lane % 4) .. + 15 of the chunk, turns byte pairs into f16 pairs (one conversion
+// instruction a pair), and four mma.sync m16n8k16 (f16 inputs, f32 accumulation) multiply them with up
+// to 8 activation rows (the mma's n). The reduction runs over a permutation of the chunk's columns: in
+// step s the lane's pairs at columns 16t + 4s + {0, 1} and {2, 3} (t = lane % 4) stand for the mma's k
+// = 2t, 2t + 1 and 2t + 8, 2t + 9, and the activations' fragment takes the same columns, so the sum is
+// the product's. Activations: each warp stages the columns of its chunks in shared memory as f16, scaled
+// per 64 columns by a power of two above their largest magnitude (exact for bf16 values down to 2^-14 of
+// that magnitude; smaller ones keep fewer bits); a chunk's sums are scaled back with the weights' block
+// scale. Bits: a row's value is a function of its own activation row (the mma's columns do not mix), the
+// warps' column shares and their summation order do not depend on m or the mode, so a row has the same
+// bits alone and in a verify batch.
+constexpr int kMmaChunk = 64;
+constexpr int kMmaRows = 16;
+/// Halfs of padding after each staged activation row (M rows read in one instruction land in different
+/// banks).
+constexpr int kMmaPad = 8;
+
+#if QUARRY_FP8_CVT
+constexpr float kFp8MmaUnit = 1.f;  // the conversion instruction gives the values themselves
+#else
+constexpr float kFp8MmaUnit = 0x1p-8f;  // bit placement: sign, exponent and mantissa bits under f16's bias
+#endif
+
+/// The FP8 E4M3 bytes 0, 1 of w as an f16 pair (lo; byte 0 in the lower half) and bytes 2, 3 (hi), in
+/// units of kFp8MmaUnit (exact).
+__device__ __forceinline__ void fp8x4_to_f16x2(std::uint32_t w, std::uint32_t& lo, std::uint32_t& hi) {
+#if QUARRY_FP8_CVT
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  // byte b at bits 8..15 of a half: sign to bit 15, exponent and mantissa (b & 0x7F) to bits 7..13, which
+  // is the value times 2^-8 in f16 (E4M3's bias 7 under f16's 15; subnormals included).
+  const std::uint32_t p = __byte_perm(w, 0u, 0x1404u), q = __byte_perm(w, 0u, 0x3424u);
+  lo = (p & 0x80008000u) | ((p >> 1) & 0x3F803F80u);
+  hi = (q & 0x80008000u) | ((q >> 1) & 0x3F803F80u);
+#endif
+}
+
+/// d += a (16x16 f16, row) . b (16x8 f16, col), f32 accumulation (mma.sync m16n8k16; PTX ISA fragment
+/// layouts: a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..); b0 (2t.., n = g),
+/// b1 (2t + 8.., g); d (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                              std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// Dynamic shared memory of gemv_fp8_mma_kernel: the f16 activations [m][k + kMmaPad], then the scales of
+/// each 64 columns [m][k / 64].
+constexpr std::size_t fp8_mma_smem_bytes(std::size_t m, std::size_t k) {
+  return m * (k + kMmaPad) * 2 + m * (k / kMmaChunk) * 4;
+}
+
+/// y = x . W^T for M <= 8 rows of x and FP8 weights (block scales), bf16 compute. One block of 8 warps
+/// takes T tiles of 16 output rows (the tiles of all segments in order; MODE 2: the gate's tiles, each with
+/// the up's tile of the same rows, NW = 2); warp w takes the 64-column chunks w, w + 8, ... of every tile;
+/// U chunks in flight a lane. Modes as gemv_quant_kernel (0 with `accumulate`: y +=). The block's warps sum
+/// their shares in warp order.
+template <int M, int MODE, int U, int T>
+__global__ void __launch_bounds__(kThreads, 2) gemv_fp8_mma_kernel(GemvArgs a, bool accumulate) {
+  constexpr int NW = MODE == 2 ? 2 : 1;
+  constexpr int W = NW * T;  // weight tiles a warp reads
+  extern __shared__ __align__(16) unsigned char mma_smem[];
+  __shared__ float red[kWarps][W][4][32];
+  const std::size_t k = a.k, ldh = k + kMmaPad, nchunks = k / kMmaChunk;
+  __half* xh = reinterpret_cast<__half*>(mma_smem);              // [M][ldh]
+  float* xs = reinterpret_cast<float*>(mma_smem + M * ldh * 2);  // [M][nchunks]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+
+  // Tile tt of the block: segment seg[tt] (MODE 2: the gate's), rows row0[tt] .. + 15 of n[tt].
+  int seg[T];
+  std::size_t row0[T], nrows[T];
+#pragma unroll
+  for (int tt = 0; tt < T; ++tt) {
+    std::size_t tile = static_cast<std::size_t>(blockIdx.x) * T + tt;
+    int sg = 0;
+    if constexpr (MODE == 0) {
+      while (sg + 1 < a.n_seg && tile >= (a.seg[sg].n + kMmaRows - 1) / kMmaRows)
+        tile -= (a.seg[sg++].n + kMmaRows - 1) / kMmaRows;
+    }
+    seg[tt] = sg;
+    row0[tt] = tile * kMmaRows;
+    nrows[tt] = a.seg[sg].n;
+  }
+  const std::uint8_t* rowp[W][2];
+  const float* srow[W][2];
+  unsigned bcols[W];
+#pragma unroll
+  for (int tt = 0; tt < T; ++tt)
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const QuantArgs& q = a.seg[seg[tt] + w].q;
+      const int wt = tt * NW + w;
+      bcols[wt] = static_cast<unsigned>(q.block_cols);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        std::size_t row = row0[tt] + g + 8 * h;
+        if (row >= nrows[tt]) row = nrows[tt] > 0 ? nrows[tt] - 1 : 0;  // read, not written (a tile past the end: row 0)
+        rowp[wt][h] = static_cast<const std::uint8_t*>(q.data) + row * k + 16 * t;
+        srow[wt][h] = q.scales + (row / q.block_rows) * q.sc_cols;
+      }
+    }
+  const int nch = nchunks > static_cast<std::size_t>(warp)
+                      ? static_cast<int>((nchunks - warp + kWarps - 1) / kWarps)
+                      : 0;  // this warp's chunks: warp + 8 j, j < nch
+
+  uint4 ld[U][W][2];
+  auto issue = [&](int slot, int j) {
+    if (j < nch) {
+      const std::size_t col = static_cast<std::size_t>(warp + kWarps * j) * kMmaChunk;
+#pragma unroll
+      for (int w = 0; w < W; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ld[slot][w][h] = __ldg(reinterpret_cast<const uint4*>(rowp[w][h] + col));
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < U; ++u) issue(u, u);
+  pdl_enter();  // the weights above are read-only; x and y belong to the kernels around this one
+
+  // Stage this warp's chunks of the activations: 4 lanes a (row, chunk), 16 columns each.
+  const int items = M * nch * 4;
+  for (int base = 0; base < items; base += 32) {
+    const int it = base + lane;
+    const bool ok = it < items;
+    const int pair = it >> 2, quarter = it & 3;
+    const int i = ok ? pair / nch : 0;
+    const std::size_t c = ok ? static_cast<std::size_t>(warp + kWarps * (pair % nch)) : 0;
+    float xv[16];
+    float amax = 0.f;
+    if (ok) {
+      load_x<16>(a, i, c * kMmaChunk + 16 * quarter, xv);
+#pragma unroll
+      for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(xv[e]));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    if (ok) {
+      int e2 = 0;
+      if (amax > 0.f) frexpf(amax, &e2);  // amax < 2^e2
+      const float inv = ldexpf(1.f, -e2);
+      std::uint32_t hv[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const __half2 p = __floats2half2_rn(xv[2 * e] * inv, xv[2 * e + 1] * inv);
+        hv[e] = *reinterpret_cast<const std::uint32_t*>(&p);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(xh + i * ldh + c * kMmaChunk + 16 * quarter);
+      dst[0] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+      dst[1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+      if (quarter == 0) xs[i * nchunks + c] = ldexpf(1.f, e2) * (1.f / kFp8MmaUnit);
+    }
+  }
+  __syncwarp();
+
+  float acc[W][4];
+#pragma unroll
+  for (int w = 0; w < W; ++w)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[w][e] = 0.f;
+  auto consume = [&](const uint4 (&raw)[W][2], int j) {
+    const std::size_t c = static_cast<std::size_t>(warp + kWarps * j), col = c * kMmaChunk;
+    std::uint32_t xb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (g < M) {
+      const uint4* src = reinterpret_cast<const uint4*>(xh + g * ldh + col + 16 * t);
+      const uint4 v0 = src[0], v1 = src[1];
+      xb[0] = v0.x, xb[1] = v0.y, xb[2] = v0.z, xb[3] = v0.w, xb[4] = v1.x, xb[5] = v1.y, xb[6] = v1.z, xb[7] = v1.w;
+    }
+    const float xs0 = 2 * t < M ? xs[(2 * t) * nchunks + c] : 0.f;
+    const float xs1 = 2 * t + 1 < M ? xs[(2 * t + 1) * nchunks + c] : 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const std::uint32_t wg[4] = {raw[w][0].x, raw[w][0].y, raw[w][0].z, raw[w][0].w};
+      const std::uint32_t wh[4] = {raw[w][1].x, raw[w][1].y, raw[w][1].z, raw[w][1].w};
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        std::uint32_t glo, ghi, hlo, hhi;
+        fp8x4_to_f16x2(wg[st], glo, ghi);
+        fp8x4_to_f16x2(wh[st], hlo, hhi);
+        mma_f16_16816(d, glo, hlo, ghi, hhi, xb[2 * st], xb[2 * st + 1]);
+      }
+      const unsigned b = static_cast<unsigned>(col) / bcols[w];
+      const float sg = __ldg(srow[w][0] + b), sh = __ldg(srow[w][1] + b);
+      acc[w][0] = fmaf(d[0], sg * xs0, acc[w][0]);
+      acc[w][1] = fmaf(d[1], sg * xs1, acc[w][1]);
+      acc[w][2] = fmaf(d[2], sh * xs0, acc[w][2]);
+      acc[w][3] = fmaf(d[3], sh * xs1, acc[w][3]);
+    }
+  };
+  for (int j0 = 0; j0 < nch; j0 += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (j0 + u < nch) {
+        consume(ld[u], j0 + u);
+        issue(u, j0 + u + U);
+      }
+  }
+
+#pragma unroll
+  for (int w = 0; w < W; ++w)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][w][e][lane] = acc[w][e];
+  __syncthreads();
+  // Warp tt writes tile tt.
+#pragma unroll
+  for (int tt = 0; tt < T; ++tt) {
+    if (warp != tt) continue;
+    float* y = a.seg[seg[tt]].y;
+    const std::size_t ldy = a.seg[seg[tt]].ldy;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 2 * t + (e & 1);
+      const std::size_t row = row0[tt] + g + (e >= 2 ? 8 : 0);
+      float v[NW];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        v[w] = red[0][tt * NW + w][e][lane];
+#pragma unroll
+        for (int p = 1; p < kWarps; ++p) v[w] += red[p][tt * NW + w][e][lane];
+      }
+      if (i < M && row < nrows[tt]) {
+        float out = v[0];
+        if constexpr (MODE == 2) out = v[0] / (1.f + expf(-v[0])) * v[NW - 1];
+        float& dst = y[i * ldy + row];
+        dst = MODE == 0 && accumulate ? dst + out : out;
+      }
+    }
+  }
+}
+
+/// The widest input gemv_fp8_mma_kernel takes on this device (its shared memory at m = 8 within the
+/// opt-in limit per block, so that a weight takes the same path at every m). Read once.
+std::size_t fp8_mma_max_k() {
+  static const std::size_t v = [] {
+    const int optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+    const std::size_t fixed = sizeof(float) * kWarps * 4 * 4 * 32 + 1024;  // red[] (at most 4 weight tiles) and spare
+    std::size_t k = kMmaChunk;
+    while (fp8_mma_smem_bytes(8, k + kMmaChunk) + fixed <= static_cast<std::size_t>(optin)) k += kMmaChunk;
+    return fp8_mma_smem_bytes(8, k) + fixed <= static_cast<std::size_t>(optin) ? k : 0;
+  }();
+  return v;
+}
+
+/// Whether the FP8 GEMV of `a` goes through the tensor cores: bf16 compute on a device with mma.sync f16
+/// (compute capability 8.0 on), every width a multiple of 64 within fp8_mma_max_k(), every weight's scale
+/// blocks whole 64-column chunks. QUARRY_FP8_MMA=0 keeps the f32 products.
+bool fp8_mma_takes(const GemvArgs& a) {
+  static const bool on = [] {
+    const char* e = std::getenv("QUARRY_FP8_MMA");
+    return !(e && e[0] == '0') && device_attribute(cudaDevAttrComputeCapabilityMajor, 0) >= 8;
+  }();
+  if (!on || !a.round_x || a.k % kMmaChunk != 0 || a.k > fp8_mma_max_k()) return false;
+  for (int i = 0; i < a.n_seg; ++i)
+    if (a.seg[i].q.block_cols % kMmaChunk != 0) return false;
+  return true;
+}
+
+template <int M, int MODE, int U, int T>
+void launch_fp8_mma_ut(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  std::size_t tiles = 0;
+  if (MODE == 2) tiles = (a.seg[0].n + kMmaRows - 1) / kMmaRows;
+  else
+    for (int i = 0; i < a.n_seg; ++i) tiles += (a.seg[i].n + kMmaRows - 1) / kMmaRows;
+  const std::size_t smem = fp8_mma_smem_bytes(M, a.k);
+  // Opted in once per kernel (its static red[] and the activations together pass the default 48 KB at
+  // some widths), to what the widest input takes.
+  static const cudaError_t opted = cudaFuncSetAttribute(gemv_fp8_mma_kernel<M, MODE, U, T>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        static_cast<int>(fp8_mma_smem_bytes(M, fp8_mma_max_k())));
+  check(opted, "gemv_fp8_mma (shared memory)");
+  launch_kernel("gemv_fp8_mma", gemv_fp8_mma_kernel<M, MODE, U, T>, ceil_div(tiles, T), kThreads, smem, s, a,
+                accumulate);
+}
+
+/// Two tiles a block, two chunks in flight a lane (one for the SwiGLU's gate and up: four weight tiles
+/// a warp). Measured on an H200 (bench/engine/README.md, 2026-11-30): one tile a block with 4 or 8 chunks
+/// in flight decoded 6-9% slower at m = 1 than the f32-product kernel; two tiles match it at m = 1 and
+/// decode 4 sequences 2.6x faster; 4 chunks with two tiles or 4 tiles spill and lose.
+template <int M, int MODE>
+void launch_fp8_mma(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  launch_fp8_mma_ut<M, MODE, MODE == 2 ? 1 : 2, 2>(a, accumulate, s);
+}
+
 /// Dequantized rows (prefill's products, embedding rows): one 16-byte load per thread, its values through
 /// decode() and value(), written with 16-byte stores (f32 or bf16 rounded to nearest even).
 template <int QT>
@@ -503,6 +800,11 @@ void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
   // more would spill the accumulators.
   const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
   constexpr bool k4bit = kVals<QT> == 32;
+  if constexpr (QT == kFP8)
+    if (fp8_mma_takes(a)) {
+      if (mode == 2) return launch_fp8_mma<M, 2>(a, false, s);
+      return launch_fp8_mma<M, 0>(a, mode == 1, s);
+    }
   if (mode == 2) {
     if constexpr (M == 1)
       if (rows >= 2 * per_pass) return launch_rows<M, QT, 2, 2>(a, false, s);
