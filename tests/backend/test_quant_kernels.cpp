@@ -256,6 +256,35 @@ TEST(QuantKernels, Bf16PrefillProductsWithinBf16Rounding) {
   }
 }
 
+// The same prefill product has the bits of the bf16 checkpoint's path: the dequantized rows packed whole
+// (pack_bf16) and gemm_packed over them, x rounded once; the quantized path packs 128 rows at a time and
+// rounds x once for all its blocks (round_x_packed, gemm_packed_rounded). Also 300 rows (a short last
+// block) and a row count that is not a multiple of 16.
+TEST(QuantKernels, Bf16PrefillProductsHaveTheBitsOfTheDequantizedPackedProduct) {
+  if (!cpu::packed_bf16_available() || !cpu::gemm_kernel_available(GemmKernel::avx512))
+    GTEST_SKIP() << "no AMX-BF16 or AVX512_BF16 here";
+  ThreadPool pool(2);
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<Case> cs = cases();
+  cs.push_back(rows_case("int8_300", 300, 256, QuantElement::int8, 1, 256, 77));
+  cs.push_back(gptq_case("gptq4_137", 137, 256, 4, 64, false, true, 78));
+  for (const auto& c : cs) {
+    cpu::QuantWeight w = cpu::make_quant_weight(c.q);
+    w.bf16_compute = true;
+    const std::size_t N = c.q.rows, K = c.q.cols, m = 37;
+    std::vector<float> x(m * K);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> got(m * N, 7.f), want(m * N, -7.f), deq(N * K);
+    cpu::QuantScratch scratch;
+    cpu::quant_gemm(GemmKernel::avx512, x.data(), m, K, w, N, got.data(), N, &pool, scratch);
+    cpu::quant_dequant_rows(GemmKernel::avx512, w, 0, N, deq.data());
+    const cpu::PackedBf16 pk = cpu::pack_bf16(deq.data(), DType::f32, N, K, &pool);
+    cpu::gemm_packed(x.data(), m, K, pk, N, want.data(), N, &pool);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << c.name;
+  }
+}
+
 TEST(QuantKernels, RejectsBadShapesAndTables) {
   Case c = gptq_case("bad", 8, 32, 4, 16, false, false, 1);
   QuantizedMatrix q = c.q;

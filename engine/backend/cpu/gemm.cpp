@@ -298,18 +298,51 @@ void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t
 
 }  // namespace
 
+namespace {
+/// The packed product's columns over `pool` from x rounded to bf16 (xb, rows of k rounded up to 32).
+void packed_product(const std::uint16_t* xb, std::size_t m, const PackedBf16& w, std::size_t n, float* y,
+                    std::size_t ldy, ThreadPool* pool, bool accumulate) {
+#if defined(__x86_64__)
+  const auto kernel = availability().amx ? &detail::amx_packed_gemm : &detail::dpbf16_packed_gemm;
+  for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
+    kernel(xb, m, w.k, w.data.data(), n, g0, g1, y, ldy, accumulate);
+  });
+#else
+  (void)xb, (void)m, (void)w, (void)n, (void)y, (void)ldy, (void)pool, (void)accumulate;
+#endif
+}
+}  // namespace
+
 void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
                  std::size_t ldy, ThreadPool* pool, bool accumulate) {
   with_rounded_x("gemm_packed", x, m, ldx, w, n, y, ldy, [&](const std::uint16_t* xb) {
-#if defined(__x86_64__)
-    const auto kernel = availability().amx ? &detail::amx_packed_gemm : &detail::dpbf16_packed_gemm;
-    for_each_group_range((n + 15) / 16, pool, [&](std::size_t g0, std::size_t g1) {
-      kernel(xb, m, w.k, w.data.data(), n, g0, g1, y, ldy, accumulate);
-    });
-#else
-    (void)xb, (void)pool, (void)accumulate;
-#endif
+    packed_product(xb, m, w, n, y, ldy, pool, accumulate);
   });
+}
+
+std::size_t packed_x_elements(std::size_t m, std::size_t k) { return m * ((k + 31) / 32 * 32); }
+
+void round_x_packed(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::uint16_t* xb) {
+  if (!packed_bf16_available())
+    throw std::invalid_argument("round_x_packed: this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
+  if (m == 0 || k == 0) return;
+  if (!x || !xb) throw std::invalid_argument("round_x_packed: x or xb is null");
+  if (ldx < k) throw std::invalid_argument("round_x_packed: ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
+#if defined(__x86_64__)
+  detail::amx_round_x(x, m, k, ldx, xb);
+#endif
+}
+
+void gemm_packed_rounded(const std::uint16_t* xb, std::size_t m, const PackedBf16& w, std::size_t n, float* y,
+                         std::size_t ldy, ThreadPool* pool, bool accumulate) {
+  if (n > w.n)
+    throw std::invalid_argument("gemm_packed_rounded: n (" + std::to_string(n) + ") > packed rows (" + std::to_string(w.n) + ")");
+  if (ldy < n) throw std::invalid_argument("gemm_packed_rounded: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
+  if (m == 0 || n == 0) return;
+  if (!xb || !y) throw std::invalid_argument("gemm_packed_rounded: xb or y is null");
+  if (!packed_bf16_available())
+    throw std::invalid_argument("gemm_packed_rounded: this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
+  packed_product(xb, m, w, n, y, ldy, pool, accumulate);
 }
 
 void gemm_packed_groups(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n,

@@ -96,6 +96,18 @@ PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t
 void gemm_packed(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n, float* y,
                  std::size_t ldy, ThreadPool* pool, bool accumulate = false);
 
+/// Elements of x rounded for the packed kernels: m rows of (k + 31) / 32 * 32 (round_x_packed).
+std::size_t packed_x_elements(std::size_t m, std::size_t k);
+/// x [m, k] at stride ldx rounded to bf16 (nearest even) as gemm_packed rounds it, into xb
+/// (packed_x_elements(m, k) elements; zero past k): for several gemm_packed_rounded calls over the same x
+/// (blocks of a weight packed one at a time). Throws std::invalid_argument when packed_bf16_available()
+/// is false.
+void round_x_packed(const float* x, std::size_t m, std::size_t k, std::size_t ldx, std::uint16_t* xb);
+/// gemm_packed from x already rounded by round_x_packed (for k = w.k): the same bits. Same errors as
+/// gemm_packed (ldx aside).
+void gemm_packed_rounded(const std::uint16_t* xb, std::size_t m, const PackedBf16& w, std::size_t n, float* y,
+                         std::size_t ldy, ThreadPool* pool, bool accumulate = false);
+
 /// gemm_packed for the columns of some groups of 16 only: y[m, 16 g .. 16 g + 15] for each g in `groups`
 /// (strictly increasing, g < ceil(n / 16); the last group stops at n), the other columns of y untouched.
 /// The values are bit-identical to gemm_packed's (the same tiles over the same k order, and each output

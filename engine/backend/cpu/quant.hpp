@@ -58,6 +58,7 @@ struct QuantScratch {
   std::vector<std::int8_t> xq;
   std::vector<std::uint16_t> xb;               ///< FP8 kernel: the activations rounded to bf16
   std::vector<PackedBf16> packed;              ///< bf16 prefill: a block of rows packed, per thread
+  std::vector<std::uint16_t> xpacked;          ///< bf16 prefill: the activations rounded once (round_x_packed)
   std::vector<float> xs;
 };
 
