@@ -264,29 +264,39 @@ PackedBf16 pack_bf16(const void* w, WeightType wtype, std::size_t n, std::size_t
 
 namespace {
 
-// The checks of gemm_packed / gemm_packed_groups (`what` names the caller), then run(xb) with x rounded
-// to bf16 (amx_round_x): on the stack for decode-sized products, else on the heap (never zeroed:
-// amx_round_x writes every element). Nothing runs when m or n is 0.
-template <class F>
-void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w,
-                    std::size_t n, const float* y, std::size_t ldy, const F& run) {
+// The checks of the packed products (`what` names the caller; ldx = w.k where x comes rounded): throws
+// std::invalid_argument on n > w.n, ldx < w.k, ldy < n, null x or y with m, n > 0, or no packed kernel
+// here; false when m or n is 0 (nothing to run).
+bool packed_args_ok(const char* what, const void* x, std::size_t m, std::size_t ldx, const PackedBf16& w,
+                    std::size_t n, const float* y, std::size_t ldy) {
   const std::size_t k = w.k;
   const std::string name(what);
   if (n > w.n) throw std::invalid_argument(name + ": n (" + std::to_string(n) + ") > packed rows (" + std::to_string(w.n) + ")");
   if (ldx < k) throw std::invalid_argument(name + ": ldx (" + std::to_string(ldx) + ") < k (" + std::to_string(k) + ")");
   if (ldy < n) throw std::invalid_argument(name + ": ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return false;
   if (!x || !y) throw std::invalid_argument(name + ": x or y is null");
   if (!packed_bf16_available())
     throw std::invalid_argument(name + ": this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
+  return true;
+}
+
+// packed_args_ok, then run(xb) with x rounded to bf16 (amx_round_x): on the stack for decode-sized
+// products, else on the heap (never zeroed: amx_round_x writes every element). Nothing runs when m or n
+// is 0.
+template <class F>
+void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w,
+                    std::size_t n, const float* y, std::size_t ldy, const F& run) {
+  if (!packed_args_ok(what, x, m, ldx, w, n, y, ldy)) return;
+  const std::size_t k = w.k;
 #if defined(__x86_64__)
-  const std::size_t k2 = (k + 31) / 32 * 32;
+  const std::size_t elems = packed_x_elements(m, k);
   constexpr std::size_t kStackElems = 16 * 1024;
   alignas(64) std::uint16_t stack_xb[kStackElems];
   std::unique_ptr<std::uint16_t[]> heap_xb;
   std::uint16_t* xb = stack_xb;
-  if (m * k2 > kStackElems) {
-    heap_xb.reset(new std::uint16_t[m * k2]);
+  if (elems > kStackElems) {
+    heap_xb.reset(new std::uint16_t[elems]);
     xb = heap_xb.get();
   }
   detail::amx_round_x(x, m, k, ldx, xb);
@@ -296,9 +306,6 @@ void with_rounded_x(const char* what, const float* x, std::size_t m, std::size_t
 #endif
 }
 
-}  // namespace
-
-namespace {
 /// The packed product's columns over `pool` from x rounded to bf16 (xb, rows of k rounded up to 32).
 void packed_product(const std::uint16_t* xb, std::size_t m, const PackedBf16& w, std::size_t n, float* y,
                     std::size_t ldy, ThreadPool* pool, bool accumulate) {
@@ -335,14 +342,7 @@ void round_x_packed(const float* x, std::size_t m, std::size_t k, std::size_t ld
 
 void gemm_packed_rounded(const std::uint16_t* xb, std::size_t m, const PackedBf16& w, std::size_t n, float* y,
                          std::size_t ldy, ThreadPool* pool, bool accumulate) {
-  if (n > w.n)
-    throw std::invalid_argument("gemm_packed_rounded: n (" + std::to_string(n) + ") > packed rows (" + std::to_string(w.n) + ")");
-  if (ldy < n) throw std::invalid_argument("gemm_packed_rounded: ldy (" + std::to_string(ldy) + ") < n (" + std::to_string(n) + ")");
-  if (m == 0 || n == 0) return;
-  if (!xb || !y) throw std::invalid_argument("gemm_packed_rounded: xb or y is null");
-  if (!packed_bf16_available())
-    throw std::invalid_argument("gemm_packed_rounded: this CPU (or build) has neither AMX-BF16 nor AVX512_BF16");
-  packed_product(xb, m, w, n, y, ldy, pool, accumulate);
+  if (packed_args_ok("gemm_packed_rounded", xb, m, w.k, w, n, y, ldy)) packed_product(xb, m, w, n, y, ldy, pool, accumulate);
 }
 
 void gemm_packed_groups(const float* x, std::size_t m, std::size_t ldx, const PackedBf16& w, std::size_t n,

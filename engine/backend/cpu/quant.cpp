@@ -256,7 +256,7 @@ void quant_gemm(GemmKernel kernel, const float* x, std::size_t m, std::size_t ld
     if (scratch.packed.size() < nt) scratch.packed.resize(nt);
     // x rounded once for every block (not once a block: at m = 64 that was half as much work as the
     // block's dequantization).
-    if (scratch.xpacked.size() < packed_x_elements(m, K)) scratch.xpacked.resize(packed_x_elements(m, K));
+    if (const std::size_t e = packed_x_elements(m, K); scratch.xpacked.size() < e) scratch.xpacked.resize(e);
     round_x_packed(x, m, K, ldx, scratch.xpacked.data());
     over_row_blocks(pool, n, kRows, [&](std::size_t t, std::size_t j0, std::size_t j1) {
       std::vector<float>& buf = scratch.per_thread[t];

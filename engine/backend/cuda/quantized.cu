@@ -424,6 +424,8 @@ constexpr int kMmaRows = 16;
 /// Halfs of padding after each staged activation row (M rows read in one instruction land in different
 /// banks).
 constexpr int kMmaPad = 8;
+/// 16-row tiles a block takes (launch_fp8_mma); a warp reads twice as many weight tiles in the SwiGLU.
+constexpr int kMmaTiles = 2;
 
 #if QUARRY_FP8_CVT
 constexpr float kFp8MmaUnit = 1.f;  // the conversion instruction gives the values themselves
@@ -648,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_fp8_mma_kernel(GemvArgs a, b
 std::size_t fp8_mma_max_k() {
   static const std::size_t v = [] {
     const int optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-    const std::size_t fixed = sizeof(float) * kWarps * 4 * 4 * 32 + 1024;  // red[] (at most 4 weight tiles) and spare
+    const std::size_t fixed = sizeof(float) * kWarps * (2 * kMmaTiles) * 4 * 32 + 1024;  // red[] (SwiGLU) and spare
     std::size_t k = kMmaChunk;
     while (fp8_mma_smem_bytes(8, k + kMmaChunk) + fixed <= static_cast<std::size_t>(optin)) k += kMmaChunk;
     return fp8_mma_smem_bytes(8, k) + fixed <= static_cast<std::size_t>(optin) ? k : 0;
@@ -670,8 +672,13 @@ bool fp8_mma_takes(const GemvArgs& a) {
   return true;
 }
 
-template <int M, int MODE, int U, int T>
-void launch_fp8_mma_ut(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+/// kMmaTiles tiles a block, two chunks in flight a lane (one for the SwiGLU's gate and up: four weight
+/// tiles a warp). Measured on an H200 (bench/engine/README.md, 2026-11-30): one tile a block with 4 or 8
+/// chunks in flight decoded 6-9% slower at m = 1 than the f32-product kernel; two tiles match it at m = 1
+/// and decode 4 sequences 2.6x faster; 4 chunks with two tiles or 4 tiles spill and lose.
+template <int M, int MODE>
+void launch_fp8_mma(const GemvArgs& a, bool accumulate, cudaStream_t s) {
+  constexpr int U = MODE == 2 ? 1 : 2, T = kMmaTiles;
   std::size_t tiles = 0;
   if (MODE == 2) tiles = (a.seg[0].n + kMmaRows - 1) / kMmaRows;
   else
@@ -685,15 +692,6 @@ void launch_fp8_mma_ut(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   check(opted, "gemv_fp8_mma (shared memory)");
   launch_kernel("gemv_fp8_mma", gemv_fp8_mma_kernel<M, MODE, U, T>, ceil_div(tiles, T), kThreads, smem, s, a,
                 accumulate);
-}
-
-/// Two tiles a block, two chunks in flight a lane (one for the SwiGLU's gate and up: four weight tiles
-/// a warp). Measured on an H200 (bench/engine/README.md, 2026-11-30): one tile a block with 4 or 8 chunks
-/// in flight decoded 6-9% slower at m = 1 than the f32-product kernel; two tiles match it at m = 1 and
-/// decode 4 sequences 2.6x faster; 4 chunks with two tiles or 4 tiles spill and lose.
-template <int M, int MODE>
-void launch_fp8_mma(const GemvArgs& a, bool accumulate, cudaStream_t s) {
-  launch_fp8_mma_ut<M, MODE, MODE == 2 ? 1 : 2, 2>(a, accumulate, s);
 }
 
 /// Dequantized rows (prefill's products, embedding rows): one 16-byte load per thread, its values through
@@ -782,7 +780,8 @@ void launch_iq(const GemvArgs& a, bool accumulate, cudaStream_t s) {
                 accumulate);
 }
 
-/// Integer products under bf16 compute for the integer types; FP8 and exact compute in f32.
+/// Integer products under bf16 compute for the integer types; exact compute, and FP8 where the tensor-core
+/// GEMV does not take it (fp8_mma_takes), in f32.
 template <int M, int QT, int MODE, int R>
 void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
   if constexpr (QT != kFP8)
@@ -792,6 +791,11 @@ void launch_rows(const GemvArgs& a, bool accumulate, cudaStream_t s) {
 
 template <int M, int QT>
 void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
+  if constexpr (QT == kFP8)
+    if (fp8_mma_takes(a)) {
+      if (mode == 2) return launch_fp8_mma<M, 2>(a, false, s);
+      return launch_fp8_mma<M, 0>(a, mode == 1, s);
+    }
   // The most rows per warp that still give every multiprocessor a block of warps (fewer rows per warp:
   // more warps streaming, more activation work per weight byte; two blocks each measured slower for
   // FP8, one row per warp everywhere slower for all: int4 1.43x bf16 against 1.85x).
@@ -800,11 +804,6 @@ void launch_typed(const GemvArgs& a, int mode, cudaStream_t s) {
   // more would spill the accumulators.
   const std::size_t per_pass = static_cast<std::size_t>(sm_count()) * kWarps;
   constexpr bool k4bit = kVals<QT> == 32;
-  if constexpr (QT == kFP8)
-    if (fp8_mma_takes(a)) {
-      if (mode == 2) return launch_fp8_mma<M, 2>(a, false, s);
-      return launch_fp8_mma<M, 0>(a, mode == 1, s);
-    }
   if (mode == 2) {
     if constexpr (M == 1)
       if (rows >= 2 * per_pass) return launch_rows<M, QT, 2, 2>(a, false, s);
