@@ -13,6 +13,7 @@
 
 #include "engine/backend/backend.hpp"
 #include "engine/backend/cpu/gemm.hpp"
+#include "engine/backend/cpu/quant_kernels.hpp"
 #include "engine/backend/cpu/quant.hpp"
 #include "engine/backend/cpu/thread_pool.hpp"
 #include "engine/core/dtype.hpp"
@@ -282,6 +283,47 @@ TEST(QuantKernels, Bf16PrefillProductsHaveTheBitsOfTheDequantizedPackedProduct) 
     const cpu::PackedBf16 pk = cpu::pack_bf16(deq.data(), DType::f32, N, K, &pool);
     cpu::gemm_packed(x.data(), m, K, pk, N, want.data(), N, &pool);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << c.name;
+  }
+}
+
+// The prefill path's direct dequantization into bf16 tiles (no f32 rows): the same tiles as dequantizing to
+// f32 and packing, for every layout it takes, over the whole matrix and from a group inside it; FP8 with
+// every byte code planted (the NaN codes included); false and nothing written where it does not apply.
+TEST(QuantKernels, RowsDequantizedIntoTilesHaveTheBitsOfPackingTheDequantizedRows) {
+  if (!cpu::packed_bf16_available() || !cpu::gemm_kernel_available(GemmKernel::avx512))
+    GTEST_SKIP() << "no AMX-BF16 or AVX512_BF16 here";
+  std::vector<Case> cs;
+  cs.push_back(gptq_case("gptq4_sym_g32", 48, 256, 4, 32, false, false, 31));
+  cs.push_back(gptq_case("gptq4_asym_g64", 32, 384, 4, 64, false, true, 32));
+  cs.push_back(gptq_case("gptq4_asym_g128", 144, 256, 4, 128, false, true, 33));
+  cs.push_back(rows_case("int8_channel", 48, 320, QuantElement::int8, 1, 320, 34));
+  cs.push_back(rows_case("int8_g32", 32, 256, QuantElement::int8, 1, 32, 35));
+  cs.push_back(rows_case("fp8_block128", 160, 384, QuantElement::fp8_e4m3, 128, 128, 36));
+  cs.push_back(rows_case("fp8_channel_all_codes", 16, 512, QuantElement::fp8_e4m3, 1, 512, 37));
+  for (std::size_t i = 0; i < 16 * 512; ++i) cs.back().bytes[i] = static_cast<std::uint8_t>(i * 7);
+  for (const auto& c : cs) {
+    const cpu::QuantWeight w = cpu::make_quant_weight(c.q);
+    const std::size_t N = c.q.rows, K = c.q.cols, tiles = K / 32 * 512;
+    std::vector<float> deq(N * K);
+    cpu::quant_dequant_rows(GemmKernel::avx512, w, 0, N, deq.data());
+    const cpu::PackedBf16 want = cpu::pack_bf16(deq.data(), DType::f32, N, K, nullptr);
+    std::vector<std::uint16_t> got(N / 16 * tiles, 0x5555);
+    ASSERT_TRUE(cpu::detail::dequant_pack_bf16_avx512(w.view, 0, N, got.data())) << c.name;
+    ASSERT_EQ(want.data.size(), got.size()) << c.name;
+    EXPECT_EQ(std::memcmp(got.data(), want.data.data(), got.size() * 2), 0) << c.name;
+    std::vector<std::uint16_t> part((N - 16) / 16 * tiles, 0x5555);
+    ASSERT_TRUE(cpu::detail::dequant_pack_bf16_avx512(w.view, 16, N, part.data())) << c.name;
+    EXPECT_EQ(std::memcmp(part.data(), want.data.data() + tiles, part.size() * 2), 0) << c.name;
+  }
+  const Case desc = gptq_case("gptq4_desc_act", 32, 128, 4, 32, true, false, 38);
+  const Case g16 = gptq_case("gptq4_g16", 32, 128, 4, 16, false, false, 39);
+  const Case k40 = rows_case("int8_k40", 32, 40, QuantElement::int8, 1, 40, 40);
+  for (const Case* c : {&desc, &g16, &k40}) {
+    const cpu::QuantWeight w = cpu::make_quant_weight(c->q);
+    std::vector<std::uint16_t> out(2 * 4 * 512, 0x5555);
+    EXPECT_FALSE(cpu::detail::dequant_pack_bf16_avx512(w.view, 0, 32, out.data())) << c->name;
+    EXPECT_FALSE(cpu::detail::dequant_pack_bf16_avx512(w.view, 0, 24, out.data())) << c->name << " (24 rows)";
+    EXPECT_EQ(out, std::vector<std::uint16_t>(2 * 4 * 512, 0x5555)) << c->name;
   }
 }
 

@@ -14,6 +14,8 @@ namespace quarry::engine::cpu::detail {
 
 namespace {
 
+#include "engine/backend/cpu/transpose16_avx512.inc"
+
 inline __m512 fp8_to_f32(__m512i b) {
   const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
   const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
@@ -285,7 +287,92 @@ void rows_gemv(const QuantView& q, const float* x, std::size_t m, std::size_t ld
   }
 }
 
+/// The 32 bf16 of two f32 vectors, lo's first (nearest even: the rounding of the float matrices' packing).
+inline __m512 bf16x32(__m512 lo, __m512 hi) { return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo)); }
+
+/// GPTQ int4, contiguous groups: the B tiles of rows n0 .. n0 + 15. A 64-byte load of qweight holds 8
+/// columns of all 16 rows (lane = row), so each tile row (a column pair) comes out with lanes in place: the
+/// pair's two nibbles dequantized, rounded, and their bf16 halves interleaved (VPERMW).
+void gptq4_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
+  const std::size_t N = q.n, chunks = q.k / 32;
+  const auto* w = static_cast<const std::uint32_t*>(q.data);
+  const __m512i mask = _mm512_set1_epi32(15);
+  // bf16 element 2 l of the result from lane l of the first vector (element l), 2 l + 1 from the second
+  // (element 16 + l).
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::size_t g = c * 32 / q.group_size;
+    const __m512 s = _mm512_loadu_ps(q.scales + g * N + n0);
+    const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.zeros + g * N + n0)));
+    std::uint16_t* tile = out + c * 512;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i word = _mm512_loadu_si512(w + (c * 4 + i) * N + n0);
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const __m512i ve = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p), mask);
+        const __m512i vo = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p + 4), mask);
+        const __m512 fe = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ve, z)), s);
+        const __m512 fo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(vo, z)), s);
+        const __m512i pairs = _mm512_permutexvar_epi16(interleave, _mm512_castps_si512(bf16x32(fe, fo)));
+        _mm512_storeu_si512(tile + (4 * i + p) * 32, pairs);
+      }
+    }
+  }
+}
+
+/// Row-quantized int8 / FP8 (scale blocks of multiples of 32 columns): the B tiles of rows n0 .. n0 + 15,
+/// each row's 32 values of a chunk dequantized and rounded, then the 16 x 16 transpose of their pairs (as
+/// the packing of a float matrix does).
+template <int Element>
+void rows_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
+  const std::size_t K = q.k, chunks = K / 32;
+  const auto* b8 = static_cast<const std::uint8_t*>(q.data);
+  const float* srow[16];
+  for (int r = 0; r < 16; ++r) srow[r] = q.scales + ((n0 + r) / q.block_rows) * q.scale_cols;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::size_t b = c * 32 / q.block_cols;
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b8 + (n0 + r) * K + c * 32));
+      __m512 lo, hi;
+      if constexpr (Element == QuantView::int8) {
+        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
+        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
+      } else {
+        lo = fp8_to_f32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)));
+        hi = fp8_to_f32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)));
+      }
+      const __m512 sv = _mm512_set1_ps(srow[r][b]);
+      t[r] = bf16x32(_mm512_mul_ps(lo, sv), _mm512_mul_ps(hi, sv));
+    }
+    transpose16(t);
+    std::uint16_t* tile = out + c * 512;
+#pragma GCC unroll 16
+    for (int kk = 0; kk < 16; ++kk) _mm512_storeu_ps(tile + kk * 32, t[kk]);
+  }
+}
+
 }  // namespace
+
+bool dequant_pack_bf16_avx512(const QuantView& q, std::size_t j0, std::size_t j1, std::uint16_t* out) {
+  if ((j1 - j0) % 16 != 0 || j1 > q.n || q.k % 32 != 0) return false;
+  void (*pack)(const QuantView&, std::size_t, std::uint16_t*) = nullptr;
+  if (q.layout == QuantView::gptq && q.element == QuantView::int4 && !q.g_idx && q.group_size % 32 == 0)
+    pack = &gptq4_pack16;
+  else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::int8)
+    pack = &rows_pack16<QuantView::int8>;
+  else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::fp8_e4m3)
+    pack = &rows_pack16<QuantView::fp8_e4m3>;
+  if (!pack) return false;
+  const std::size_t tile_group = q.k / 32 * 512;
+  for (std::size_t n = j0; n < j1; n += 16) pack(q, n, out + (n - j0) / 16 * tile_group);
+  return true;
+}
 
 bool gemv_avx512(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
                  float* y, std::size_t ldy) {
