@@ -290,36 +290,31 @@ void rows_gemv(const QuantView& q, const float* x, std::size_t m, std::size_t ld
 /// The 32 bf16 of two f32 vectors, lo's first (nearest even: the rounding of the float matrices' packing).
 inline __m512 bf16x32(__m512 lo, __m512 hi) { return reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
-/// GPTQ int4, contiguous groups: the B tiles of rows n0 .. n0 + 15. A 64-byte load of qweight holds 8
-/// columns of all 16 rows (lane = row), so each tile row (a column pair) comes out with lanes in place: the
-/// pair's two nibbles dequantized, rounded, and their bf16 halves interleaved (VPERMW).
-void gptq4_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
-  const std::size_t N = q.n, chunks = q.k / 32;
+/// GPTQ int4, contiguous groups: chunk c (32 columns) of the B tiles of rows n0 .. n0 + 15. A 64-byte load
+/// of qweight holds 8 columns of all 16 rows (lane = row), so each tile row (a column pair) comes out with
+/// lanes in place: the pair's two nibbles dequantized, rounded, and their bf16 halves interleaved (VPERMW).
+inline void gptq4_pack16_chunk(const QuantView& q, std::size_t n0, std::size_t c, std::uint16_t* tile) {
+  const std::size_t N = q.n;
   const auto* w = static_cast<const std::uint32_t*>(q.data);
   const __m512i mask = _mm512_set1_epi32(15);
   // bf16 element 2 l of the result from lane l of the first vector (element l), 2 l + 1 from the second
   // (element 16 + l).
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                                21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
-                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::size_t g = c * 32 / q.group_size;
-    const __m512 s = _mm512_loadu_ps(q.scales + g * N + n0);
-    const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.zeros + g * N + n0)));
-    std::uint16_t* tile = out + c * 512;
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const std::size_t g = c * 32 / q.group_size;
+  const __m512 s = _mm512_loadu_ps(q.scales + g * N + n0);
+  const __m512i z = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.zeros + g * N + n0)));
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const __m512i word = _mm512_loadu_si512(w + (c * 4 + i) * N + n0);
+  for (int i = 0; i < 4; ++i) {
+    const __m512i word = _mm512_loadu_si512(w + (c * 4 + i) * N + n0);
 #pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        const __m512i ve = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p), mask);
-        const __m512i vo = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p + 4), mask);
-        const __m512 fe = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ve, z)), s);
-        const __m512 fo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(vo, z)), s);
-        const __m512i pairs = _mm512_permutexvar_epi16(interleave, _mm512_castps_si512(bf16x32(fe, fo)));
-        _mm512_storeu_si512(tile + (4 * i + p) * 32, pairs);
-      }
+    for (int p = 0; p < 4; ++p) {
+      const __m512i ve = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p), mask);
+      const __m512i vo = _mm512_and_si512(_mm512_srli_epi32(word, 8 * p + 4), mask);
+      const __m512 fe = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ve, z)), s);
+      const __m512 fo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(vo, z)), s);
+      const __m512i pairs = _mm512_permutexvar_epi16(interleave, _mm512_castps_si512(bf16x32(fe, fo)));
+      _mm512_storeu_si512(tile + (4 * i + p) * 32, pairs);
     }
   }
 }
@@ -361,15 +356,20 @@ void rows_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
 
 bool dequant_pack_bf16_avx512(const QuantView& q, std::size_t j0, std::size_t j1, std::uint16_t* out) {
   if ((j1 - j0) % 16 != 0 || j1 > q.n || q.k % 32 != 0) return false;
+  const std::size_t chunks = q.k / 32, tile_group = chunks * 512;
+  if (q.layout == QuantView::gptq && q.element == QuantView::int4 && !q.g_idx && q.group_size % 32 == 0) {
+    // Column chunks outermost: the range's groups read neighbouring lines of the same qweight rows (one
+    // page), not one line a page a group.
+    for (std::size_t c = 0; c < chunks; ++c)
+      for (std::size_t n = j0; n < j1; n += 16) gptq4_pack16_chunk(q, n, c, out + (n - j0) / 16 * tile_group + c * 512);
+    return true;
+  }
   void (*pack)(const QuantView&, std::size_t, std::uint16_t*) = nullptr;
-  if (q.layout == QuantView::gptq && q.element == QuantView::int4 && !q.g_idx && q.group_size % 32 == 0)
-    pack = &gptq4_pack16;
-  else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::int8)
+  if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::int8)
     pack = &rows_pack16<QuantView::int8>;
   else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::fp8_e4m3)
     pack = &rows_pack16<QuantView::fp8_e4m3>;
   if (!pack) return false;
-  const std::size_t tile_group = q.k / 32 * 512;
   for (std::size_t n = j0; n < j1; n += 16) pack(q, n, out + (n - j0) / 16 * tile_group);
   return true;
 }
