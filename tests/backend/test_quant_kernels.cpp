@@ -299,6 +299,8 @@ TEST(QuantKernels, RowsDequantizedIntoTilesHaveTheBitsOfPackingTheDequantizedRow
   cs.push_back(rows_case("int8_channel", 48, 320, QuantElement::int8, 1, 320, 34));
   cs.push_back(rows_case("int8_g32", 32, 256, QuantElement::int8, 1, 32, 35));
   cs.push_back(rows_case("fp8_block128", 160, 384, QuantElement::fp8_e4m3, 128, 128, 36));
+  cs.push_back(rows_case("int4_rows_g32", 32, 256, QuantElement::int4, 1, 32, 41));
+  cs.push_back(rows_case("int4_rows_channel", 48, 128, QuantElement::int4, 1, 128, 42));
   cs.push_back(rows_case("fp8_channel_all_codes", 16, 512, QuantElement::fp8_e4m3, 1, 512, 37));
   for (std::size_t i = 0; i < 16 * 512; ++i) cs.back().bytes[i] = static_cast<std::uint8_t>(i * 7);
   for (const auto& c : cs) {

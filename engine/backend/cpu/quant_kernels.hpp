@@ -34,7 +34,7 @@ void dequant_rows_avx512(const QuantView& q, std::size_t j0, std::size_t j1, flo
 /// as the packed bf16 GEMM's B tiles (gemm_kernels.hpp, amx_pack_b: 16-row group g, 32-column chunk c at
 /// out + (g * k / 32 + c) * 512, the pairs of columns 2 r, 2 r + 1 of the chunk in tile row r), the bits
 /// amx_pack_b gives the dequantized f32 rows, without the f32 rows. Applies to GPTQ int4 with contiguous
-/// groups of multiples of 32 columns and to int8 / FP8 rows with scale blocks of multiples of 32 columns,
+/// groups of multiples of 32 columns and to int8 / FP8 / int4 rows with scale blocks of multiples of 32 columns,
 /// for k % 32 == 0 and whole groups of 16 rows; returns false, writing nothing, otherwise. Needs
 /// AVX512_BF16.
 bool dequant_pack_bf16_avx512(const QuantView& q, std::size_t j0, std::size_t j1, std::uint16_t* out);
