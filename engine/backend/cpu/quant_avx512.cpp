@@ -319,22 +319,41 @@ inline void gptq4_pack16_chunk(const QuantView& q, std::size_t n0, std::size_t c
   }
 }
 
-/// The 16 int4 values of two words (8 nibbles each, the low nibble first; value + 8 as stored) as f32.
-inline __m512 int4_words_to_f32(const std::uint32_t* p) {
-  const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-  const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(p[0])), _mm256_set1_epi32(static_cast<int>(p[1])), 1);
-  return _mm512_cvtepi32_ps(
-      _mm512_sub_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
+/// Values k0 .. k0 + 31 of row n of a row-quantized matrix (int8, FP8, or int4 stored as value + 8, 8 nibbles
+/// a word, the low nibble first) as f32 before the scale, in the order of rows_row: lo = k0 .. k0 + 15.
+template <int Element>
+inline void rows_values32(const QuantView& q, std::size_t n, std::size_t k0, __m512& lo, __m512& hi) {
+  if constexpr (Element == QuantView::int4) {
+    const auto* w = static_cast<const std::uint32_t*>(q.data) + n * (q.k / 8) + k0 / 8;
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const auto nibbles = [&](int i) {
+      const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w[i])),
+                                           _mm256_set1_epi32(static_cast<int>(w[i + 1])), 1);
+      return _mm512_cvtepi32_ps(
+          _mm512_sub_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
+    };
+    lo = nibbles(0);
+    hi = nibbles(2);
+  } else {
+    const __m256i bytes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint8_t*>(q.data) + n * q.k + k0));
+    const __m128i b0 = _mm256_castsi256_si128(bytes), b1 = _mm256_extracti128_si256(bytes, 1);
+    if constexpr (Element == QuantView::int8) {
+      lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b0));
+      hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b1));
+    } else {
+      lo = fp8_to_f32(_mm512_cvtepu8_epi32(b0));
+      hi = fp8_to_f32(_mm512_cvtepu8_epi32(b1));
+    }
+  }
 }
 
-/// Row-quantized int8 / FP8 / int4 (scale blocks of multiples of 32 columns): the B tiles of rows n0 .. n0 + 15,
-/// each row's 32 values of a chunk dequantized and rounded, then the 16 x 16 transpose of their pairs (as
-/// the packing of a float matrix does).
+/// Row-quantized int8 / FP8 / int4 (scale blocks of multiples of 32 columns): the B tiles of rows n0 ..
+/// n0 + 15, each row's 32 values of a chunk dequantized and rounded, then the 16 x 16 transpose of their
+/// pairs (as the packing of a float matrix does).
 template <int Element>
 void rows_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
-  const std::size_t K = q.k, chunks = K / 32;
-  const auto* b8 = static_cast<const std::uint8_t*>(q.data);
-  const auto* w4 = static_cast<const std::uint32_t*>(q.data);
+  const std::size_t chunks = q.k / 32;
   const float* srow[16];
   for (int r = 0; r < 16; ++r) srow[r] = q.scales + ((n0 + r) / q.block_rows) * q.scale_cols;
   for (std::size_t c = 0; c < chunks; ++c) {
@@ -342,20 +361,8 @@ void rows_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
     __m512 t[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; ++r) {
-      __m256i bytes = _mm256_setzero_si256();
-      if constexpr (Element != QuantView::int4)
-        bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b8 + (n0 + r) * K + c * 32));
       __m512 lo, hi;
-      if constexpr (Element == QuantView::int8) {
-        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
-        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
-      } else if constexpr (Element == QuantView::int4) {
-        lo = int4_words_to_f32(w4 + (n0 + r) * (K / 8) + c * 4);
-        hi = int4_words_to_f32(w4 + (n0 + r) * (K / 8) + c * 4 + 2);
-      } else {
-        lo = fp8_to_f32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes)));
-        hi = fp8_to_f32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1)));
-      }
+      rows_values32<Element>(q, n0 + r, c * 32, lo, hi);
       const __m512 sv = _mm512_set1_ps(srow[r][b]);
       t[r] = bf16x32(_mm512_mul_ps(lo, sv), _mm512_mul_ps(hi, sv));
     }
@@ -379,12 +386,10 @@ bool dequant_pack_bf16_avx512(const QuantView& q, std::size_t j0, std::size_t j1
     return true;
   }
   void (*pack)(const QuantView&, std::size_t, std::uint16_t*) = nullptr;
-  if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::int8)
-    pack = &rows_pack16<QuantView::int8>;
-  else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::fp8_e4m3)
-    pack = &rows_pack16<QuantView::fp8_e4m3>;
-  else if (q.layout == QuantView::rows && q.block_cols % 32 == 0 && q.element == QuantView::int4)
-    pack = &rows_pack16<QuantView::int4>;
+  if (q.layout == QuantView::rows && q.block_cols % 32 == 0)
+    pack = q.element == QuantView::int8       ? &rows_pack16<QuantView::int8>
+           : q.element == QuantView::fp8_e4m3 ? &rows_pack16<QuantView::fp8_e4m3>
+                                              : &rows_pack16<QuantView::int4>;
   if (!pack) return false;
   for (std::size_t n = j0; n < j1; n += 16) pack(q, n, out + (n - j0) / 16 * tile_group);
   return true;
