@@ -3,8 +3,8 @@
 // one-rounding products the test computes from its own random integers and scales, and products against
 // a double reference; the FP8 E4M3 conversions over all 256 codes.
 #include <gtest/gtest.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
