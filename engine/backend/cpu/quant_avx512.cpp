@@ -111,6 +111,24 @@ void gptq4_rows16(const QuantView& q, std::size_t n0, float* out, std::size_t ld
     for (std::size_t r = 0; r < 16; ++r) dequant_range(q, n0 + r, K16, K, out + r * ldo);
 }
 
+/// Values k0 .. k0 + 15 of row n of a row-quantized matrix as f32 before the scale: int8, FP8 E4M3, or int4
+/// stored as value + 8, 8 nibbles a word, the low nibble first.
+template <int Element>
+inline __m512 rows_values16(const QuantView& q, std::size_t n, std::size_t k0) {
+  if constexpr (Element == QuantView::int4) {
+    const auto* w = static_cast<const std::uint32_t*>(q.data) + n * (q.k / 8) + k0 / 8;
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w[0])),
+                                         _mm256_set1_epi32(static_cast<int>(w[1])), 1);
+    return _mm512_cvtepi32_ps(
+        _mm512_sub_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
+  } else {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint8_t*>(q.data) + n * q.k + k0));
+    if constexpr (Element == QuantView::int8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    else return fp8_to_f32(_mm512_cvtepu8_epi32(b));
+  }
+}
+
 template <int Element>
 void rows_row(const QuantView& q, std::size_t n, float* o) {
   const std::size_t K = q.k, bc = q.block_cols;
@@ -120,26 +138,10 @@ void rows_row(const QuantView& q, std::size_t n, float* o) {
   }
   const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
   const std::size_t K16 = K / 16 * 16;
-  const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-  const auto* b8 = static_cast<const std::uint8_t*>(q.data) + n * K;
-  const auto* w4 = static_cast<const std::uint32_t*>(q.data) + n * (K / 8);
   for (std::size_t b0 = 0, b = 0; b0 < K16; b0 += bc, ++b) {
     const __m512 s = _mm512_set1_ps(srow[b]);
     const std::size_t b1 = b0 + bc < K16 ? b0 + bc : K16;
-    for (std::size_t k0 = b0; k0 < b1; k0 += 16) {
-      __m512 f;
-      if constexpr (Element == QuantView::int8) {
-        f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b8 + k0))));
-      } else if constexpr (Element == QuantView::fp8_e4m3) {
-        f = fp8_to_f32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b8 + k0))));
-      } else {
-        const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w4[k0 / 8])),
-                                             _mm256_set1_epi32(static_cast<int>(w4[k0 / 8 + 1])), 1);
-        f = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)),
-                                                _mm512_set1_epi32(8)));
-      }
-      _mm512_storeu_ps(o + k0, _mm512_mul_ps(f, s));
-    }
+    for (std::size_t k0 = b0; k0 < b1; k0 += 16) _mm512_storeu_ps(o + k0, _mm512_mul_ps(rows_values16<Element>(q, n, k0), s));
   }
   if (K16 < K) dequant_range(q, n, K16, K, o);
 }
@@ -259,29 +261,13 @@ template <int Element>
 void rows_gemv(const QuantView& q, const float* x, std::size_t m, std::size_t ldx, std::size_t j0, std::size_t j1,
                float* y, std::size_t ldy) {
   const std::size_t K = q.k, K16 = K / 16 * 16, bc = q.block_cols;
-  const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
   for (std::size_t n = j0; n < j1; ++n) {
     const float* srow = q.scales + (n / q.block_rows) * q.scale_cols;
-    const auto* b8 = static_cast<const std::uint8_t*>(q.data) + n * K;
-    const auto* w4 = static_cast<const std::uint32_t*>(q.data) + n * (K / 8);
     dot_row(x, m, ldx, K, [&](auto&& fma) {
       for (std::size_t b0 = 0, b = 0; b0 < K16; b0 += bc, ++b) {
         const __m512 s = _mm512_set1_ps(srow[b]);
         const std::size_t b1 = b0 + bc < K16 ? b0 + bc : K16;
-        for (std::size_t k0 = b0; k0 < b1; k0 += 16) {
-          __m512 f;
-          if constexpr (Element == QuantView::int8) {
-            f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b8 + k0))));
-          } else if constexpr (Element == QuantView::fp8_e4m3) {
-            f = fp8_to_f32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b8 + k0))));
-          } else {
-            const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w4[k0 / 8])),
-                                                 _mm256_set1_epi32(static_cast<int>(w4[k0 / 8 + 1])), 1);
-            f = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-                _mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
-          }
-          fma(k0, _mm512_mul_ps(f, s));
-        }
+        for (std::size_t k0 = b0; k0 < b1; k0 += 16) fma(k0, _mm512_mul_ps(rows_values16<Element>(q, n, k0), s));
       }
     }, q, n, y, ldy);
   }
@@ -319,35 +305,6 @@ inline void gptq4_pack16_chunk(const QuantView& q, std::size_t n0, std::size_t c
   }
 }
 
-/// Values k0 .. k0 + 31 of row n of a row-quantized matrix (int8, FP8, or int4 stored as value + 8, 8 nibbles
-/// a word, the low nibble first) as f32 before the scale, in the order of rows_row: lo = k0 .. k0 + 15.
-template <int Element>
-inline void rows_values32(const QuantView& q, std::size_t n, std::size_t k0, __m512& lo, __m512& hi) {
-  if constexpr (Element == QuantView::int4) {
-    const auto* w = static_cast<const std::uint32_t*>(q.data) + n * (q.k / 8) + k0 / 8;
-    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    const auto nibbles = [&](int i) {
-      const __m512i v = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w[i])),
-                                           _mm256_set1_epi32(static_cast<int>(w[i + 1])), 1);
-      return _mm512_cvtepi32_ps(
-          _mm512_sub_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
-    };
-    lo = nibbles(0);
-    hi = nibbles(2);
-  } else {
-    const __m256i bytes =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint8_t*>(q.data) + n * q.k + k0));
-    const __m128i b0 = _mm256_castsi256_si128(bytes), b1 = _mm256_extracti128_si256(bytes, 1);
-    if constexpr (Element == QuantView::int8) {
-      lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b0));
-      hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b1));
-    } else {
-      lo = fp8_to_f32(_mm512_cvtepu8_epi32(b0));
-      hi = fp8_to_f32(_mm512_cvtepu8_epi32(b1));
-    }
-  }
-}
-
 /// Row-quantized int8 / FP8 / int4 (scale blocks of multiples of 32 columns): the B tiles of rows n0 ..
 /// n0 + 15, each row's 32 values of a chunk dequantized and rounded, then the 16 x 16 transpose of their
 /// pairs (as the packing of a float matrix does).
@@ -361,10 +318,9 @@ void rows_pack16(const QuantView& q, std::size_t n0, std::uint16_t* out) {
     __m512 t[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; ++r) {
-      __m512 lo, hi;
-      rows_values32<Element>(q, n0 + r, c * 32, lo, hi);
       const __m512 sv = _mm512_set1_ps(srow[r][b]);
-      t[r] = bf16x32(_mm512_mul_ps(lo, sv), _mm512_mul_ps(hi, sv));
+      t[r] = bf16x32(_mm512_mul_ps(rows_values16<Element>(q, n0 + r, c * 32), sv),
+                     _mm512_mul_ps(rows_values16<Element>(q, n0 + r, c * 32 + 16), sv));
     }
     transpose16(t);
     std::uint16_t* tile = out + c * 512;
