@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "samples"))
 
 import docgen  # noqa: E402
 import invoicegen  # noqa: E402
-from invoicegen import freeform, lexicon  # noqa: E402
+from invoicegen import freeform, lexicon, names  # noqa: E402
 
 EVIDENCE_MAX = 200
 
@@ -362,8 +362,16 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=3072, help="drop examples longer than this (train.py's --max-len)")
     ap.add_argument("--party-labels", type=float, default=freeform.PARTY_LABELS,
                     help="share of free-layout invoices with labelled party lines (Name: / Address:)")
+    ap.add_argument("--meta-first", type=float, default=freeform.META_FIRST,
+                    help="share of free-layout invoices printing the document facts above the parties "
+                         "(0: none, and the generator draws as before this option existed)")
+    ap.add_argument("--dict-names", type=float, default=names.DICT_NAMES,
+                    help="share of made-up company names built from dictionary words (wordlists.py; 0: none, "
+                         "and the generator draws as before this option existed)")
     a = ap.parse_args()
     freeform.PARTY_LABELS = a.party_labels
+    freeform.META_FIRST = a.meta_first
+    names.DICT_NAMES = a.dict_names
     mix = {k: float(v) for k, v in (x.split("=") for x in a.mix.split(","))}
     total_share = sum(mix.values())
     mix = {k: v / total_share for k, v in mix.items()}

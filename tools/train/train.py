@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import math
 import os
 import random
@@ -66,7 +67,9 @@ CHAT_TEMPLATE = (
 
 
 def load_corpus(path: str):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    """A corpus file: gzip (.gz) or xz (.xz: smaller, where a corpus has to travel) JSON lines."""
+    opener = lzma.open if path.endswith(".xz") else gzip.open
+    with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 

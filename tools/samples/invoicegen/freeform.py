@@ -14,10 +14,12 @@ JSON pointers to the exact strings printed. What one document draws:
     above value, a one-row table whose header holds the labels;
   - header arrangement: seller letterhead + buyer below, seller and buyer side by side (their text
     lines interleave when extracted), meta block beside the parties, seller only in the footer;
-    party lines bare or labelled ('Name: ...', 'Address: ...');
+    party lines bare or labelled ('Name: ...', 'Address: ...'); the document facts (number, dates,
+    references) below the parties or, in META_FIRST of the documents, above them, the parties then
+    under role headers;
   - names: 80% of the parties and 60% of the invoice numbers from names.py's open vocabulary (made-up
-    words, role and placeholder words as names, people, domains, initials), so names are copied, not
-    recalled;
+    words, dictionary words of eight languages, role and placeholder words as names, people, domains,
+    initials), so names are copied, not recalled;
   - totals: label/value lines, a VAT summary closed by a sum row (sometimes the only place the totals
     are printed), home-currency equivalents and the exchange rate beside a foreign-currency invoice;
     credit notes with negative amounts or positive ones;
@@ -50,6 +52,10 @@ FORMATS = ("pdf", "html", "txt")
 # Share of documents whose party lines carry labels ("Name: ...", "Address: ..."). Kept here so that a
 # corpus stressing them can raise it (build_corpus.py --party-labels).
 PARTY_LABELS = 0.3
+# Share of documents that print the document facts (number, dates, references) above the parties, as
+# many real invoices and data reports do, instead of below them. 0 draws nothing, so that corpora built
+# before this choice existed come out byte-identical (build_corpus.py --meta-first 0).
+META_FIRST = 0.35
 
 
 # --- numbers, dates, money -------------------------------------------------------------------------
@@ -477,6 +483,15 @@ def render_blocks(inv, rng):
         if title.endswith((" Nr.", " n°", " n.", " n.º", " nr")) or not blocks[-1][1] == title:
             pass
         blocks.append(("blank",))
+    # the document facts above the parties: then the parties come under role headers ("Seller" / "Buyer"),
+    # the first lines of the page are no party's
+    meta_first = META_FIRST > 0 and rng.random() < META_FIRST
+    if meta_first:
+        if arrangement in ("meta_right", "footer_seller"):
+            arrangement = "side" if lay.party_labels or arrangement == "meta_right" else "stack"
+        seller_labelled = seller_labelled or lay.party_labels or rng.random() < 0.5
+        blocks.append(("kv", meta, kv_mode))
+        blocks.append(("blank",))
     if arrangement == "stack":
         blocks.append(("line", sl if seller_labelled else party_s[0], "l"))
         blocks += [("line", x, "l") for x in (party_s if seller_labelled else party_s[1:])]
@@ -485,16 +500,18 @@ def render_blocks(inv, rng):
         blocks.append(("blank",))
         blocks.append(("line", bl, "l"))
         blocks += [("line", x, "l") for x in party_b]
-        blocks.append(("blank",))
-        blocks.append(("kv", meta, kv_mode))
+        if not meta_first:
+            blocks.append(("blank",))
+            blocks.append(("kv", meta, kv_mode))
     elif arrangement == "side":
         left = ([sl] if seller_labelled else []) + party_s
         right = [bl] + party_b
         if rng.random() < 0.5:
             left, right = right, left
         blocks.append(("cols", left, right))
-        blocks.append(("blank",))
-        blocks.append(("kv", meta, kv_mode))
+        if not meta_first:
+            blocks.append(("blank",))
+            blocks.append(("kv", meta, kv_mode))
     elif arrangement == "meta_right":
         blocks += [("line", x, "l") for x in party_s]
         if rng.random() < 0.6:

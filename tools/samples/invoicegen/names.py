@@ -8,9 +8,21 @@ language) wrote those list names for parties of real invoices that print somethi
 built from made-up words (syllables with each language's letters), words of the generator's lexicon of
 any language, people's names, role words used as names ("Supplier Ltd", "Kunde AG": test and sample
 invoices are full of them), placeholder words ("Sample", "Muster", "Minta"), web domains and initials, in
-any letter case. Every name produced is made up."""
+any letter case. Every name produced is made up.
+
+Made-up words alone were not enough: the model learned the syllable inventory and wrote its words for
+real names it had to copy. DICT_NAMES of the company names (and half as many surnames) are built from
+words of real languages instead (wordlists.py: Debian's word lists), joined as names are: one to three
+words, a connective, a hyphen, a legal form or none."""
 
 from . import lexicon as LX
+from . import wordlists
+
+# Share of company names built from dictionary words. 0 draws nothing, so that corpora built before this
+# option existed come out byte-identical (build_corpus.py --dict-names 0).
+DICT_NAMES = 0.5
+_AND = {"hu": ["és", "és Társa", "és Fia"], "de": ["und", "& Söhne"], "en": ["and", "& Co"], "fr": ["et", "et Cie"],
+        "it": ["e", "e Figli"], "es": ["y", "e Hijos"], "nl": ["en", "& Zn."], "pl": ["i", "i Syn"]}
 
 # Syllable material per language: onsets, vowels, codas. Written for this generator.
 _SYL = {
@@ -73,7 +85,39 @@ def _any_word(rng, lang):
     return max(street, key=len).capitalize()
 
 
+def _dict_word(rng, lang):
+    """A word of the language's dictionary (a third of the time another language's), mostly capitalised."""
+    other = rng.choice(LX.LANGS) if rng.random() < 0.35 else lang
+    w = rng.choice(wordlists.words(other))
+    r = rng.random()
+    if r < 0.78:
+        return w[:1].upper() + w[1:]
+    return w.upper() if r < 0.9 else w
+
+
+def _dict_company(rng, lang, form):
+    """A company name of dictionary words: 'W form', 'W W form', 'W and W form', 'W-W form', 'W W W form',
+    'W trade form', or words without a legal form."""
+    w = lambda: _dict_word(rng, lang)  # noqa: E731
+    r = rng.random()
+    if r < 0.32:
+        return "%s %s" % (w(), form)
+    if r < 0.52:
+        return "%s %s %s" % (w(), w(), form)
+    if r < 0.64:
+        return "%s %s %s %s" % (w(), rng.choice(_AND[lang]), w(), form)
+    if r < 0.70:
+        return "%s-%s %s" % (w(), w(), form)
+    if r < 0.78:
+        return "%s %s %s %s" % (w(), w(), w(), form)
+    if r < 0.88:
+        return "%s %s %s" % (w(), rng.choice(LX.word_lists(lang)[1]), form)
+    return "%s %s" % (w(), w()) if rng.random() < 0.6 else w()
+
+
 def surname(rng, lang):
+    if DICT_NAMES > 0 and rng.random() < DICT_NAMES / 2:
+        return _dict_word(rng, lang)
     return _word(rng, lang, rng.choice([2, 2, 3]))
 
 
@@ -92,7 +136,9 @@ def company(rng, lang, role=None):
     form = rng.choice(forms)
     stems, trades = LX.word_lists(lang)[:2]
     r = rng.random()
-    if r < 0.22:
+    if DICT_NAMES > 0 and rng.random() < DICT_NAMES:
+        name = _dict_company(rng, lang, form)
+    elif r < 0.22:
         name = "%s %s" % (_any_word(rng, lang), form)
     elif r < 0.42:
         name = "%s %s %s" % (_any_word(rng, lang), rng.choice(trades) if rng.random() < 0.6 else _any_word(rng, lang), form)
