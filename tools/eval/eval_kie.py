@@ -12,6 +12,10 @@ Sets:
   samples   samples/invoices with samples/expected (all formats, the model path)
   heldout   fresh documents from the generator with the held-out seed namespace of
             tools/train/build_corpus.py (never trained on; needs tools/setup-tools.sh for PDFs)
+  free      free-layout invoices (tools/samples/invoicegen/freeform.py, eight languages, pdf / html / txt)
+            from a seed namespace of their own, every party named with dictionary words
+            (names.DICT_NAMES = 1) and half of them printing the document facts above the parties
+            (freeform.META_FIRST = 0.5): whether the model copies names it cannot have seen
   nav       ../shared/corpora/nav/pdf/{hu,en,de}: real NAV invoices; truth = the matching InvoiceData
             XML mapped by quarry's e-invoice mapper
 
@@ -93,6 +97,20 @@ def items_heldout(limit, workdir):
         yield lang, path, s.expected
 
 
+def items_free(limit, workdir):
+    sys.path.insert(0, os.path.join(ROOT, "tools", "samples"))
+    from invoicegen import freeform, lexicon, names
+    freeform.META_FIRST, names.DICT_NAMES = 0.5, 1.0
+    for i in range(limit):
+        lang = lexicon.LANGS[i % len(lexicon.LANGS)]
+        fmt = ("pdf", "pdf", "txt", "html")[i % 4]
+        s = freeform.generate("quarry-eval/free-%d" % i, lang, fmt)
+        path = os.path.join(workdir, "free-%04d.%s" % (i, fmt))
+        with open(path, "wb") as f:
+            f.write(s.data)
+        yield lang, path, s.expected
+
+
 def items_nav(quarry, limit, shared):
     nav = os.path.join(shared, "corpora", "nav")
     truths = {os.path.splitext(os.path.basename(k))[0]: v.get("einvoice")
@@ -150,7 +168,7 @@ def run_predictions(a, items, work, grounding):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["samples", "heldout", "nav", "zugferd"], required=True)
+    ap.add_argument("--set", choices=["samples", "heldout", "free", "nav", "zugferd"], required=True)
     ap.add_argument("--via-run", choices=["on", "off"], help="one quarry run with grounding on / off")
     ap.add_argument("--quarry", default=os.path.join(ROOT, "build", "quarry"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "quarry-extract-11m"))
@@ -172,6 +190,8 @@ def main():
             items = list(items_samples(a.limit, a.names.split(",") if a.names else None))
         elif a.set == "heldout":
             items = list(items_heldout(a.limit, work))
+        elif a.set == "free":
+            items = list(items_free(a.limit, work))
         elif a.set == "nav":
             items = list(items_nav(a.quarry, a.limit, a.shared))
         else:
@@ -200,7 +220,7 @@ def main():
                 ok = same_value(get_field(pred, f), get_field(truth, f))
                 st["exact"] += int(ok)
                 if not ok:
-                    mismatches.append({"document": os.path.relpath(path, ROOT) if a.set != "heldout" else
+                    mismatches.append({"document": os.path.relpath(path, ROOT) if a.set not in ("heldout", "free") else
                                        os.path.basename(path), "field": f, "expected": get_field(truth, f),
                                        "got": get_field(pred, f)})
     for st in per_lang.values():
