@@ -368,7 +368,16 @@ def main():
     ap.add_argument("--dict-names", type=float, default=names.DICT_NAMES,
                     help="share of made-up company names built from dictionary words (wordlists.py; 0: none, "
                          "and the generator draws as before this option existed)")
+    ap.add_argument("--form-items", type=float, default=freeform.FORM_ITEMS,
+                    help="share of free-layout invoices printing each item as a small form and the totals in a "
+                         "summary grid labelled like the items (0: none, and the generator draws as before this "
+                         "option existed)")
+    ap.add_argument("--accent-initial", type=float, default=names.ACCENT_INITIAL,
+                    help="share of the dictionary words of names that start with a non-ASCII letter (0: none, "
+                         "and the generator draws as before this option existed)")
     a = ap.parse_args()
+    freeform.FORM_ITEMS = a.form_items
+    names.ACCENT_INITIAL = a.accent_initial
     freeform.PARTY_LABELS = a.party_labels
     freeform.META_FIRST = a.meta_first
     names.DICT_NAMES = a.dict_names

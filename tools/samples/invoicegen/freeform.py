@@ -26,7 +26,10 @@ JSON pointers to the exact strings printed. What one document draws:
   - item table: columns shuffled within customary limits, renamed, extra columns (item code, tax
     code) added, unit / unit price / VAT rate / quantity dropped (-> null), table drawn as fixed-width
     columns, pipes, tabs, single spaces (merged columns) or one block per item; long tables broken
-    over pages with or without a repeated header and a carried-forward line;
+    over pages with or without a repeated header and a carried-forward line; in FORM_ITEMS of the
+    documents each item printed as a small form (labels in a row, values below, the same label words
+    as the summary grid that then carries the totals), maybe with each amount row again in the home
+    currency;
   - noise: letterhead tagline and contacts, customer number, delivery note, contact person, terms,
     bank block, registration footer, page numbers;
   - number format (thousands ' ', '.', ',', "'", none; decimal ',' or '.'), date format (13 forms,
@@ -56,6 +59,13 @@ PARTY_LABELS = 0.3
 # many real invoices and data reports do, instead of below them. 0 draws nothing, so that corpora built
 # before this choice existed come out byte-identical (build_corpus.py --meta-first 0).
 META_FIRST = 0.35
+# Share of documents that print each item as a small form (its fields' labels in a row, the values in the
+# row below, a few fields a row, the line number and description above) and the totals only in a summary
+# grid whose columns carry the same label words as the items' (the first "Net amount" under the title is
+# then a line's, the invoice's is in the grid's sum row), as data reports and many ERP layouts do. 0 draws
+# nothing, so that corpora built before this choice existed come out byte-identical
+# (build_corpus.py --form-items 0).
+FORM_ITEMS = 0.15
 
 
 # --- numbers, dates, money -------------------------------------------------------------------------
@@ -353,7 +363,8 @@ def build(rng, lang):
 
 # --- the layout: a document as pages of blocks -------------------------------------------------------
 # Block kinds: ("line", text, align) align in l/c/r; ("blank",); ("cols", [lines], [lines], ...);
-# ("kv", [(label, value)], mode) mode in colon/left/above/table; ("table", header|None, rows, right_flags,
+# ("kv", [(label, value)], mode) mode in colon/left/above/table, or ("kv", [(label, value)], "grid", slot): labels
+# in a row and values below them, in columns of a fixed slot width (characters); ("table", header|None, rows, right_flags,
 # style) style in grid/pipes/tabs/merged/blocks; ("para", text).
 
 class Draw:
@@ -596,6 +607,29 @@ def render_blocks(inv, rng):
             return st.amount(li.net + li.vat)
         raise KeyError(c)
 
+    def form_item(i):
+        """Line i as a form: its number, its description, then label rows with the values below."""
+        li = inv.lines[i]
+        out = []
+        if "no" in cols or rng.random() < 0.5:
+            out.append(("kv", [(fc(lay.label("no", False)), "%d" % (i + 1))], "colon"))
+        fields = [(c, fc(header[j]), cell(li, c, i)) for j, c in enumerate(cols) if c != "no"]
+        desc = [(h, v) for c, h, v in fields if c == "description" and v]
+        rest = [(h, v) for c, h, v in fields if c != "description" and v]
+        if desc:
+            out.append(("kv", desc, "grid", form_slot))
+        for s in range(0, len(rest), form_per_row):
+            out.append(("kv", rest[s:s + form_per_row], "grid", form_slot))
+        if form_home:
+            amounts = [(c, x) for c, x in (("unit_price", li.unit_price), ("net_amount", li.net), ("vat_amount", li.vat),
+                                           ("gross_amount", li.net + li.vat)) if c in cols]
+            if amounts:
+                out.append(("kv", [(fc("%s %s" % (header[cols.index(c)], lay.label("in_home", False))),
+                                    "%s %s" % (st.number(x * form_fx, form_hp), home)) for c, x in amounts][:form_per_row + 1],
+                            "grid", form_slot))
+        out.append(("blank",))
+        return out
+
     hdr_key = {"discount": "vat_rate"}
     header = []
     for c in cols:
@@ -611,6 +645,20 @@ def render_blocks(inv, rng):
     tstyle = rng.choice(["grid", "grid", "pipes", "tabs", "merged", "blocks"])
     if tstyle == "blocks" and len(rows) > 12:
         tstyle = "grid"
+    form = FORM_ITEMS > 0 and rng.random() < FORM_ITEMS
+    if form:  # items as forms, totals in a summary grid labelled like the items
+        tstyle = "form"
+        show["breakdown"] = True
+        form_slot = rng.choice([18, 22, 26, 30, 37])
+        form_per_row = rng.choice([2, 3, 4, 4])
+        form_colon = lay.colon() if rng.random() < 0.7 else ""
+
+        def fc(label):  # a form label with the form's separator (once)
+            return label if not form_colon or label.endswith(form_colon.strip()) else label + form_colon
+        form_home = rng.random() < 0.35  # every amount row again in the home currency (the same values when it is the invoice's)
+        home = LX.HOME_CURRENCY[lang]
+        form_fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
+        form_hp = 0 if home == "HUF" else 2
     repeat_header = rng.random() < 0.75
     carried = rng.random() < 0.5
     page_no_fmt = rng.choice(LX.L["page_of"][lang]) if rng.random() < 0.6 else None
@@ -627,7 +675,30 @@ def render_blocks(inv, rng):
         totals.append((lay.label("amount_due"), st.money(inv.due_amount)))
     tot_mode = rng.choice(["colon", "left", "left", "table"])
     breakdown = None
-    if show["breakdown"]:
+    if show["breakdown"] and form:
+        # the summary grid: a row a VAT rate, the sum row, each maybe again in the home currency
+        bh = [lay.label("rate_col", False) if rng.random() < 0.5 else "",
+              fc(lay.label("net_amount", False)), fc(lay.label("vat_amount", False)),
+              fc(lay.label("gross_amount", False))]
+        rate_label = rng.random() < 0.5
+        brows = []
+
+        def home_row(vals):
+            return [fc(lay.label("in_home", False))] + ["%s %s" % (st.number(x * form_fx, form_hp), home) for x in vals]
+        for cat, rate, taxable, vat in inv.breakdown:
+            r = lay.label("exempt", False) if cat == "E" else (lay.label("reverse_charge", False) if cat == "AE" else st.rate(rate))
+            if rate_label:
+                r = "%s %s" % (fc(lay.label("vat_rate", False)), r)
+            brows.append([r, st.money(taxable), st.money(vat), st.money(taxable + vat)])
+            if form_home:
+                brows.append(home_row([taxable, vat, taxable + vat]))
+        brows.append([fc(lay.label("sum_row", False)), st.money(inv.net), st.money(inv.vat), st.money(inv.gross)])
+        if form_home:
+            brows.append(home_row([inv.net, inv.vat, inv.gross]))
+        if rng.random() < 0.6:
+            totals = totals[n_core:]
+        breakdown = (lay.label("vat_breakdown", False), bh, brows)
+    elif show["breakdown"]:
         bh = [lay.label("rate_col", False), lay.label("base_col", False), lay.label("tax_col", False)]
         with_gross = rng.random() < 0.5
         if with_gross:
@@ -649,7 +720,7 @@ def render_blocks(inv, rng):
                 totals = totals[n_core:]
         breakdown = (lay.label("vat_breakdown", False), bh, brows)
     home = LX.HOME_CURRENCY[lang]
-    if inv.currency != home and rng.random() < 0.6:
+    if inv.currency != home and not (form and form_home) and rng.random() < 0.6:
         # a foreign-currency invoice also states its VAT (or all totals) in the home currency: distractors
         fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
         hp = 0 if home == "HUF" else 2
@@ -725,7 +796,11 @@ def render_blocks(inv, rng):
     li_idx = 0
     for k, ch in enumerate(chunks):
         hdr = header if (k == 0 or repeat_header) else None
-        cur.append(("table", hdr, ch, right, tstyle, cols.index("description")))
+        if form:
+            for j in range(len(ch)):
+                cur += form_item(li_idx + j)
+        else:
+            cur.append(("table", hdr, ch, right, tstyle, cols.index("description")))
         for _ in ch:
             running += inv.lines[li_idx].net
             li_idx += 1
@@ -738,7 +813,7 @@ def render_blocks(inv, rng):
     tail = []
     if breakdown and rng.random() < 0.5:
         tail.append(("line", breakdown[0], "l"))
-        tail.append(("table", breakdown[1], breakdown[2], [True] * len(breakdown[1]), "grid" if tstyle == "blocks" else tstyle))
+        tail.append(("table", breakdown[1], breakdown[2], [True] * len(breakdown[1]), "grid" if tstyle in ("blocks", "form") else tstyle))
         breakdown_done = True
     else:
         breakdown_done = False
@@ -747,7 +822,7 @@ def render_blocks(inv, rng):
     if breakdown and not breakdown_done:
         tail.append(("blank",))
         tail.append(("line", breakdown[0], "l"))
-        tail.append(("table", breakdown[1], breakdown[2], [True] * len(breakdown[1]), "grid" if tstyle == "blocks" else tstyle))
+        tail.append(("table", breakdown[1], breakdown[2], [True] * len(breakdown[1]), "grid" if tstyle in ("blocks", "form") else tstyle))
     tail.append(("blank",))
     if pay and not pay_in_footer:
         tail.append(("kv", pay, rng.choice(["colon", "left", "colon"])))
@@ -927,6 +1002,14 @@ def kv_text(items, mode, rng, width):
     return out
 
 
+def grid_text(items, slot):
+    """Labels in a row, values in the row below, each in a column of `slot` characters (wider where a
+    label or value needs it)."""
+    ws = [max(slot, _w(k) + 2, _w(v) + 2) for k, v in items]
+    return ["".join(k.ljust(w) for (k, _), w in zip(items, ws)).rstrip(),
+            "".join(v.ljust(w) for (_, v), w in zip(items, ws)).rstrip()]
+
+
 def render_txt(pages, rng, scanned):
     width = rng.choice([72, 80, 90, 100])
     gap = rng.choice([1, 2, 2, 3, 4])
@@ -957,6 +1040,8 @@ def render_txt(pages, rng, scanned):
                     a = cols[0][r] if r < len(cols[0]) else ""
                     c2 = cols[1][r] if r < len(cols[1]) else ""
                     lines.append((a.ljust(cw) + c2).rstrip())
+            elif k == "kv" and b[2] == "grid":
+                lines += grid_text(b[1], b[3])
             elif k == "kv":
                 lines += kv_text(b[1], b[2], rng, width)
             elif k == "table":
@@ -996,7 +1081,7 @@ def render_html(pages, rng):
             elif k == "cols":
                 h.append("<table><tr>" + "".join("<td valign=\"top\">%s</td>" % "<br>".join(E(x) for x in c) for c in b[1:]) + "</tr></table>")
             elif k == "kv":
-                if b[2] == "table":
+                if b[2] in ("table", "grid"):
                     h.append("<table><tr>%s</tr><tr>%s</tr></table>" % ("".join("<th>%s</th>" % E(a) for a, _ in b[1]),
                                                                        "".join("<td>%s</td>" % E(v) for _, v in b[1])))
                 elif b[2] == "left":
@@ -1136,6 +1221,15 @@ def render_pdf(pages, rng, title):
                         c.setFont(font, size)
                         c.drawString(x2, y, v)
                         newline()
+                elif mode == "grid":
+                    slot = b[3] * size * 0.5  # the slot's characters at about half the font size each
+                    x = left
+                    for a, v in items:
+                        c.setFont(font, size)
+                        c.drawString(x, y, a)
+                        c.drawString(x, y - lead, v)
+                        x += max(slot, sw(a) + 10, sw(v) + 10)
+                    newline(2)
                 elif mode == "above":
                     for a, v in items:
                         c.setFont(bold, size - 1)

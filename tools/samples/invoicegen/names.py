@@ -21,6 +21,11 @@ from . import wordlists
 # Share of company names built from dictionary words. 0 draws nothing, so that corpora built before this
 # option existed come out byte-identical (build_corpus.py --dict-names 0).
 DICT_NAMES = 0.5
+# Share of the dictionary words of names that start with a non-ASCII letter (wordlists.accented), from the
+# language's own list where it has one, else from a language that has. 0 draws nothing, so that corpora
+# built before this option existed come out byte-identical (build_corpus.py --accent-initial 0).
+ACCENT_INITIAL = 0.2
+_ACCENT_LANGS = ["hu", "de", "fr", "pl", "es"]
 _AND = {"hu": ["és", "és Társa", "és Fia"], "de": ["und", "& Söhne"], "en": ["and", "& Co"], "fr": ["et", "et Cie"],
         "it": ["e", "e Figli"], "es": ["y", "e Hijos"], "nl": ["en", "& Zn."], "pl": ["i", "i Syn"]}
 
@@ -87,8 +92,12 @@ def _any_word(rng, lang):
 
 def _dict_word(rng, lang):
     """A word of the language's dictionary (a third of the time another language's), mostly capitalised."""
-    other = rng.choice(LX.LANGS) if rng.random() < 0.35 else lang
-    w = rng.choice(wordlists.words(other))
+    if ACCENT_INITIAL > 0 and rng.random() < ACCENT_INITIAL:
+        pool = wordlists.accented(lang) if lang in _ACCENT_LANGS and rng.random() < 0.7 else []
+        w = rng.choice(pool or wordlists.accented(rng.choice(_ACCENT_LANGS)))
+    else:
+        other = rng.choice(LX.LANGS) if rng.random() < 0.35 else lang
+        w = rng.choice(wordlists.words(other))
     r = rng.random()
     if r < 0.78:
         return w[:1].upper() + w[1:]

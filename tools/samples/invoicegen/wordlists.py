@@ -47,3 +47,15 @@ def words(lang):
                 out.add(w)
     _CACHE[lang] = sorted(out)
     return _CACHE[lang]
+
+
+_ACCENTED = {}
+
+
+def accented(lang):
+    """The language's words whose first letter is not ASCII (`Értékes`, `Übung`, `école`, `śruba`): names
+    that start with such a letter are rare among dictionary draws (about 5% of Hungarian words), and a
+    model that has seen few of them cannot start copying one. Empty for a language with none."""
+    if lang not in _ACCENTED:
+        _ACCENTED[lang] = [w for w in words(lang) if ord(w[0]) > 127]
+    return _ACCENTED[lang]
