@@ -375,7 +375,11 @@ def main():
     ap.add_argument("--accent-initial", type=float, default=names.ACCENT_INITIAL,
                     help="share of the dictionary words of names that start with a non-ASCII letter (0: none, "
                          "and the generator draws as before this option existed)")
+    ap.add_argument("--label-names", type=float, default=names.LABEL_NAMES,
+                    help="share of company names whose first word is a label word or starts with one (0: none, "
+                         "and the generator draws as before this option existed)")
     a = ap.parse_args()
+    names.LABEL_NAMES = a.label_names
     freeform.FORM_ITEMS = a.form_items
     names.ACCENT_INITIAL = a.accent_initial
     freeform.PARTY_LABELS = a.party_labels

@@ -15,6 +15,9 @@ real names it had to copy. DICT_NAMES of the company names (and half as many sur
 words of real languages instead (wordlists.py: Debian's word lists), joined as names are: one to three
 words, a connective, a hyphen, a legal form or none."""
 
+import bisect
+import re
+
 from . import lexicon as LX
 from . import wordlists
 
@@ -26,6 +29,14 @@ DICT_NAMES = 0.5
 # built before this option existed come out byte-identical (build_corpus.py --accent-initial 0).
 ACCENT_INITIAL = 0.2
 _ACCENT_LANGS = ["hu", "de", "fr", "pl", "es"]
+# Share of company names whose first word is a label word of the lexicon (`Total Ltd`, `Summe GmbH`,
+# `Érték Kft`) or a dictionary word that starts with one (`Értékesítő Kft`, `Betragsberatung GmbH`). The
+# model had learned such words as labels only: with a label word as its name, a party was not copied
+# (`Total Ltd` as seller gave a city; `Summe GmbH` a label), and real companies bear such names. 0 draws
+# nothing, so that corpora built before this option existed come out byte-identical
+# (build_corpus.py --label-names 0).
+LABEL_NAMES = 0.1
+_LABEL_STEMS = []
 _AND = {"hu": ["és", "és Társa", "és Fia"], "de": ["und", "& Söhne"], "en": ["and", "& Co"], "fr": ["et", "et Cie"],
         "it": ["e", "e Figli"], "es": ["y", "e Hijos"], "nl": ["en", "& Zn."], "pl": ["i", "i Syn"]}
 
@@ -124,6 +135,44 @@ def _dict_company(rng, lang, form):
     return "%s %s" % (w(), w()) if rng.random() < 0.6 else w()
 
 
+def _label_stems():
+    """The words (3+ letters) of every label of the lexicon, every language, sorted."""
+    if not _LABEL_STEMS:
+        out = set()
+        for per_lang in LX.L.values():
+            for vals in per_lang.values():
+                for v in vals:
+                    for w in re.split(r"\W+", v):
+                        if len(w) >= 3 and w.isalpha():
+                            out.add(w)
+        _LABEL_STEMS.extend(sorted(out))
+    return _LABEL_STEMS
+
+
+def _label_word(rng, lang):
+    """A label word as a name's first word: as it is, or a dictionary word (of the language, or of any) that
+    starts with it (`Érték` -> `Értékesítő`), in the case names have."""
+    stem = rng.choice(_label_stems())
+    w = stem
+    if rng.random() < 0.5:
+        low = stem.lower()
+        for other in (lang, rng.choice(LX.LANGS)):
+            ws = wordlists.words(other)
+            i = bisect.bisect_left(ws, low)
+            cands = []
+            while i < len(ws) and ws[i].startswith(low) and len(cands) < 64:
+                if len(ws[i]) > len(low):
+                    cands.append(ws[i])
+                i += 1
+            if cands:
+                w = rng.choice(cands)
+                break
+    r = rng.random()
+    if r < 0.8:
+        return w[:1].upper() + w[1:]
+    return w.upper() if r < 0.93 else w
+
+
 def surname(rng, lang):
     if DICT_NAMES > 0 and rng.random() < DICT_NAMES / 2:
         return _dict_word(rng, lang)
@@ -145,7 +194,18 @@ def company(rng, lang, role=None):
     form = rng.choice(forms)
     stems, trades = LX.word_lists(lang)[:2]
     r = rng.random()
-    if DICT_NAMES > 0 and rng.random() < DICT_NAMES:
+    if LABEL_NAMES > 0 and rng.random() < LABEL_NAMES:
+        x = rng.random()
+        w = _label_word(rng, lang)
+        if x < 0.45:
+            name = "%s %s" % (w, form)
+        elif x < 0.7:
+            name = "%s %s %s" % (w, rng.choice(LX.word_lists(lang)[1]), form)
+        elif x < 0.85:
+            name = "%s %s %s" % (w, _dict_word(rng, lang) if DICT_NAMES > 0 else _any_word(rng, lang), form)
+        else:
+            name = "%s %s" % (w, _dict_word(rng, lang) if DICT_NAMES > 0 else _any_word(rng, lang))
+    elif DICT_NAMES > 0 and rng.random() < DICT_NAMES:
         name = _dict_company(rng, lang, form)
     elif r < 0.22:
         name = "%s %s" % (_any_word(rng, lang), form)
