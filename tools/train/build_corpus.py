@@ -360,31 +360,27 @@ def main():
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "quarry-extract-11m", "tokenizer.json"),
                     help="tokenizer.json used to count tokens ('' to skip counting and length filtering)")
     ap.add_argument("--max-tokens", type=int, default=3072, help="drop examples longer than this (train.py's --max-len)")
-    ap.add_argument("--party-labels", type=float, default=freeform.PARTY_LABELS,
-                    help="share of free-layout invoices with labelled party lines (Name: / Address:)")
-    ap.add_argument("--meta-first", type=float, default=freeform.META_FIRST,
-                    help="share of free-layout invoices printing the document facts above the parties "
-                         "(0: none, and the generator draws as before this option existed)")
-    ap.add_argument("--dict-names", type=float, default=names.DICT_NAMES,
-                    help="share of made-up company names built from dictionary words (wordlists.py; 0: none, "
-                         "and the generator draws as before this option existed)")
-    ap.add_argument("--form-items", type=float, default=freeform.FORM_ITEMS,
-                    help="share of free-layout invoices printing each item as a small form and the totals in a "
-                         "summary grid labelled like the items (0: none, and the generator draws as before this "
-                         "option existed)")
-    ap.add_argument("--accent-initial", type=float, default=names.ACCENT_INITIAL,
-                    help="share of the dictionary words of names that start with a non-ASCII letter (0: none, "
-                         "and the generator draws as before this option existed)")
-    ap.add_argument("--label-names", type=float, default=names.LABEL_NAMES,
-                    help="share of company names whose first word is a label word or starts with one (0: none, "
-                         "and the generator draws as before this option existed)")
+    # the generator's options: (flag, module, attribute, help); each defaults to the module's value
+    new_opt = "(0: none, and the generator draws as before this option existed)"
+    options = [
+        ("--party-labels", freeform, "PARTY_LABELS", "share of free-layout invoices with labelled party lines (Name: / Address:)"),
+        ("--meta-first", freeform, "META_FIRST",
+         "share of free-layout invoices printing the document facts above the parties " + new_opt),
+        ("--dict-names", names, "DICT_NAMES",
+         "share of made-up company names built from dictionary words (wordlists.py) " + new_opt),
+        ("--form-items", freeform, "FORM_ITEMS",
+         "share of free-layout invoices printing each item as a small form and the totals in a summary grid "
+         "labelled like the items " + new_opt),
+        ("--accent-initial", names, "ACCENT_INITIAL",
+         "share of the dictionary words of names that start with a non-ASCII letter " + new_opt),
+        ("--label-names", names, "LABEL_NAMES",
+         "share of company names whose first word is a label word or starts with one " + new_opt),
+    ]
+    for flag, module, attr, text in options:
+        ap.add_argument(flag, type=float, default=getattr(module, attr), help=text)
     a = ap.parse_args()
-    names.LABEL_NAMES = a.label_names
-    freeform.FORM_ITEMS = a.form_items
-    names.ACCENT_INITIAL = a.accent_initial
-    freeform.PARTY_LABELS = a.party_labels
-    freeform.META_FIRST = a.meta_first
-    names.DICT_NAMES = a.dict_names
+    for flag, module, attr, _ in options:
+        setattr(module, attr, getattr(a, flag[2:].replace("-", "_")))
     mix = {k: float(v) for k, v in (x.split("=") for x in a.mix.split(","))}
     total_share = sum(mix.values())
     mix = {k: v / total_share for k, v in mix.items()}
