@@ -36,6 +36,12 @@ _ACCENT_LANGS = ["hu", "de", "fr", "pl", "es"]
 # nothing, so that corpora built before this option existed come out byte-identical
 # (build_corpus.py --label-names 0).
 LABEL_NAMES = 0.1
+# Share of those label-word names whose first word only begins like a label word: a dictionary word
+# sharing the label's first three or more letters (`Bestia` after `Bestellnummer`, `Adóbér` after
+# `Adószám`). Stage 7 copied names that begin with a whole label word but still wrote `Beszerző Kft`,
+# `Bestia Kft`, `Adóbér Kft` or `Bruttovár Kft` as labels. 0 draws nothing, so that corpora built before
+# this option existed come out byte-identical (build_corpus.py --label-prefix 0).
+LABEL_PREFIX = 0.0
 _LABEL_STEMS = []
 _AND = {"hu": ["és", "és Társa", "és Fia"], "de": ["und", "& Söhne"], "en": ["and", "& Co"], "fr": ["et", "et Cie"],
         "it": ["e", "e Figli"], "es": ["y", "e Hijos"], "nl": ["en", "& Zn."], "pl": ["i", "i Syn"]}
@@ -154,16 +160,23 @@ def _label_word(rng, lang):
     starts with it (`Érték` -> `Értékesítő`), in the case names have."""
     stem = rng.choice(_label_stems())
     w = stem
-    if rng.random() < 0.5:
+    part = LABEL_PREFIX > 0 and len(stem) > 3 and rng.random() < LABEL_PREFIX
+    if part:
+        stem = stem[:rng.randrange(3, len(stem))]
+    if part or rng.random() < 0.5:
         low = stem.lower()
+        # a prefix is looked up lower-case and capitalised (German nouns); whole label words lower-case
+        # only, as the stage 7 corpora were built
+        heads = [low, low[:1].upper() + low[1:]] if part else [low]
         for other in (lang, rng.choice(LX.LANGS)):
             ws = wordlists.words(other)
-            i = bisect.bisect_left(ws, low)
             cands = []
-            while i < len(ws) and ws[i].startswith(low) and len(cands) < 64:
-                if len(ws[i]) > len(low):
-                    cands.append(ws[i])
-                i += 1
+            for head in heads:
+                i = bisect.bisect_left(ws, head)
+                while i < len(ws) and ws[i].startswith(head) and len(cands) < 64:
+                    if len(ws[i]) > len(head):
+                        cands.append(ws[i])
+                    i += 1
             if cands:
                 w = rng.choice(cands)
                 break
