@@ -375,6 +375,8 @@ def main():
          "share of the dictionary words of names that start with a non-ASCII letter " + new_opt),
         ("--label-names", names, "LABEL_NAMES",
          "share of company names whose first word is a label word or starts with one " + new_opt),
+        ("--wide-gaps", freeform, "WIDE_GAPS",
+         "share of free-layout invoices setting the values of their label: value blocks in a far column " + new_opt),
         ("--label-prefix", names, "LABEL_PREFIX",
          "share of those label-word names whose first word only shares a label's first letters " + new_opt),
     ]

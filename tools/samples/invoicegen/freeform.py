@@ -66,6 +66,11 @@ META_FIRST = 0.35
 # nothing, so that corpora built before this choice existed come out byte-identical
 # (build_corpus.py --form-items 0).
 FORM_ITEMS = 0.15
+# Share of documents whose label: value blocks (facts, totals, bank) set the values in a far column, so that
+# a label and its value are tens of spaces apart in the extracted text (as pages rendered from structured
+# data, and many forms, are). 0 draws nothing, so that corpora built before this choice existed come out
+# byte-identical (build_corpus.py --wide-gaps 0). Not used by a trained stage yet.
+WIDE_GAPS = 0.0
 
 
 # --- numbers, dates, money -------------------------------------------------------------------------
@@ -486,6 +491,13 @@ def render_blocks(inv, rng):
     if lay.party_labels and rng.random() < 0.5:  # labelled parties are most often printed side by side
         arrangement = "side"
     kv_mode = rng.choice(["colon", "colon", "left", "above", "table"])
+    wide = WIDE_GAPS > 0 and rng.random() < WIDE_GAPS
+    if wide:
+        kv_mode = "left"
+        wide_at = rng.uniform(0.4, 0.75)  # where the values start, as a share of the line
+
+    def kv(items, mode):
+        return ("kv", items, mode, wide_at) if wide and mode == "left" else ("kv", items, mode)
     title_pos = rng.choice(["top", "top", "after_parties"])
     sl, bl = lay.label("seller", False), lay.label("buyer", False)
     seller_labelled = rng.random() < 0.6
@@ -501,7 +513,7 @@ def render_blocks(inv, rng):
         if arrangement in ("meta_right", "footer_seller"):
             arrangement = "side" if lay.party_labels or arrangement == "meta_right" else "stack"
         seller_labelled = seller_labelled or lay.party_labels or rng.random() < 0.5
-        blocks.append(("kv", meta, kv_mode))
+        blocks.append(kv(meta, kv_mode))
         blocks.append(("blank",))
     if arrangement == "stack":
         blocks.append(("line", sl if seller_labelled else party_s[0], "l"))
@@ -513,7 +525,7 @@ def render_blocks(inv, rng):
         blocks += [("line", x, "l") for x in party_b]
         if not meta_first:
             blocks.append(("blank",))
-            blocks.append(("kv", meta, kv_mode))
+            blocks.append(kv(meta, kv_mode))
     elif arrangement == "side":
         left = ([sl] if seller_labelled else []) + party_s
         right = [bl] + party_b
@@ -522,7 +534,7 @@ def render_blocks(inv, rng):
         blocks.append(("cols", left, right))
         if not meta_first:
             blocks.append(("blank",))
-            blocks.append(("kv", meta, kv_mode))
+            blocks.append(kv(meta, kv_mode))
     elif arrangement == "meta_right":
         blocks += [("line", x, "l") for x in party_s]
         if rng.random() < 0.6:
@@ -674,6 +686,8 @@ def render_blocks(inv, rng):
     if rng.random() < 0.4 and lay.labels.get("amount_due") != lay.labels.get("total_gross"):
         totals.append((lay.label("amount_due"), st.money(inv.due_amount)))
     tot_mode = rng.choice(["colon", "left", "left", "table"])
+    if wide:
+        tot_mode = "left"
     breakdown = None
     if show["breakdown"] and form:
         # the summary grid: a row a VAT rate, the sum row, each maybe again in the home currency
@@ -818,14 +832,14 @@ def render_blocks(inv, rng):
     else:
         breakdown_done = False
     if totals:
-        tail.append(("kv", totals, tot_mode))
+        tail.append(kv(totals, tot_mode))
     if breakdown and not breakdown_done:
         tail.append(("blank",))
         tail.append(("line", breakdown[0], "l"))
         tail.append(("table", breakdown[1], breakdown[2], [True] * len(breakdown[1]), "grid" if tstyle in ("blocks", "form") else tstyle))
     tail.append(("blank",))
     if pay and not pay_in_footer:
-        tail.append(("kv", pay, rng.choice(["colon", "left", "colon"])))
+        tail.append(kv(pay, rng.choice(["colon", "left", "colon"])))
         tail.append(("blank",))
     for t in notes + terms:
         tail.append(("para", t))
@@ -1042,6 +1056,9 @@ def render_txt(pages, rng, scanned):
                     lines.append((a.ljust(cw) + c2).rstrip())
             elif k == "kv" and b[2] == "grid":
                 lines += grid_text(b[1], b[3])
+            elif k == "kv" and b[2] == "left" and len(b) > 3:  # values in a far column
+                col = max(max(_w(a) for a, _ in b[1]) + 2, int(width * b[3]))
+                lines += ["%s%s" % (a.ljust(col), v) for a, v in b[1]]
             elif k == "kv":
                 lines += kv_text(b[1], b[2], rng, width)
             elif k == "table":
@@ -1215,6 +1232,8 @@ def render_pdf(pages, rng, title):
                         newline()
                 elif mode == "left":
                     x2 = left + max(sw(a) for a, _ in items) + 12
+                    if len(b) > 3:  # values in a far column
+                        x2 = max(x2, left + (right_edge - left) * b[3])
                     for a, v in items:
                         c.setFont(bold, size)
                         c.drawString(left, y, a)
