@@ -10,8 +10,8 @@ JSON pointers to the exact strings printed. What one document draws:
 
   - label words: one synonym per key from lexicon.L, in its own case (as is / UPPER / Title) and
     with its own separator (':', ' :', none, '#');
-  - label/value placement per block: 'Label: value', label left with values in a column, label
-    above value, a one-row table whose header holds the labels;
+  - label/value placement per block: 'Label: value', label left with values in a column (in WIDE_GAPS of
+    the documents a far column), label above value, a one-row table whose header holds the labels;
   - header arrangement: seller letterhead + buyer below, seller and buyer side by side (their text
     lines interleave when extracted), meta block beside the parties, seller only in the footer;
     party lines bare or labelled ('Name: ...', 'Address: ...'); the document facts (number, dates,
