@@ -102,7 +102,8 @@ def items_free(limit, workdir):
     from invoicegen import freeform, lexicon, names
     # pinned, so that the set does not move with the generator's defaults (as defined on 2026-11-30)
     freeform.META_FIRST, names.DICT_NAMES = 0.5, 1.0
-    freeform.FORM_ITEMS, names.ACCENT_INITIAL, names.LABEL_NAMES = 0.0, 0.0, 0.0
+    freeform.FORM_ITEMS, freeform.WIDE_GAPS = 0.0, 0.0
+    names.ACCENT_INITIAL, names.LABEL_NAMES, names.LABEL_PREFIX = 0.0, 0.0, 0.0
     for i in range(limit):
         lang = lexicon.LANGS[i % len(lexicon.LANGS)]
         fmt = ("pdf", "pdf", "txt", "html")[i % 4]

@@ -437,6 +437,13 @@ def render_blocks(inv, rng):
     lang = inv.lang
     lay = Draw(rng, lang)
     st = Style(rng, lang, inv.currency)
+    # the home currency, the invoice currency's rate in it, and an amount converted (printed as a distractor)
+    home = LX.HOME_CURRENCY[lang]
+    fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
+    hp = 0 if home == "HUF" else 2
+
+    def conv(x):
+        return "%s %s" % (st.number(x * fx, hp), home)
     features = ["free", inv.doc_type, inv.regime, inv.currency]
     # which facts are printed
     show_s = {"address": True, "tax_id": rng.random() < 0.92, "vat_id": rng.random() < 0.9}
@@ -637,7 +644,7 @@ def render_blocks(inv, rng):
                                            ("gross_amount", li.net + li.vat)) if c in cols]
             if amounts:
                 out.append(("kv", [(fc("%s %s" % (header[cols.index(c)], lay.label("in_home", False))),
-                                    "%s %s" % (st.number(x * form_fx, form_hp), home)) for c, x in amounts][:form_per_row + 1],
+                                    conv(x)) for c, x in amounts][:form_per_row + 1],
                             "grid", form_slot))
         out.append(("blank",))
         return out
@@ -668,9 +675,6 @@ def render_blocks(inv, rng):
         def fc(label):  # a form label with the form's separator (once)
             return label if not form_colon or label.endswith(form_colon.strip()) else label + form_colon
         form_home = rng.random() < 0.35  # every amount row again in the home currency (the same values when it is the invoice's)
-        home = LX.HOME_CURRENCY[lang]
-        form_fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
-        form_hp = 0 if home == "HUF" else 2
     repeat_header = rng.random() < 0.75
     carried = rng.random() < 0.5
     page_no_fmt = rng.choice(LX.L["page_of"][lang]) if rng.random() < 0.6 else None
@@ -698,7 +702,7 @@ def render_blocks(inv, rng):
         brows = []
 
         def home_row(vals):
-            return [fc(lay.label("in_home", False))] + ["%s %s" % (st.number(x * form_fx, form_hp), home) for x in vals]
+            return [fc(lay.label("in_home", False))] + [conv(x) for x in vals]
         for cat, rate, taxable, vat in inv.breakdown:
             r = lay.label("exempt", False) if cat == "E" else (lay.label("reverse_charge", False) if cat == "AE" else st.rate(rate))
             if rate_label:
@@ -733,14 +737,8 @@ def render_blocks(inv, rng):
             if with_gross and rng.random() < 0.4:
                 totals = totals[n_core:]
         breakdown = (lay.label("vat_breakdown", False), bh, brows)
-    home = LX.HOME_CURRENCY[lang]
     if inv.currency != home and not (form and form_home) and rng.random() < 0.6:
         # a foreign-currency invoice also states its VAT (or all totals) in the home currency: distractors
-        fx = Decimal(LX.CURRENCY_RATE[home]) / Decimal(LX.CURRENCY_RATE[inv.currency])
-        hp = 0 if home == "HUF" else 2
-
-        def conv(x):
-            return "%s %s" % (st.number(x * fx, hp), home)
         fx_lines = [(lay.label("exchange_rate"), "1 %s = %s %s" % (inv.currency, st.number(fx, 4 if fx < 10 else 2), home)
                      if rng.random() < 0.6 else st.number(fx, 4 if fx < 10 else 2))]
         if rng.random() < 0.5:

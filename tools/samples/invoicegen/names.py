@@ -213,11 +213,10 @@ def company(rng, lang, role=None):
         if x < 0.45:
             name = "%s %s" % (w, form)
         elif x < 0.7:
-            name = "%s %s %s" % (w, rng.choice(LX.word_lists(lang)[1]), form)
-        elif x < 0.85:
-            name = "%s %s %s" % (w, _dict_word(rng, lang) if DICT_NAMES > 0 else _any_word(rng, lang), form)
+            name = "%s %s %s" % (w, rng.choice(trades), form)
         else:
-            name = "%s %s" % (w, _dict_word(rng, lang) if DICT_NAMES > 0 else _any_word(rng, lang))
+            more = _dict_word(rng, lang) if DICT_NAMES > 0 else _any_word(rng, lang)
+            name = "%s %s %s" % (w, more, form) if x < 0.85 else "%s %s" % (w, more)
     elif DICT_NAMES > 0 and rng.random() < DICT_NAMES:
         name = _dict_company(rng, lang, form)
     elif r < 0.22:
